@@ -1,0 +1,101 @@
+/**
+ * The contract between the runner and a step kind. Built-in kinds (`core.log`,
+ * `core.wait`, `core.cue`, `core.webhook`) and custom kinds registered from code
+ * implement the same interface.
+ */
+
+/** What the run looks like to a step (read-only). */
+export interface StepRunInfo {
+  id: number
+  definitionId: number
+  definitionTitle: string
+  scope: string
+  scheduledFor: Date
+  timezone: string
+  params: Record<string, unknown> | null
+  rehearsal: boolean
+}
+
+/** What the step looks like to its handler (read-only). */
+export interface StepInfo {
+  id: number
+  seq: number
+  phase: string
+  kind: string
+  /** 1 on the first attempt; counts every attempt including this one. */
+  attempt: number
+  maxAttempts: number
+  timeoutMs: number
+  /** Set when the step slept or parked before and is being re-entered. */
+  wakeAt: Date | null
+  /** The step's first start, when it was re-entered after a sleep or park. */
+  startedAt: Date | null
+  /** True when this is a re-entry after a `sleep` or a timed `park` came due. */
+  resumed: boolean
+}
+
+export interface StepContext<P = Record<string, unknown>> {
+  run: StepRunInfo
+  step: StepInfo
+  /** Params after template rendering ({{run.scope}}, {{params.X}}, …). */
+  params: P
+  /** `${runId}-${stepId}`: the same on every attempt, so receivers can deduplicate. */
+  idempotencyKey: string
+  /** The runner's clock; tests inject one. */
+  now(): Date
+  /** Aborted when the step's timeout passes or the runner is stopping hard. */
+  signal: AbortSignal
+  /** Append a line to the run's log. */
+  log(level: 'debug' | 'info' | 'warn' | 'error', message: string, data?: unknown): Promise<void>
+  /** The webhook allow-list and similar process settings. */
+  settings: StepSettings
+}
+
+export interface StepSettings {
+  /** Normalised URL prefixes a webhook may call; empty = no webhooks. */
+  webhookAllow: string[]
+}
+
+/** What a handler answers. A thrown error is a failed attempt (see {@link StepFailure}). */
+export type StepOutcome =
+  /** Done; `result` is stored on the step. */
+  | { type: 'completed'; result?: unknown }
+  /** A durable timer: come back at `until` (no lease is held meanwhile). */
+  | { type: 'sleep'; until: Date }
+  /** Wait for a person (resolveCue/skipStep); `until` is an optional timeout. */
+  | { type: 'park'; until: Date | null }
+
+/**
+ * A failed attempt. `retryable: false` fails the step at once without spending
+ * the remaining attempts (a bad URL will not get better by waiting).
+ */
+export class StepFailure extends Error {
+  override readonly name = 'StepFailure'
+  readonly retryable: boolean
+  constructor(message: string, opts: { retryable?: boolean; cause?: unknown } = {}) {
+    super(message, { cause: opts.cause })
+    this.retryable = opts.retryable ?? true
+  }
+}
+
+/** One problem found while validating params; `path` is relative to the step's params. */
+export interface ParamProblem {
+  path: string
+  message: string
+}
+
+export interface StepKind<P = Record<string, unknown>> {
+  /** Unique name, e.g. `core.webhook` or `acme.lights`. */
+  kind: string
+  /**
+   * True when executing the step changes the world outside showrunner. In a
+   * rehearsal such a step is not executed: its intent is logged and it succeeds.
+   */
+  sideEffects: boolean
+  /** Check params at publish time; answer every problem found (empty = valid). */
+  validate(params: unknown): ParamProblem[]
+  /** Perform one attempt. */
+  execute(ctx: StepContext<P>): Promise<StepOutcome>
+  /** What a rehearsal logs instead of executing (only for kinds with side effects). */
+  describe?(ctx: StepContext<P>): string
+}

@@ -1,0 +1,56 @@
+/**
+ * One throwaway database per test file: created with a random suffix, migrated,
+ * and dropped afterwards (kept when KEEP_TEST_DB=1, for inspection).
+ */
+import { randomBytes } from 'node:crypto'
+import mysql from 'mysql2/promise'
+import { createDb, type Db, type DbOptions } from '../../sql/db.ts'
+import { migrate } from '../../sql/migrate.ts'
+
+/** The server tests run against; each file creates its own database on it. */
+export function testServerUrl(): string {
+  return process.env.TEST_DATABASE_URL ?? 'mysql://root@127.0.0.1:3306'
+}
+
+export interface TestDb {
+  /** A pool on the throwaway database. */
+  db: Db
+  /** A URL naming the throwaway database, for servers and child processes. */
+  url: string
+  name: string
+  /** Open another pool on the same database (another "instance"). */
+  open(opts?: DbOptions): Db
+  /** Close every pool opened here and drop the database. */
+  drop(): Promise<void>
+}
+
+export async function createTestDb(opts: { migrate?: boolean; pool?: DbOptions } = {}): Promise<TestDb> {
+  const server = new URL(testServerUrl())
+  const name = `showrunner_test_${randomBytes(5).toString('hex')}`
+  const admin = await mysql.createConnection({ uri: server.toString() })
+  await admin.query(`CREATE DATABASE \`${name}\` CHARACTER SET utf8mb4 COLLATE utf8mb4_unicode_ci`)
+  await admin.end()
+  const url = new URL(server.toString())
+  url.pathname = `/${name}`
+  const pools: Db[] = []
+  const open = (o?: DbOptions) => {
+    const d = createDb(url.toString(), o ?? opts.pool)
+    pools.push(d)
+    return d
+  }
+  const db = open()
+  if (opts.migrate !== false) await migrate(db)
+  return {
+    db,
+    url: url.toString(),
+    name,
+    open,
+    async drop() {
+      await Promise.allSettled(pools.map((p) => p.close()))
+      if (process.env.KEEP_TEST_DB === '1') return
+      const c = await mysql.createConnection({ uri: server.toString() })
+      await c.query(`DROP DATABASE IF EXISTS \`${name}\``)
+      await c.end()
+    },
+  }
+}
