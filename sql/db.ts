@@ -260,7 +260,10 @@ export function createDb(url: string, opts: DbOptions = {}): Db {
         } catch {
           // The connection is already broken; the original error is the one to report.
         }
-        throw wrap(err, 'a transaction')
+        // Application errors thrown by `fn` pass through unchanged; only driver
+        // failures (begin/commit on a broken connection) are wrapped.
+        const driverError = (err as { sqlState?: string; errno?: number })?.errno !== undefined
+        throw driverError || isDbUnavailable(err) ? wrap(err, 'a transaction') : err
       } finally {
         conn.release()
       }

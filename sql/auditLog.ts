@@ -1,0 +1,45 @@
+/** `audit_log`: mutations outside one run's log (definitions, versions), with actor and outcome. */
+import type { Queryable } from './db.ts'
+import { clampLimit, parseJson, toJson } from './json.ts'
+
+export interface AuditEntry {
+  actor: string
+  action: string
+  targetType: string
+  targetId: string | null
+  outcome: 'ok' | 'refused' | 'error'
+  detail?: unknown
+}
+
+export interface AuditRow extends AuditEntry {
+  id: number
+  at: Date
+}
+
+export async function record(db: Queryable, e: AuditEntry): Promise<void> {
+  await db.run(
+    'INSERT INTO audit_log (actor, action, target_type, target_id, outcome, detail) VALUES (?, ?, ?, ?, ?, ?)',
+    [e.actor, e.action, e.targetType, e.targetId, e.outcome, toJson(e.detail)],
+  )
+}
+
+/** Newest first. */
+export async function list(db: Queryable, opts: { targetType?: string; targetId?: string; limit?: number } = {}): Promise<AuditRow[]> {
+  const n = clampLimit(opts.limit ?? 100, 100)
+  const rows = await db.execute<Record<string, unknown>>(
+    `SELECT id, at, actor, action, target_type, target_id, outcome, detail FROM audit_log
+      WHERE (? IS NULL OR target_type = ?) AND (? IS NULL OR target_id = ?)
+      ORDER BY id DESC LIMIT ${n}`,
+    [opts.targetType ?? null, opts.targetType ?? null, opts.targetId ?? null, opts.targetId ?? null],
+  )
+  return rows.map((r) => ({
+    id: Number(r.id),
+    at: r.at as Date,
+    actor: String(r.actor),
+    action: String(r.action),
+    targetType: String(r.target_type),
+    targetId: (r.target_id as string | null) ?? null,
+    outcome: r.outcome as AuditRow['outcome'],
+    detail: parseJson<unknown>(r.detail, null),
+  }))
+}

@@ -1,0 +1,81 @@
+/** `event_run_logs`: what happened to a run, who did it, and the retention sweep. */
+import type { Queryable, SqlValue } from './db.ts'
+import { clampLimit, parseJson, placeholders, toJson } from './json.ts'
+
+export type LogLevel = 'debug' | 'info' | 'warn' | 'error'
+
+export interface LogRow {
+  id: number
+  runId: number
+  stepId: number | null
+  at: Date
+  level: LogLevel
+  message: string
+  actor: string | null
+  data: unknown
+}
+
+export interface NewLog {
+  runId: number
+  stepId?: number | null
+  level?: LogLevel
+  message: string
+  actor?: string | null
+  data?: unknown
+}
+
+type Raw = Record<string, unknown>
+
+function hydrate(row: Raw): LogRow {
+  return {
+    id: Number(row.id),
+    runId: Number(row.run_id),
+    stepId: row.step_id == null ? null : Number(row.step_id),
+    at: row.at as Date,
+    level: row.level as LogLevel,
+    message: String(row.message),
+    actor: (row.actor as string | null) ?? null,
+    data: parseJson<unknown>(row.data, null),
+  }
+}
+
+function values(l: NewLog): SqlValue[] {
+  return [l.runId, l.stepId ?? null, l.level ?? 'info', l.message.slice(0, 2000), l.actor ?? null, toJson(l.data)]
+}
+
+export async function append(db: Queryable, entry: NewLog): Promise<void> {
+  await db.run(
+    'INSERT INTO event_run_logs (run_id, step_id, level, message, actor, data) VALUES (?, ?, ?, ?, ?, ?)',
+    values(entry),
+  )
+}
+
+/** Several lines in one statement (a batch of runs). */
+export async function appendMany(db: Queryable, entries: readonly NewLog[]): Promise<void> {
+  if (entries.length === 0) return
+  await db.runQuery(
+    `INSERT INTO event_run_logs (run_id, step_id, level, message, actor, data)
+     VALUES ${entries.map(() => `(${placeholders(6)})`).join(', ')}`,
+    entries.flatMap(values),
+  )
+}
+
+/** A run's log, newest first, limit clamped to 1..500. */
+export async function listForRun(db: Queryable, runId: number, limit = 100): Promise<LogRow[]> {
+  const n = clampLimit(limit, 100)
+  const rows = await db.execute<Raw>(
+    `SELECT id, run_id, step_id, at, level, message, actor, data FROM event_run_logs
+      WHERE run_id = ? ORDER BY id DESC LIMIT ${n}`,
+    [runId],
+  )
+  return rows.map(hydrate)
+}
+
+/** Delete the logs of these (terminal) runs; answers how many lines went. */
+export async function deleteForRuns(db: Queryable, runIds: readonly number[]): Promise<number> {
+  if (runIds.length === 0) return 0
+  const res = await db.runQuery(`DELETE FROM event_run_logs WHERE run_id IN (${placeholders(runIds.length)})`, [
+    ...runIds,
+  ])
+  return res.affectedRows
+}

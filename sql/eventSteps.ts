@@ -1,0 +1,375 @@
+/**
+ * `event_run_steps`: a run's program expanded into rows, and the moves a step
+ * makes. Every move is guarded on the step's current state and answers whether
+ * it happened, so a person's `skipStep` racing the runner's `complete` has one
+ * winner and the loser learns it.
+ *
+ * A step is *executing* (`running` with a lease), *parked* on a person
+ * (`running`, `parked = 1`: a cue; the only kind counted as waiting), *sleeping*
+ * (`running`/`pending` with a future `wake_at`: a timer or a retry backoff), or
+ * done (`completed | failed | skipped | cancelled`).
+ */
+import type { StepOnError, StepStatus } from '../src/states.ts'
+import type { Queryable, SqlValue } from './db.ts'
+import { clampLimit, parseJson, placeholders, toJson } from './json.ts'
+
+export interface StepRow {
+  id: number
+  runId: number
+  seq: number
+  phaseIndex: number
+  phase: string
+  ending: boolean
+  kind: string
+  params: Record<string, unknown> | null
+  maxAttempts: number
+  backoffMs: number
+  timeoutMs: number
+  onError: StepOnError
+  status: StepStatus
+  parked: boolean
+  attempts: number
+  wakeAt: Date | null
+  claimedBy: string | null
+  claimExpiresAt: Date | null
+  startedAt: Date | null
+  endedAt: Date | null
+  lastError: string | null
+  result: unknown
+  updatedAt: Date
+}
+
+/** One step of an expanded program (see src/runner/program.ts `expandProgram`). */
+export interface StepSpec {
+  seq: number
+  phaseIndex: number
+  phase: string
+  ending: boolean
+  kind: string
+  params: Record<string, unknown> | null | undefined
+  maxAttempts: number
+  backoffMs: number
+  timeoutMs: number
+  onError: StepOnError
+}
+
+type Raw = Record<string, unknown>
+
+const STEP_COLUMNS = `s.id, s.run_id, s.seq, s.phase_index, s.phase, s.ending, s.kind, s.params, s.max_attempts,
+  s.backoff_ms, s.timeout_ms, s.on_error, s.status, s.parked, s.attempts, s.wake_at, s.claimed_by,
+  s.claim_expires_at, s.started_at, s.ended_at, s.last_error, s.result, s.updated_at`
+
+const SELECT_STEP = `SELECT ${STEP_COLUMNS} FROM event_run_steps s`
+
+function hydrate(row: Raw): StepRow {
+  return {
+    id: Number(row.id),
+    runId: Number(row.run_id),
+    seq: Number(row.seq),
+    phaseIndex: Number(row.phase_index),
+    phase: String(row.phase),
+    ending: Boolean(Number(row.ending)),
+    kind: String(row.kind),
+    params: parseJson<Record<string, unknown> | null>(row.params, null),
+    maxAttempts: Number(row.max_attempts),
+    backoffMs: Number(row.backoff_ms),
+    timeoutMs: Number(row.timeout_ms),
+    onError: row.on_error as StepOnError,
+    status: row.status as StepStatus,
+    parked: Boolean(Number(row.parked)),
+    attempts: Number(row.attempts),
+    wakeAt: (row.wake_at as Date | null) ?? null,
+    claimedBy: (row.claimed_by as string | null) ?? null,
+    claimExpiresAt: (row.claim_expires_at as Date | null) ?? null,
+    startedAt: (row.started_at as Date | null) ?? null,
+    endedAt: (row.ended_at as Date | null) ?? null,
+    lastError: (row.last_error as string | null) ?? null,
+    result: parseJson<unknown>(row.result, null),
+    updatedAt: row.updated_at as Date,
+  }
+}
+
+function specValues(runId: number, s: StepSpec): SqlValue[] {
+  return [
+    runId,
+    s.seq,
+    s.phaseIndex,
+    s.phase,
+    s.ending ? 1 : 0,
+    s.kind,
+    toJson(s.params),
+    s.maxAttempts,
+    s.backoffMs,
+    s.timeoutMs,
+    s.onError,
+  ]
+}
+
+/**
+ * Expand programs into step rows, idempotently: `UNIQUE (run_id, seq)` and
+ * INSERT IGNORE make a second expansion (a crashed `starting` picked up again)
+ * write nothing. Answers how many rows were new.
+ */
+export async function expand(db: Queryable, items: readonly { runId: number; specs: readonly StepSpec[] }[]): Promise<number> {
+  const rows = items.flatMap((i) => i.specs.map((s) => specValues(i.runId, s)))
+  if (rows.length === 0) return 0
+  let inserted = 0
+  // Bounded statements: a very large batch is split so one packet stays small.
+  for (let i = 0; i < rows.length; i += 2000) {
+    const chunk = rows.slice(i, i + 2000)
+    const res = await db.runQuery(
+      `INSERT IGNORE INTO event_run_steps
+         (run_id, seq, phase_index, phase, ending, kind, params, max_attempts, backoff_ms, timeout_ms, on_error)
+       VALUES ${chunk.map(() => `(${placeholders(11)})`).join(', ')}`,
+      chunk.flat(),
+    )
+    inserted += res.affectedRows
+  }
+  return inserted
+}
+
+export async function getById(db: Queryable, id: number): Promise<StepRow | null> {
+  const [row] = await db.execute<Raw>(`${SELECT_STEP} WHERE s.id = ?`, [id])
+  return row ? hydrate(row) : null
+}
+
+export async function getByIds(db: Queryable, ids: readonly number[]): Promise<StepRow[]> {
+  if (ids.length === 0) return []
+  const rows = await db.query<Raw>(`${SELECT_STEP} WHERE s.id IN (${placeholders(ids.length)})`, [...ids])
+  return rows.map(hydrate)
+}
+
+/** Every step of a run, in program order. */
+export async function listForRun(db: Queryable, runId: number): Promise<StepRow[]> {
+  const rows = await db.execute<Raw>(`${SELECT_STEP} WHERE s.run_id = ? ORDER BY s.seq`, [runId])
+  return rows.map(hydrate)
+}
+
+/** Every step of several runs in one statement, in program order per run. */
+export async function listForRuns(db: Queryable, runIds: readonly number[]): Promise<StepRow[]> {
+  if (runIds.length === 0) return []
+  const rows = await db.query<Raw>(
+    `${SELECT_STEP} WHERE s.run_id IN (${placeholders(runIds.length)}) ORDER BY s.run_id, s.seq`,
+    [...runIds],
+  )
+  return rows.map(hydrate)
+}
+
+/** The first step of a run that is not done (pending or running), or null when all are. */
+export async function nextStep(db: Queryable, runId: number): Promise<StepRow | null> {
+  const [row] = await db.execute<Raw>(
+    `${SELECT_STEP} WHERE s.run_id = ? AND s.status IN ('pending','running') ORDER BY s.seq LIMIT 1`,
+    [runId],
+  )
+  return row ? hydrate(row) : null
+}
+
+/** {@link nextStep} for many runs in one statement. */
+export async function nextSteps(db: Queryable, runIds: readonly number[]): Promise<Map<number, StepRow>> {
+  const out = new Map<number, StepRow>()
+  if (runIds.length === 0) return out
+  const rows = await db.query<Raw>(
+    `${SELECT_STEP}
+       JOIN (SELECT run_id, MIN(seq) AS seq FROM event_run_steps
+              WHERE run_id IN (${placeholders(runIds.length)}) AND status IN ('pending','running')
+              GROUP BY run_id) n ON n.run_id = s.run_id AND n.seq = s.seq`,
+    [...runIds],
+  )
+  for (const r of rows) {
+    const step = hydrate(r)
+    out.set(step.runId, step)
+  }
+  return out
+}
+
+/**
+ * Begin an attempt: the step becomes `running` with this owner's lease and one
+ * more attempt. Allowed from `pending` (first attempt, or a retry whose backoff
+ * ended) and from an executing step whose owner's lease is gone (a crash: the
+ * step runs again, at least once). Refused for parked or sleeping steps (see
+ * {@link resume}), done steps, and a step under another owner's live lease.
+ */
+export async function begin(db: Queryable, id: number, owner: string, leaseUntil: Date, now: Date): Promise<boolean> {
+  const res = await db.run(
+    `UPDATE event_run_steps
+        SET status = 'running', attempts = attempts + 1, claimed_by = ?, claim_expires_at = ?,
+            started_at = COALESCE(started_at, NOW(3)), wake_at = NULL, parked = 0
+      WHERE id = ?
+        AND (status = 'pending' OR (status = 'running' AND parked = 0 AND wake_at IS NULL))
+        AND (claim_expires_at IS NULL OR claim_expires_at < ?)`,
+    [owner, leaseUntil, id, now],
+  )
+  return res.affectedRows === 1
+}
+
+/**
+ * Re-enter a sleeping step (its timer came due) or a parked one (its timeout
+ * passed) without spending an attempt: a timer coming due is not a retry.
+ * `wake_at` is kept until the step completes, so a crash here re-enters again.
+ */
+export async function resume(db: Queryable, id: number, owner: string, leaseUntil: Date, now: Date): Promise<boolean> {
+  const res = await db.run(
+    `UPDATE event_run_steps
+        SET claimed_by = ?, claim_expires_at = ?, parked = 0
+      WHERE id = ? AND status = 'running' AND wake_at IS NOT NULL AND wake_at <= ?
+        AND (claim_expires_at IS NULL OR claim_expires_at < ?)`,
+    [owner, leaseUntil, id, now, now],
+  )
+  return res.affectedRows === 1
+}
+
+/** `running → completed` with its result; guarded, so a skip that won is kept. */
+export async function complete(db: Queryable, id: number, result: unknown): Promise<boolean> {
+  const res = await db.run(
+    `UPDATE event_run_steps
+        SET status = 'completed', result = ?, ended_at = NOW(3), claimed_by = NULL, claim_expires_at = NULL,
+            parked = 0, wake_at = NULL, last_error = NULL
+      WHERE id = ? AND status = 'running'`,
+    [toJson(result), id],
+  )
+  return res.affectedRows === 1
+}
+
+/** Complete many executing steps at once (instant kinds in a batch). */
+export async function completeMany(db: Queryable, ids: readonly number[]): Promise<number> {
+  if (ids.length === 0) return 0
+  const res = await db.runQuery(
+    `UPDATE event_run_steps
+        SET status = 'completed', ended_at = NOW(3), claimed_by = NULL, claim_expires_at = NULL,
+            parked = 0, wake_at = NULL
+      WHERE id IN (${placeholders(ids.length)}) AND status = 'running'`,
+    [...ids],
+  )
+  return res.affectedRows
+}
+
+/** Park on a person: `running`, `parked = 1`, no lease; `until` is the cue's timeout. */
+export async function park(db: Queryable, id: number, until: Date | null): Promise<boolean> {
+  const res = await db.run(
+    `UPDATE event_run_steps SET parked = 1, wake_at = ?, claimed_by = NULL, claim_expires_at = NULL
+      WHERE id = ? AND status = 'running'`,
+    [until, id],
+  )
+  return res.affectedRows === 1
+}
+
+/** A durable timer: `running`, not parked, no lease, due at `until`. */
+export async function sleep(db: Queryable, id: number, until: Date): Promise<boolean> {
+  const res = await db.run(
+    `UPDATE event_run_steps SET parked = 0, wake_at = ?, claimed_by = NULL, claim_expires_at = NULL
+      WHERE id = ? AND status = 'running'`,
+    [until, id],
+  )
+  return res.affectedRows === 1
+}
+
+/**
+ * A failed attempt with attempts left: back to `pending` until `wakeAt`, keeping
+ * the error. `pending` with attempts > 0 and a wake_at is "in backoff".
+ */
+export async function scheduleRetry(db: Queryable, id: number, error: string, wakeAt: Date): Promise<boolean> {
+  const res = await db.run(
+    `UPDATE event_run_steps SET status = 'pending', last_error = ?, wake_at = ?, claimed_by = NULL,
+            claim_expires_at = NULL, parked = 0
+      WHERE id = ? AND status = 'running'`,
+    [error.slice(0, 1000), wakeAt, id],
+  )
+  return res.affectedRows === 1
+}
+
+/** `running → failed`: the attempts are spent or the failure is not retryable. */
+export async function fail(db: Queryable, id: number, error: string): Promise<boolean> {
+  const res = await db.run(
+    `UPDATE event_run_steps
+        SET status = 'failed', last_error = ?, ended_at = NOW(3), claimed_by = NULL, claim_expires_at = NULL,
+            parked = 0, wake_at = NULL
+      WHERE id = ? AND status = 'running'`,
+    [error.slice(0, 1000), id],
+  )
+  return res.affectedRows === 1
+}
+
+/** A person resolves a parked cue: `running, parked → completed`. */
+export async function resolveParked(db: Queryable, id: number, result: unknown): Promise<boolean> {
+  const res = await db.run(
+    `UPDATE event_run_steps
+        SET status = 'completed', result = ?, ended_at = NOW(3), parked = 0, wake_at = NULL,
+            claimed_by = NULL, claim_expires_at = NULL
+      WHERE id = ? AND status = 'running' AND parked = 1`,
+    [toJson(result), id],
+  )
+  return res.affectedRows === 1
+}
+
+/** A person skips a step that has not finished (pending, sleeping, parked or executing). */
+export async function skip(db: Queryable, id: number, reason: string | null): Promise<boolean> {
+  const res = await db.run(
+    `UPDATE event_run_steps
+        SET status = 'skipped', result = ?, ended_at = NOW(3), parked = 0, wake_at = NULL,
+            claimed_by = NULL, claim_expires_at = NULL
+      WHERE id = ? AND status IN ('pending','running')`,
+    [toJson(reason === null ? null : { reason }), id],
+  )
+  return res.affectedRows === 1
+}
+
+/** Cancel every unfinished step of a run (the run was cancelled or failed). */
+export async function cancelUnfinished(db: Queryable, runId: number): Promise<number> {
+  const res = await db.run(
+    `UPDATE event_run_steps
+        SET status = 'cancelled', ended_at = NOW(3), parked = 0, wake_at = NULL,
+            claimed_by = NULL, claim_expires_at = NULL
+      WHERE run_id = ? AND status IN ('pending','running')`,
+    [runId],
+  )
+  return res.affectedRows
+}
+
+/**
+ * Release step leases whose owner did not come back. Like the run reclaim it
+ * changes no status and no attempt counter: the step is executed again by the
+ * next owner (at-least-once), under the same idempotency key.
+ */
+export async function reclaimStale(db: Queryable, now: Date): Promise<number> {
+  const res = await db.run(
+    `UPDATE event_run_steps SET claimed_by = NULL, claim_expires_at = NULL
+      WHERE status = 'running' AND claim_expires_at IS NOT NULL AND claim_expires_at < ?`,
+    [now],
+  )
+  return res.affectedRows
+}
+
+/** A parked step with the run fields a waiting-list screen needs. */
+export interface WaitingStepRow extends StepRow {
+  runStatus: string
+}
+
+/** Steps parked on a person, oldest first (the one waiting longest is most urgent). */
+export async function listWaiting(db: Queryable, limit = 100): Promise<StepRow[]> {
+  const n = clampLimit(limit, 100)
+  const rows = await db.execute<Raw>(
+    `${SELECT_STEP} WHERE s.parked = 1 AND s.status = 'running' ORDER BY s.started_at, s.id LIMIT ${n}`,
+  )
+  return rows.map(hydrate)
+}
+
+/** How many steps are parked on a person, and since when the oldest has waited. */
+export async function waitingSummary(db: Queryable): Promise<{ count: number; oldestAt: Date | null }> {
+  const [row] = await db.execute<Raw>(
+    `SELECT COUNT(*) AS n, MIN(started_at) AS oldest FROM event_run_steps WHERE parked = 1 AND status = 'running'`,
+  )
+  return { count: Number(row?.n ?? 0), oldestAt: (row?.oldest as Date | null) ?? null }
+}
+
+/** Parked-step counts for several runs in one statement (runs with none are absent). */
+export async function waitingCounts(db: Queryable, runIds: readonly number[]): Promise<Map<number, number>> {
+  const out = new Map<number, number>()
+  if (runIds.length === 0) return out
+  const rows = await db.query<Raw>(
+    `SELECT run_id, COUNT(*) AS n FROM event_run_steps
+      WHERE run_id IN (${placeholders(runIds.length)}) AND parked = 1 AND status = 'running' GROUP BY run_id`,
+    [...runIds],
+  )
+  for (const r of rows) out.set(Number(r.run_id), Number(r.n))
+  return out
+}
