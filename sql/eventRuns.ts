@@ -228,10 +228,11 @@ export async function findOccurrence(
   definitionId: number,
   scope: string,
   scheduledFor: Date,
+  rehearsal = false,
 ): Promise<RunListRow | null> {
   const [row] = await db.execute<Raw>(
-    `${SELECT_LIST} WHERE r.definition_id = ? AND r.scope = ? AND r.scheduled_for = ?`,
-    [definitionId, scope ?? '', scheduledFor],
+    `${SELECT_LIST} WHERE r.definition_id = ? AND r.scope = ? AND r.scheduled_for = ? AND r.rehearsal = ?`,
+    [definitionId, scope ?? '', scheduledFor, rehearsal ? 1 : 0],
   )
   return row ? hydrateList(row) : null
 }
@@ -705,12 +706,25 @@ export async function reclaimStale(db: Queryable, now: Date): Promise<number> {
   return res.affectedRows
 }
 
-/** Terminal runs that ended before `before`: what the log retention sweep walks. */
-export async function terminalBefore(db: Queryable, before: Date, limit = 500): Promise<number[]> {
+/**
+ * Terminal runs that ended before `before`: what the log retention sweep walks.
+ * Only terminal runs are ever eligible, which is a bound at all only because
+ * every path a run can take reaches a terminal status. `withLogsOnly` skips runs
+ * whose logs are already gone, so repeated sweeps make progress.
+ */
+export async function terminalBefore(
+  db: Queryable,
+  before: Date,
+  limit = 500,
+  opts: { withLogsOnly?: boolean } = {},
+): Promise<number[]> {
   const n = clampLimit(limit, 500, 1, 5000)
+  const logsFilter = opts.withLogsOnly
+    ? 'AND EXISTS (SELECT 1 FROM event_run_logs l WHERE l.run_id = event_runs.id)'
+    : ''
   const rows = await db.execute<Raw>(
     `SELECT id FROM event_runs
-      WHERE status IN (${placeholders(TERMINAL.length)}) AND COALESCE(ended_at, updated_at) < ?
+      WHERE status IN (${placeholders(TERMINAL.length)}) AND COALESCE(ended_at, updated_at) < ? ${logsFilter}
       ORDER BY id LIMIT ${n}`,
     [...TERMINAL, before],
   )

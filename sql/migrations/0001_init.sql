@@ -72,7 +72,9 @@ CREATE TABLE IF NOT EXISTS event_runs (
   created_at       DATETIME(3)     NOT NULL DEFAULT CURRENT_TIMESTAMP(3),
   updated_at       DATETIME(3)     NOT NULL DEFAULT CURRENT_TIMESTAMP(3) ON UPDATE CURRENT_TIMESTAMP(3),
   PRIMARY KEY (id),
-  UNIQUE KEY uq_evrun_occurrence (definition_id, scope, scheduled_for),
+  -- One run per occurrence per scope. Rehearsals are a separate lane, so
+  -- practising at the show's own time never collides with the real run.
+  UNIQUE KEY uq_evrun_occurrence (definition_id, scope, scheduled_for, rehearsal),
   KEY idx_evrun_due (status, scheduled_for),
   KEY idx_evrun_concurrency (concurrency_key, status),
   KEY idx_evrun_wake (wake_at),

@@ -1,0 +1,201 @@
+/**
+ * Definition management: create (with version 1), update, publish a version,
+ * change state. Validation happens here, once, with messages that name the field;
+ * the API layer stays thin and the database only ever sees valid rows.
+ */
+import * as audit from '../sql/auditLog.ts'
+import { DB_ERRNO, type Db, isDbErrno } from '../sql/db.ts'
+import * as definitions from '../sql/eventDefinitions.ts'
+import type { DefinitionPatch, DefinitionRow } from '../sql/eventDefinitions.ts'
+import * as runs from '../sql/eventRuns.ts'
+import * as versions from '../sql/eventVersions.ts'
+import type { VersionRow } from '../sql/eventVersions.ts'
+import { AppError, badInput, conflict, ERROR_CODES, notFound } from './errors.ts'
+import type { Clock } from './runner/engine.ts'
+import { occurrenceRuns } from './runner/materialise.ts'
+import { validateProgram } from './runner/program.ts'
+import { canonicalTimezone, validateSchedule } from './runner/schedule.ts'
+import type { StepRegistry } from './runner/steps/registry.ts'
+import { templateProblems } from './runner/template.ts'
+import type { DefinitionState } from './states.ts'
+
+export interface DefinitionDeps {
+  db: Db
+  registry: StepRegistry
+  clock: Clock
+  /** Look-ahead used to re-evaluate scheduled runs after a schedule change. @default 24 h */
+  horizonMs?: number
+  /** Ask the runner to materialise now (a definition changed). */
+  nudgeMaterialise?: () => void
+}
+
+export interface DefinitionFields {
+  slug?: string
+  title?: string
+  description?: string | null
+  schedule?: string | null
+  timezone?: string
+  graceSeconds?: number
+  concurrencyKey?: string | null
+  scopes?: string[]
+}
+
+export interface CreateDefinitionInput extends DefinitionFields {
+  slug: string
+  title: string
+  state?: DefinitionState
+  program: unknown
+}
+
+const SLUG = /^[a-z0-9](?:[a-z0-9._-]{0,98}[a-z0-9])?$/
+const MAX_GRACE_SECONDS = 7 * 24 * 3600
+
+/** Every problem with the given fields, each naming its field; empty when valid. */
+export function fieldProblems(f: DefinitionFields, current?: DefinitionRow): string[] {
+  const problems: string[] = []
+  if (f.slug !== undefined && !SLUG.test(f.slug)) {
+    problems.push('slug: use 1–100 lowercase letters, digits, ".", "_" or "-", starting and ending with a letter or digit')
+  }
+  if (f.title !== undefined && (f.title.trim() === '' || f.title.length > 200)) {
+    problems.push('title: must be 1–200 characters')
+  }
+  if (f.description != null && f.description.length > 10_000) problems.push('description: at most 10,000 characters')
+  const timezone = f.timezone ?? current?.timezone ?? 'UTC'
+  if (f.timezone !== undefined && canonicalTimezone(f.timezone) === null) {
+    problems.push(`timezone: "${f.timezone}" is not an IANA time zone (e.g. "Europe/London")`)
+  } else {
+    const schedule = f.schedule !== undefined ? f.schedule : current?.schedule
+    if (schedule != null && (f.schedule !== undefined || f.timezone !== undefined)) {
+      for (const p of validateSchedule(schedule, timezone)) problems.push(`schedule: ${p}`)
+    }
+  }
+  if (f.graceSeconds !== undefined && (!Number.isInteger(f.graceSeconds) || f.graceSeconds < 0 || f.graceSeconds > MAX_GRACE_SECONDS)) {
+    problems.push(`graceSeconds: must be a whole number from 0 to ${MAX_GRACE_SECONDS}`)
+  }
+  if (f.concurrencyKey != null) {
+    if (f.concurrencyKey.trim() === '' || f.concurrencyKey.length > 255) problems.push('concurrencyKey: must be 1–255 characters')
+    for (const p of templateProblems(f.concurrencyKey, 'concurrencyKey')) problems.push(`${p.path}: ${p.message}`)
+  }
+  if (f.scopes !== undefined) {
+    if (f.scopes.length === 0) problems.push('scopes: give at least one scope ("" is the default scope)')
+    if (f.scopes.length > 1000) problems.push('scopes: at most 1000 scopes')
+    if (new Set(f.scopes).size !== f.scopes.length) problems.push('scopes: must not repeat a scope')
+    f.scopes.forEach((s, i) => {
+      if (s.length > 191) problems.push(`scopes[${i}]: at most 191 characters`)
+    })
+  }
+  return problems
+}
+
+function assertValid(problems: string[]): void {
+  if (problems.length > 0) {
+    throw badInput(`Invalid definition: ${problems.join('; ')}`, { problems })
+  }
+}
+
+async function mustGet(db: Db, id: number): Promise<DefinitionRow> {
+  const def = await definitions.getById(db, id)
+  if (!def) throw notFound('definition', id)
+  return def
+}
+
+/** Create a definition and publish `program` as its version 1. */
+export async function createDefinition(deps: DefinitionDeps, input: CreateDefinitionInput, actor: string): Promise<DefinitionRow> {
+  const problems = fieldProblems(input)
+  let program: unknown
+  try {
+    program = validateProgram(input.program, deps.registry)
+  } catch (err) {
+    if (!(err instanceof AppError)) throw err
+    problems.push(err.message)
+  }
+  assertValid(problems)
+  let id: number
+  try {
+    id = await definitions.create(deps.db, {
+      slug: input.slug,
+      title: input.title.trim(),
+      description: input.description ?? null,
+      schedule: input.schedule?.trim() || null,
+      timezone: canonicalTimezone(input.timezone ?? 'UTC') ?? 'UTC',
+      graceSeconds: input.graceSeconds ?? 300,
+      concurrencyKey: input.concurrencyKey ?? null,
+      scopes: input.scopes ?? [''],
+      state: input.state ?? 'active',
+    })
+  } catch (err) {
+    if (isDbErrno(err, DB_ERRNO.DUP_ENTRY)) {
+      await audit.record(deps.db, { actor, action: 'createDefinition', targetType: 'definition', targetId: input.slug, outcome: 'refused', detail: { reason: 'duplicate slug' } })
+      throw conflict(`A definition with slug "${input.slug}" already exists; pick another slug or update that one.`)
+    }
+    throw err
+  }
+  await versions.publish(deps.db, id, program, actor)
+  await audit.record(deps.db, { actor, action: 'createDefinition', targetType: 'definition', targetId: String(id), outcome: 'ok', detail: { slug: input.slug } })
+  deps.nudgeMaterialise?.()
+  return mustGet(deps.db, id)
+}
+
+/**
+ * Update fields (omitted = unchanged; the slug is immutable). When the schedule,
+ * zone or scopes change, scheduled runs that the new schedule no longer asks for
+ * are cancelled, and the horizon is materialised again.
+ */
+export async function updateDefinition(deps: DefinitionDeps, id: number, patch: DefinitionPatch, actor: string): Promise<DefinitionRow> {
+  const current = await mustGet(deps.db, id)
+  if (current.state === 'archived') throw conflict(`Definition "${current.slug}" is archived; set it ACTIVE before editing.`)
+  const normalised: DefinitionPatch = { ...patch }
+  if (patch.schedule !== undefined) normalised.schedule = patch.schedule?.trim() || null
+  if (patch.timezone !== undefined) normalised.timezone = canonicalTimezone(patch.timezone) ?? patch.timezone
+  assertValid(fieldProblems(patch, current))
+  await definitions.update(deps.db, id, normalised)
+  const updated = await mustGet(deps.db, id)
+  const rescheduled = patch.schedule !== undefined || patch.timezone !== undefined || patch.scopes !== undefined
+  let cancelled = 0
+  if (rescheduled) cancelled = await dropUnscheduledRuns(deps, updated)
+  await audit.record(deps.db, { actor, action: 'updateDefinition', targetType: 'definition', targetId: String(id), outcome: 'ok', detail: { fields: Object.keys(patch), cancelledRuns: cancelled } })
+  deps.nudgeMaterialise?.()
+  return updated
+}
+
+/** Cancel future scheduled runs (made by the schedule) that the current schedule does not produce. */
+async function dropUnscheduledRuns(deps: DefinitionDeps, def: DefinitionRow): Promise<number> {
+  const now = deps.clock.now()
+  const future = await runs.futureScheduled(deps.db, def.id, now)
+  if (future.length === 0) return 0
+  const latest = future.reduce((m, r) => (r.scheduledFor > m ? r.scheduledFor : m), now)
+  const wanted = new Set(
+    occurrenceRuns(def, new Date(now.getTime() - 1), latest).map((r) => `${r.scope}|${r.scheduledFor.getTime()}`),
+  )
+  const stale = future.filter((r) => !wanted.has(`${r.scope}|${r.scheduledFor.getTime()}`)).map((r) => r.id)
+  return runs.transitionMany(deps.db, stale, 'scheduled', 'cancelled', { error: 'the definition schedule changed' })
+}
+
+/** Publish a new immutable version; new runs pin it, existing runs keep theirs. */
+export async function publishVersion(deps: DefinitionDeps, definitionId: number, program: unknown, actor: string): Promise<VersionRow> {
+  const def = await mustGet(deps.db, definitionId)
+  if (def.state === 'archived') throw conflict(`Definition "${def.slug}" is archived; set it ACTIVE before publishing.`)
+  const valid = validateProgram(program, deps.registry)
+  const version = await versions.publish(deps.db, definitionId, valid, actor)
+  await audit.record(deps.db, { actor, action: 'publishVersion', targetType: 'definition', targetId: String(definitionId), outcome: 'ok', detail: { version: version.version } })
+  return version
+}
+
+/** ACTIVE, PAUSED or ARCHIVED; archiving is refused while any run is not terminal. */
+export async function setDefinitionState(deps: DefinitionDeps, id: number, state: DefinitionState, actor: string): Promise<DefinitionRow> {
+  const current = await mustGet(deps.db, id)
+  if (current.state === state) return current
+  const changed = await definitions.setState(deps.db, id, state)
+  if (!changed && state === 'archived') {
+    const active = await runs.countActiveForDefinition(deps.db, id)
+    await audit.record(deps.db, { actor, action: 'setDefinitionState', targetType: 'definition', targetId: String(id), outcome: 'refused', detail: { state, activeRuns: active } })
+    throw new AppError(
+      ERROR_CODES.CONFLICT,
+      `Definition "${current.slug}" has ${active} run(s) that are not finished; cancel or finish them before archiving.`,
+      { details: { activeRuns: active } },
+    )
+  }
+  await audit.record(deps.db, { actor, action: 'setDefinitionState', targetType: 'definition', targetId: String(id), outcome: 'ok', detail: { from: current.state, state } })
+  if (state === 'active') deps.nudgeMaterialise?.()
+  return mustGet(deps.db, id)
+}

@@ -1,0 +1,204 @@
+/**
+ * Run controls: what people and scripts do to runs (start, pause, resume,
+ * cancel, resolve a cue, skip a step). Each is a guarded transition that answers
+ * whether it applied, and each writes its actor and outcome to the run's log.
+ * `applied: false` is not an error: the guard did not match (another person, or
+ * the runner, got there first) and the caller gets the current row.
+ */
+import type { Db } from '../../sql/db.ts'
+import * as definitions from '../../sql/eventDefinitions.ts'
+import * as logs from '../../sql/eventRunLogs.ts'
+import * as runs from '../../sql/eventRuns.ts'
+import type { RunListRow } from '../../sql/eventRuns.ts'
+import * as steps from '../../sql/eventSteps.ts'
+import type { StepRow } from '../../sql/eventSteps.ts'
+import { badInput, conflict, notFound } from '../errors.ts'
+import { NON_TERMINAL } from '../states.ts'
+import type { Clock } from './engine.ts'
+import { resolveConcurrencyKey } from './materialise.ts'
+
+export interface ControlDeps {
+  db: Db
+  clock: Clock
+  /** Wake the local runner so a change is acted on now, not at the next tick. */
+  nudge?: () => void
+}
+
+export interface TransitionAnswer {
+  applied: boolean
+  run: RunListRow
+}
+
+export interface StepAnswer {
+  applied: boolean
+  step: StepRow
+}
+
+/** Options of {@link startRun}. */
+export interface StartRunInput {
+  definitionId: number
+  /** @default '' */
+  scope?: string
+  /** When to start; omitted = now. With `at` the call is idempotent on (definition, scope, at). */
+  at?: Date | null
+  /** Values for `{{params.NAME}}` templates: a JSON object. */
+  params?: unknown
+  /** Walk the program without side effects and without taking the concurrency key. @default false */
+  rehearsal?: boolean
+  actor: string
+}
+
+async function mustGetRun(db: Db, id: number): Promise<RunListRow> {
+  const run = await runs.getById(db, id)
+  if (!run) throw notFound('run', id)
+  return run
+}
+
+/** Start a run of a definition now or at `at`; answers the run (existing when the occurrence existed). */
+export async function startRun(deps: ControlDeps, input: StartRunInput): Promise<RunListRow> {
+  const scope = input.scope ?? ''
+  if (scope.length > 191) throw badInput('scope must be at most 191 characters.')
+  const params = input.params ?? null
+  if (params !== null && (typeof params !== 'object' || Array.isArray(params))) {
+    throw badInput('params must be a JSON object, e.g. {"room": "A"}.')
+  }
+  if (input.at && Number.isNaN(input.at.getTime())) throw badInput('at must be a valid ISO-8601 date-time.')
+  const def = await definitions.getById(deps.db, input.definitionId)
+  if (!def) throw notFound('definition', input.definitionId)
+  if (def.state === 'archived') throw conflict(`Definition "${def.slug}" is archived; set it ACTIVE to start runs.`)
+  if (def.currentVersionId === null) throw conflict(`Definition "${def.slug}" has no published version.`)
+  const scheduledFor = input.at ?? deps.clock.now()
+  const rehearsal = input.rehearsal === true
+  const typedParams = params as Record<string, unknown> | null
+  const id = await runs.materialise(deps.db, {
+    definitionId: def.id,
+    versionId: def.currentVersionId,
+    scope,
+    scheduledFor,
+    timezone: def.timezone,
+    concurrencyKey: rehearsal
+      ? null
+      : resolveConcurrencyKey(def.concurrencyKey, { scope, scheduledFor, params: typedParams }, def),
+    params: typedParams,
+    rehearsal,
+    startedBy: input.actor,
+  })
+  if (id !== null) {
+    await logs.append(deps.db, {
+      runId: id,
+      message: `${rehearsal ? 'rehearsal' : 'run'} requested by ${input.actor} for ${scheduledFor.toISOString()}`,
+      actor: input.actor,
+      data: { scope, params: typedParams, rehearsal },
+    })
+    deps.nudge?.()
+    return mustGetRun(deps.db, id)
+  }
+  const existing = await runs.findOccurrence(deps.db, def.id, scope, scheduledFor, rehearsal)
+  if (!existing) throw conflict('The run was created and removed concurrently; retry.')
+  return existing
+}
+
+async function recordControl(
+  deps: ControlDeps,
+  runId: number,
+  actor: string,
+  action: string,
+  applied: boolean,
+  current: RunListRow,
+  detail?: Record<string, unknown>,
+): Promise<void> {
+  await logs.append(deps.db, {
+    runId,
+    level: applied ? 'info' : 'warn',
+    message: applied
+      ? `${action} by ${actor}`
+      : `${action} by ${actor} not applied: the run is ${current.status.toUpperCase()}`,
+    actor,
+    data: { action, applied, ...detail },
+  })
+}
+
+/** `running | ending → paused`: the runner takes no further step until resumed. */
+export async function pauseRun(deps: ControlDeps, id: number, actor: string): Promise<TransitionAnswer> {
+  await mustGetRun(deps.db, id)
+  const applied = await runs.transition(deps.db, id, ['running', 'ending'], 'paused')
+  const run = await mustGetRun(deps.db, id)
+  await recordControl(deps, id, actor, 'pause', applied, run)
+  return { applied, run }
+}
+
+/** `paused → running`, due at once. */
+export async function resumeRun(deps: ControlDeps, id: number, actor: string): Promise<TransitionAnswer> {
+  await mustGetRun(deps.db, id)
+  const applied = await runs.transition(deps.db, id, 'paused', 'running', { wakeAt: deps.clock.now() })
+  const run = await mustGetRun(deps.db, id)
+  await recordControl(deps, id, actor, 'resume', applied, run)
+  if (applied) deps.nudge?.()
+  return { applied, run }
+}
+
+/** Any non-terminal status `→ cancelled`: unfinished steps are cancelled and the key is released. */
+export async function cancelRun(
+  deps: ControlDeps,
+  id: number,
+  actor: string,
+  reason: string | null = null,
+): Promise<TransitionAnswer> {
+  if (reason !== null && reason.length > 500) throw badInput('reason must be at most 500 characters.')
+  await mustGetRun(deps.db, id)
+  const applied = await runs.transition(deps.db, id, NON_TERMINAL, 'cancelled', {
+    error: `cancelled by ${actor}${reason ? `: ${reason}` : ''}`,
+  })
+  if (applied) await steps.cancelUnfinished(deps.db, id)
+  const run = await mustGetRun(deps.db, id)
+  await recordControl(deps, id, actor, 'cancel', applied, run, { reason })
+  if (applied) deps.nudge?.()
+  return { applied, run }
+}
+
+async function mustGetStep(db: Db, id: number): Promise<StepRow> {
+  const step = await steps.getById(db, id)
+  if (!step) throw notFound('step', id)
+  return step
+}
+
+async function stepControl(
+  deps: ControlDeps,
+  stepId: number,
+  actor: string,
+  action: 'resolve cue' | 'skip step',
+  text: string | null,
+  apply: (step: StepRow) => Promise<boolean>,
+): Promise<StepAnswer> {
+  if (text !== null && text.length > 1000) throw badInput('note and reason must be at most 1000 characters.')
+  const before = await mustGetStep(deps.db, stepId)
+  const applied = await apply(before)
+  const step = await mustGetStep(deps.db, stepId)
+  await logs.append(deps.db, {
+    runId: step.runId,
+    stepId,
+    level: applied ? 'info' : 'warn',
+    message: applied
+      ? `${action} ${step.seq} (${step.kind}) by ${actor}${text ? `: ${text}` : ''}`
+      : `${action} ${step.seq} by ${actor} not applied: the step is ${step.status.toUpperCase()}${step.parked ? ' (parked)' : ''}`,
+    actor,
+    data: { action, applied, text },
+  })
+  if (applied) {
+    await runs.wakeNow(deps.db, step.runId)
+    deps.nudge?.()
+  }
+  return { applied, step }
+}
+
+/** A person answers a parked cue: the step completes and the run continues at once. */
+export function resolveCue(deps: ControlDeps, stepId: number, actor: string, note: string | null = null): Promise<StepAnswer> {
+  return stepControl(deps, stepId, actor, 'resolve cue', note, (step) =>
+    steps.resolveParked(deps.db, step.id, { resolvedBy: actor, note }),
+  )
+}
+
+/** A person skips a step that has not finished; the run continues with the next one. */
+export function skipStep(deps: ControlDeps, stepId: number, actor: string, reason: string | null = null): Promise<StepAnswer> {
+  return stepControl(deps, stepId, actor, 'skip step', reason, (step) => steps.skip(deps.db, step.id, reason))
+}

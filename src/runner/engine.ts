@@ -1,0 +1,330 @@
+/**
+ * The engine: advances one run that this instance holds under a lease, step by
+ * step, until the run sleeps, parks on a person, finishes, or the batch budget
+ * is spent.
+ *
+ * Be careful about which parts can throw. Everything that talks to the database
+ * may throw a DatabaseError; the caller (`Runner.advanceClaimed`) catches it per
+ * run and releases the lease in `finally`. A step handler's throw is NOT an
+ * engine error: it is a failed attempt and becomes a retry, a failed step or a
+ * failed run here. The lease is never held across a wait: a run that sleeps or
+ * parks is released with `wake_at` set to when it next needs attention.
+ */
+import type { Db } from '../../sql/db.ts'
+import * as logs from '../../sql/eventRunLogs.ts'
+import * as runs from '../../sql/eventRuns.ts'
+import type { RunListRow, RunRow } from '../../sql/eventRuns.ts'
+import * as steps from '../../sql/eventSteps.ts'
+import type { StepRow, StepSpec } from '../../sql/eventSteps.ts'
+import * as versions from '../../sql/eventVersions.ts'
+import type { RunStatus } from '../states.ts'
+import { retryDelayMs } from './backoff.ts'
+import { expandProgram, type Program } from './program.ts'
+import type { StepRegistry } from './steps/registry.ts'
+import { type StepContext, StepFailure, type StepOutcome, type StepSettings } from './steps/types.ts'
+import { renderTemplate } from './template.ts'
+
+/** The clock the runner reads; tests inject one that they move by hand. */
+export interface Clock {
+  now(): Date
+}
+export const systemClock: Clock = { now: () => new Date() }
+
+/** Hooks the server wires to metrics; every one is optional. */
+export interface RunnerObserver {
+  stepFinished?(kind: string, outcome: 'completed' | 'retry' | 'failed' | 'sleep' | 'park' | 'skipped'): void
+  claimConflict?(): void
+  tickDuration?(ms: number): void
+  tickError?(): void
+}
+
+export interface EngineDeps {
+  db: Db
+  registry: StepRegistry
+  clock: Clock
+  owner: string
+  leaseMs: number
+  settings: StepSettings
+  /** Steps executed per run per claim before the run is given back. @default 25 */
+  maxStepsPerClaim?: number
+  observer?: RunnerObserver
+  /** True once the runner is stopping: finish the current step, take no next one. */
+  stopping: () => boolean
+  /** Aborted when a stopping runner's grace runs out: in-flight steps are cut short. */
+  hardStop: AbortSignal
+  log: (obj: Record<string, unknown>, msg: string) => void
+}
+
+/** Programs are immutable per version, so expansion is computed once per version. */
+const expansionCache = new Map<number, { specs: StepSpec[]; firstPhase: string; title?: string }>()
+
+async function specsForVersion(db: Db, versionId: number): Promise<StepSpec[]> {
+  const hit = expansionCache.get(versionId)
+  if (hit) return hit.specs
+  const version = await versions.getById(db, versionId)
+  if (!version) throw new Error(`version ${versionId} is missing`)
+  const specs = expandProgram(version.program as Program)
+  if (expansionCache.size > 1000) expansionCache.clear()
+  expansionCache.set(versionId, { specs, firstPhase: specs[0]?.phase ?? '' })
+  return specs
+}
+
+/** Expand the programs of runs in `starting` (idempotent) and move them to `running`. */
+export async function startRuns(deps: EngineDeps, claimed: readonly RunRow[]): Promise<RunListRow[]> {
+  if (claimed.length === 0) return []
+  const starting = claimed.filter((r) => r.status === 'starting')
+  if (starting.length === 0) return runs.getByIds(deps.db, claimed.map((r) => r.id))
+  const items = await Promise.all(
+    starting.map(async (r) => ({ runId: r.id, specs: await specsForVersion(deps.db, r.versionId) })),
+  )
+  await steps.expand(deps.db, items)
+  // Group by first phase so each group is one guarded multi-row transition.
+  const byPhase = new Map<string, number[]>()
+  for (const item of items) {
+    const phase = item.specs[0]?.phase ?? ''
+    byPhase.set(phase, [...(byPhase.get(phase) ?? []), item.runId])
+  }
+  for (const [phase, ids] of byPhase) {
+    await runs.transitionMany(deps.db, ids, 'starting', 'running', { phase })
+  }
+  await logs.appendMany(
+    deps.db,
+    starting.map((r) => ({ runId: r.id, message: r.rehearsal ? 'rehearsal started' : 'run started', actor: deps.owner })),
+  )
+  // Re-read (with the definition's title): a cancel may have landed between the
+  // claim and the transition.
+  return runs.getByIds(deps.db, claimed.map((r) => r.id))
+}
+
+type StepVerdict =
+  /** The step is done (completed, skipped, degraded failure): take the next one. */
+  | { next: true }
+  /** The run must wait: release with this wake time (null = until a person acts). */
+  | { next: false; wakeAt: Date | null }
+  /** The run reached a terminal status or is no longer ours to advance. */
+  | { next: false; stop: true }
+
+/**
+ * Advance one claimed run. Answers when the run next needs attention (`wakeAt`
+ * for the release) or `stop` when it should be released as it is.
+ */
+export async function advanceRun(deps: EngineDeps, run: RunListRow): Promise<{ wakeAt: Date | null } | { stop: true }> {
+  const budget = deps.maxStepsPerClaim ?? 25
+  let phase = run.currentPhase
+  for (let i = 0; i < budget; i++) {
+    if (deps.stopping()) return { wakeAt: deps.clock.now() }
+    // Re-read the status between steps: a pause or cancel from a person takes
+    // effect before the next step, not at the next tick.
+    const status = await runs.statusOf(deps.db, run.id)
+    if (status !== 'running' && status !== 'ending') return { stop: true }
+    const step = await steps.nextStep(deps.db, run.id)
+    if (!step) {
+      const done = await runs.transition(deps.db, run.id, ['running', 'ending'], 'completed')
+      if (done) await logs.append(deps.db, { runId: run.id, message: 'run completed', actor: deps.owner })
+      return { stop: true }
+    }
+    if (step.phase !== phase) {
+      if (step.ending && status === 'running') {
+        await runs.transition(deps.db, run.id, 'running', 'ending', { phase: step.phase })
+      } else {
+        await runs.setPhase(deps.db, run.id, step.phase)
+      }
+      phase = step.phase
+    }
+    const verdict = await executeStep(deps, run, step, status)
+    if ('stop' in verdict) return { stop: true }
+    if (!verdict.next) return { wakeAt: verdict.wakeAt }
+  }
+  // Budget spent: give the run back due now, so other runs get a turn first.
+  return { wakeAt: deps.clock.now() }
+}
+
+function stepContext(
+  deps: EngineDeps,
+  run: RunRow,
+  step: StepRow,
+  title: string,
+  resumed: boolean,
+  signal: AbortSignal,
+): StepContext {
+  const vars = {
+    run: { id: run.id, scope: run.scope, scheduledFor: run.scheduledFor.toISOString() },
+    params: run.params,
+    definition: { title },
+  }
+  return {
+    run: {
+      id: run.id,
+      definitionId: run.definitionId,
+      definitionTitle: title,
+      scope: run.scope,
+      scheduledFor: run.scheduledFor,
+      timezone: run.timezone,
+      params: run.params,
+      rehearsal: run.rehearsal,
+    },
+    step: {
+      id: step.id,
+      seq: step.seq,
+      phase: step.phase,
+      kind: step.kind,
+      attempt: step.attempts,
+      maxAttempts: step.maxAttempts,
+      timeoutMs: step.timeoutMs,
+      wakeAt: step.wakeAt,
+      startedAt: step.startedAt,
+      resumed,
+    },
+    params: (renderTemplate(step.params ?? {}, vars) ?? {}) as Record<string, unknown>,
+    idempotencyKey: `${run.id}-${step.id}`,
+    now: () => deps.clock.now(),
+    signal,
+    settings: deps.settings,
+    log: (level, message, data) => logs.append(deps.db, { runId: run.id, stepId: step.id, level, message, data }),
+  }
+}
+
+/** Run `fn` with the step's timeout: the signal aborts and the promise rejects at the deadline. */
+async function withTimeout<T>(timeoutMs: number, hardStop: AbortSignal, fn: (signal: AbortSignal) => Promise<T>): Promise<T> {
+  const controller = new AbortController()
+  const onHardStop = () => controller.abort(new StepFailure('the runner is shutting down'))
+  hardStop.addEventListener('abort', onHardStop, { once: true })
+  let timer: NodeJS.Timeout | undefined
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      const err = new StepFailure(`timed out after ${timeoutMs} ms`)
+      controller.abort(err)
+      reject(err)
+    }, timeoutMs)
+  })
+  const aborted = new Promise<never>((_, reject) => {
+    controller.signal.addEventListener('abort', () => reject(controller.signal.reason), { once: true })
+  })
+  try {
+    return await Promise.race([fn(controller.signal), deadline, aborted])
+  } finally {
+    clearTimeout(timer)
+    hardStop.removeEventListener('abort', onHardStop)
+  }
+}
+
+async function executeStep(deps: EngineDeps, run: RunListRow, step: StepRow, runStatus: RunStatus): Promise<StepVerdict> {
+  const now = deps.clock.now()
+  // A parked cue: only its timeout (or a person) moves it.
+  if (step.status === 'running' && step.parked && (!step.wakeAt || step.wakeAt > now)) {
+    return { next: false, wakeAt: step.wakeAt }
+  }
+  // Sleeping (a timer or a retry backoff) and not yet due.
+  if (step.wakeAt && step.wakeAt > now) return { next: false, wakeAt: step.wakeAt }
+  // Another owner is executing it under a live lease (only after a crash race).
+  if (step.claimExpiresAt && step.claimExpiresAt > now && step.claimedBy !== null) {
+    return { next: false, wakeAt: step.claimExpiresAt }
+  }
+
+  const resumed = step.status === 'running' && step.wakeAt !== null
+  const leaseUntil = new Date(now.getTime() + Math.max(deps.leaseMs, step.timeoutMs + 5000))
+  // The run's lease must outlive the step, or another instance would take it mid-step.
+  if (!(await runs.extendClaim(deps.db, run.id, deps.owner, leaseUntil))) return { next: false, stop: true }
+  const entered = resumed
+    ? await steps.resume(deps.db, step.id, deps.owner, leaseUntil, now)
+    : await steps.begin(deps.db, step.id, deps.owner, leaseUntil, now)
+  if (!entered) return { next: false, wakeAt: new Date(now.getTime() + 1000) }
+  const attempt = resumed ? step.attempts : step.attempts + 1
+  const current: StepRow = { ...step, attempts: attempt, status: 'running' }
+
+  const kind = deps.registry.get(step.kind)
+  const title = run.definitionTitle
+  let outcome: StepOutcome
+  try {
+    if (!kind) throw new StepFailure(`unknown step kind "${step.kind}"`, { retryable: false })
+    if (run.rehearsal && kind.sideEffects) {
+      const ctx = stepContext(deps, run, current, title, resumed, deps.hardStop)
+      const intent = kind.describe?.(ctx) ?? `${step.kind} ${JSON.stringify(ctx.params)}`
+      await ctx.log('info', `rehearsal: would ${intent}`)
+      outcome = { type: 'completed', result: { rehearsal: true } }
+    } else {
+      outcome = await withTimeout(step.timeoutMs, deps.hardStop, (signal) =>
+        kind.execute(stepContext(deps, run, current, title, resumed, signal)),
+      )
+    }
+  } catch (err) {
+    return handleFailure(deps, run, current, err, runStatus)
+  }
+
+  switch (outcome.type) {
+    case 'completed': {
+      const done = await steps.complete(deps.db, step.id, outcome.result ?? null)
+      deps.observer?.stepFinished?.(step.kind, 'completed')
+      // A retry backoff degraded the run; success clears it unless a step failed for good.
+      if (done && attempt > 1 && step.lastError) await restoreHealth(deps, run.id)
+      return { next: true }
+    }
+    case 'sleep':
+      await steps.sleep(deps.db, step.id, outcome.until)
+      deps.observer?.stepFinished?.(step.kind, 'sleep')
+      return { next: false, wakeAt: outcome.until }
+    case 'park': {
+      await steps.park(deps.db, step.id, outcome.until)
+      deps.observer?.stepFinished?.(step.kind, 'park')
+      const prompt = typeof step.params?.prompt === 'string' ? `: ${step.params.prompt}` : ''
+      await logs.append(deps.db, { runId: run.id, stepId: step.id, level: 'info', message: `waiting on a person${prompt}` })
+      return { next: false, wakeAt: outcome.until }
+    }
+  }
+}
+
+async function restoreHealth(deps: EngineDeps, runId: number): Promise<void> {
+  const all = await steps.listForRun(deps.db, runId)
+  const stillBad = all.some((s) => s.status === 'failed' || (s.status === 'pending' && s.attempts > 0 && s.lastError))
+  if (!stillBad) await runs.setHealth(deps.db, runId, 'ok')
+}
+
+function describeError(err: unknown): string {
+  if (err instanceof Error) return err.message || err.name
+  return String(err)
+}
+
+async function handleFailure(
+  deps: EngineDeps,
+  run: RunRow,
+  step: StepRow,
+  err: unknown,
+  runStatus: RunStatus,
+): Promise<StepVerdict> {
+  const message = describeError(err).slice(0, 900)
+  const retryable = !(err instanceof StepFailure) || err.retryable
+  const now = deps.clock.now()
+  if (retryable && step.attempts < step.maxAttempts) {
+    const wakeAt = new Date(now.getTime() + retryDelayMs(step.attempts, step.backoffMs))
+    if (!(await steps.scheduleRetry(deps.db, step.id, message, wakeAt))) return { next: true }
+    await runs.setHealth(deps.db, run.id, 'degraded')
+    await logs.append(deps.db, {
+      runId: run.id,
+      stepId: step.id,
+      level: 'warn',
+      message: `${step.kind} attempt ${step.attempts} of ${step.maxAttempts} failed: ${message}; retrying at ${wakeAt.toISOString()}`,
+    })
+    deps.observer?.stepFinished?.(step.kind, 'retry')
+    return { next: false, wakeAt }
+  }
+  const failed = await steps.fail(deps.db, step.id, message)
+  deps.observer?.stepFinished?.(step.kind, 'failed')
+  if (!failed) return { next: true } // a person skipped or cancelled it meanwhile
+  if (step.onError === 'degrade') {
+    await runs.setHealth(deps.db, run.id, 'degraded')
+    await logs.append(deps.db, {
+      runId: run.id,
+      stepId: step.id,
+      level: 'warn',
+      message: `${step.kind} failed after ${step.attempts} attempt(s): ${message}; continuing degraded (onError: degrade)`,
+    })
+    return { next: true }
+  }
+  const error = `step ${step.seq} (${step.kind}) failed after ${step.attempts} attempt(s): ${message}`
+  const moved = await runs.transition(deps.db, run.id, [runStatus, 'running', 'ending'], 'failed', { error })
+  if (moved) {
+    await steps.cancelUnfinished(deps.db, run.id)
+    await logs.append(deps.db, { runId: run.id, stepId: step.id, level: 'error', message: `run failed: ${error}` })
+  }
+  return { next: false, stop: true }
+}

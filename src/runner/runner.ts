@@ -1,0 +1,399 @@
+/**
+ * The Runner: one loop per process that drives every run from its schedule to a
+ * terminal status. States: created → active → stopping → stopped.
+ *
+ * Each tick: reclaim expired leases → materialise (throttled; at once after a
+ * definition changed) → mark missed runs → claim and advance due runs → log
+ * retention (throttled) → heartbeat.
+ *
+ * Be careful about which parts can throw. `tick()` may throw only database
+ * errors from its sweeps; the loop catches them, counts them, logs them and
+ * backs off (capped) so a database restart never kills the process. Work on
+ * one run is isolated: its errors are logged with the run id and its lease is
+ * released in `finally` (if the release itself fails, the lease simply expires
+ * and another tick reclaims it).
+ */
+import { randomUUID } from 'node:crypto'
+import { hostname } from 'node:os'
+import type { Db } from '../../sql/db.ts'
+import { isDbUnavailable } from '../../sql/db.ts'
+import * as logs from '../../sql/eventRunLogs.ts'
+import * as runs from '../../sql/eventRuns.ts'
+import type { RunListRow, RunRow } from '../../sql/eventRuns.ts'
+import * as steps from '../../sql/eventSteps.ts'
+import * as heartbeats from '../../sql/runnerHeartbeats.ts'
+import { advanceRun, type Clock, type EngineDeps, type RunnerObserver, startRuns, systemClock } from './engine.ts'
+import { materialiseAll } from './materialise.ts'
+import type { StepRegistry } from './steps/registry.ts'
+import type { StepSettings } from './steps/types.ts'
+
+export type RunnerState = 'created' | 'active' | 'stopping' | 'stopped'
+
+/** Minimal logger shape (pino's). */
+export interface RunnerLogger {
+  info(obj: object, msg?: string): void
+  warn(obj: object, msg?: string): void
+  error(obj: object, msg?: string): void
+  debug(obj: object, msg?: string): void
+}
+
+/** Options of {@link Runner}. */
+export interface RunnerOptions {
+  db: Db
+  registry: StepRegistry
+  /** Unique per process; shown as `claimedBy`. @default `${hostname}-${pid}-${random}` */
+  instanceId?: string
+  /** Milliseconds between ticks. @default 1000 */
+  tickMs?: number
+  /** Lease length for a claimed run. @default 30000 */
+  leaseMs?: number
+  /** Look-ahead for materialisation. @default 24 h */
+  horizonMs?: number
+  /** Minimum time between materialisation passes unless nudged. @default 60000 */
+  materialiseEveryMs?: number
+  /** Terminal runs' logs older than this are deleted. @default 30 days */
+  logRetentionMs?: number
+  /** Minimum time between retention sweeps. @default 1 h */
+  retentionEveryMs?: number
+  /** Runs claimed per tick. @default 200 */
+  batchSize?: number
+  /** Runs advanced at once (each uses one pooled connection at a time). @default 8 */
+  parallelism?: number
+  /** Steps per run per claim before it is given back. @default 25 */
+  maxStepsPerClaim?: number
+  settings?: StepSettings
+  clock?: Clock
+  logger?: RunnerLogger
+  observer?: RunnerObserver
+}
+
+const noopLogger: RunnerLogger = { info() {}, warn() {}, error() {}, debug() {} }
+const MAX_ERROR_BACKOFF_MS = 30_000
+
+export class Runner {
+  readonly instanceId: string
+  private stateValue: RunnerState = 'created'
+  private loopPromise: Promise<void> | null = null
+  private sleepAbort: AbortController | null = null
+  private readonly hardStop = new AbortController()
+  private readonly opts: Required<Omit<RunnerOptions, 'observer' | 'instanceId'>> & { observer?: RunnerObserver }
+  private lastMaterialise = 0
+  private materialiseRequested = true
+  private lastRetention = 0
+  private consecutiveErrors = 0
+  private lastTickAt: Date | null = null
+  private readonly startedAt = new Date()
+  /** runId → holder run id already logged, so a blocked run's log names its holder once. */
+  private readonly blockedLogged = new Map<number, number>()
+  private tickSeq = 0
+  private nudged = false
+
+  constructor(options: RunnerOptions) {
+    this.instanceId = options.instanceId ?? `${hostname()}-${process.pid}-${randomUUID().slice(0, 4)}`
+    this.opts = {
+      db: options.db,
+      registry: options.registry,
+      tickMs: options.tickMs ?? 1000,
+      leaseMs: options.leaseMs ?? 30_000,
+      horizonMs: options.horizonMs ?? 24 * 3600_000,
+      materialiseEveryMs: options.materialiseEveryMs ?? 60_000,
+      logRetentionMs: options.logRetentionMs ?? 30 * 24 * 3600_000,
+      retentionEveryMs: options.retentionEveryMs ?? 3600_000,
+      batchSize: options.batchSize ?? 200,
+      parallelism: options.parallelism ?? 8,
+      maxStepsPerClaim: options.maxStepsPerClaim ?? 25,
+      settings: options.settings ?? { webhookAllow: [] },
+      clock: options.clock ?? systemClock,
+      logger: options.logger ?? noopLogger,
+      observer: options.observer,
+    }
+  }
+
+  get state(): RunnerState {
+    return this.stateValue
+  }
+
+  /** When this instance last finished a tick. */
+  get lastTick(): Date | null {
+    return this.lastTickAt
+  }
+
+  /** Begin ticking. Calling it twice is an error: a runner is started once. */
+  start(): void {
+    if (this.stateValue !== 'created') throw new Error(`Runner ${this.instanceId} cannot start from state ${this.stateValue}.`)
+    this.stateValue = 'active'
+    this.loopPromise = this.loop()
+  }
+
+  /** Wake the loop now instead of at the end of its sleep (a run was started, a cue resolved). */
+  nudge(): void {
+    this.nudged = true
+    this.sleepAbort?.abort()
+  }
+
+  /** Materialise at the next tick (a definition changed), then nudge. */
+  requestMaterialise(): void {
+    this.materialiseRequested = true
+    this.nudge()
+  }
+
+  /**
+   * Stop ticking: the step in flight finishes, no new step starts, and every
+   * claim this instance holds is released. Steps still running after `graceMs`
+   * are aborted (their attempt fails and is retried by another instance).
+   *
+   * @param graceMs how long to let in-flight steps finish. @default leaseMs / 2
+   */
+  async stop({ graceMs }: { graceMs?: number } = {}): Promise<void> {
+    if (this.stateValue === 'stopped') return
+    if (this.stateValue === 'created') {
+      this.stateValue = 'stopped'
+      return
+    }
+    if (this.stateValue === 'active') this.stateValue = 'stopping'
+    this.sleepAbort?.abort()
+    const timer = setTimeout(() => this.hardStop.abort(), graceMs ?? this.opts.leaseMs / 2)
+    try {
+      await this.loopPromise
+    } finally {
+      clearTimeout(timer)
+    }
+    try {
+      await runs.releaseAllClaims(this.opts.db, this.instanceId)
+      await heartbeats.markStopped(this.opts.db, this.instanceId)
+    } catch (err) {
+      // The leases expire by themselves; another instance will reclaim them.
+      this.opts.logger.warn({ err, instance: this.instanceId }, 'could not release claims while stopping')
+    }
+    this.stateValue = 'stopped'
+  }
+
+  private async loop(): Promise<void> {
+    while (this.stateValue === 'active') {
+      const started = Date.now()
+      try {
+        await this.tick()
+        this.consecutiveErrors = 0
+      } catch (err) {
+        this.consecutiveErrors++
+        this.opts.observer?.tickError?.()
+        this.opts.logger.error(
+          { err, instance: this.instanceId, consecutiveErrors: this.consecutiveErrors, databaseUnavailable: isDbUnavailable(err) },
+          'tick failed',
+        )
+      }
+      const elapsed = Date.now() - started
+      this.opts.observer?.tickDuration?.(elapsed)
+      if (this.stateValue !== 'active') break
+      const wait =
+        this.consecutiveErrors > 0
+          ? Math.min(this.opts.tickMs * 2 ** this.consecutiveErrors, MAX_ERROR_BACKOFF_MS)
+          : Math.max(0, this.opts.tickMs - elapsed)
+      if (this.nudged && this.consecutiveErrors === 0) {
+        this.nudged = false
+        continue
+      }
+      await this.sleep(wait)
+      this.nudged = false
+    }
+  }
+
+  private async sleep(ms: number): Promise<void> {
+    if (ms <= 0) return
+    const controller = new AbortController()
+    this.sleepAbort = controller
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(resolve, ms)
+      controller.signal.addEventListener(
+        'abort',
+        () => {
+          clearTimeout(timer)
+          resolve()
+        },
+        { once: true },
+      )
+    })
+    this.sleepAbort = null
+  }
+
+  /** One pass. Public so tests can drive the runner tick by tick with an injected clock. */
+  async tick(): Promise<void> {
+    const { db, clock } = this.opts
+    const tickStart = clock.now()
+    await runs.reclaimStale(db, tickStart)
+    await steps.reclaimStale(db, tickStart)
+    const now = clock.now()
+    if (this.materialiseRequested || now.getTime() - this.lastMaterialise >= this.opts.materialiseEveryMs) {
+      this.materialiseRequested = false
+      this.lastMaterialise = now.getTime()
+      await materialiseAll(db, now, this.opts.horizonMs, (def, err) =>
+        this.opts.logger.error({ err, definitionId: def.id, slug: def.slug }, 'materialisation failed for a definition'),
+      )
+    }
+    await this.markMissed(clock.now())
+    await this.advanceDue()
+    const after = clock.now()
+    if (after.getTime() - this.lastRetention >= this.opts.retentionEveryMs) {
+      this.lastRetention = after.getTime()
+      await this.retention(after)
+    }
+    const lag = this.lastTickAt ? Math.max(0, Date.now() - this.lastTickAt.getTime() - this.opts.tickMs) : 0
+    await heartbeats.beat(db, {
+      instanceId: this.instanceId,
+      host: hostname(),
+      pid: process.pid,
+      startedAt: this.startedAt,
+      tickLagMs: lag,
+    })
+    this.lastTickAt = new Date()
+  }
+
+  private async markMissed(now: Date): Promise<void> {
+    const { db } = this.opts
+    for (let round = 0; round < 20; round++) {
+      const missed = await runs.findMissed(db, now, 500)
+      if (missed.length === 0) return
+      const ids = missed.map((r) => r.id)
+      await runs.transitionMany(db, ids, 'scheduled', 'missed', { error: 'not started within its grace window' })
+      const entries = await Promise.all(
+        missed.map(async (r) => {
+          const holder = r.concurrencyKey ? await runs.concurrencyHolder(db, r.concurrencyKey, r.id) : null
+          return {
+            runId: r.id,
+            level: 'warn' as const,
+            message: holder
+              ? `missed: not started within the grace window; concurrency key "${r.concurrencyKey}" was held by run ${holder.id}`
+              : 'missed: not started within the grace window',
+            actor: this.instanceId,
+            data: holder ? { holderRunId: holder.id } : undefined,
+          }
+        }),
+      )
+      await logs.appendMany(db, entries)
+      for (const id of ids) this.blockedLogged.delete(id)
+      if (missed.length < 500) return
+    }
+  }
+
+  /** Claim what is due (batch claims for key-less runs, one by one for keyed ones) and advance it. */
+  private async advanceDue(): Promise<void> {
+    const { db, clock, batchSize } = this.opts
+    const now = clock.now()
+    const leaseUntil = new Date(now.getTime() + this.opts.leaseMs)
+    const token = `${this.instanceId}:${++this.tickSeq}`
+    const claimed: RunRow[] = []
+    claimed.push(...(await runs.claimTickBatch(db, this.instanceId, `${token}:t`, leaseUntil, now, batchSize)))
+    claimed.push(...(await runs.claimStartBatch(db, this.instanceId, `${token}:s`, leaseUntil, now, batchSize)))
+    // Keyed scheduled runs: each needs its key lock, taken with its claim.
+    const due = await runs.findDue(db, now, batchSize)
+    for (const run of due) {
+      if (run.status !== 'scheduled' || !run.concurrencyKey) continue
+      if (this.stateValue !== 'active') break
+      const answer = await runs.claimStart(db, run, this.instanceId, leaseUntil, now)
+      if (answer.claimed) {
+        this.blockedLogged.delete(run.id)
+        const [fresh] = await runs.getByIds(db, [run.id])
+        if (fresh) claimed.push(fresh)
+      } else if (answer.blockedBy !== null) {
+        this.opts.observer?.claimConflict?.()
+        await this.noteBlocked(run, answer.blockedBy, now)
+      } else {
+        this.opts.observer?.claimConflict?.()
+      }
+    }
+    if (claimed.length === 0) return
+    const engine = this.engineDeps()
+    let ready: RunListRow[]
+    try {
+      ready = await startRuns(engine, claimed)
+    } catch (err) {
+      await this.releaseAll(claimed.map((r) => r.id), now)
+      throw err
+    }
+    await this.forEachLimited(ready, (run) => this.advanceClaimed(engine, run))
+  }
+
+  private async noteBlocked(run: RunRow, holderId: number, now: Date): Promise<void> {
+    const { db } = this.opts
+    // Rotate blocked runs behind newly due ones; their grace window still decides.
+    await runs.deferStart(db, run.id, new Date(now.getTime() + this.opts.tickMs))
+    if (this.blockedLogged.get(run.id) === holderId) return
+    if (this.blockedLogged.size > 10_000) this.blockedLogged.clear()
+    this.blockedLogged.set(run.id, holderId)
+    await logs.append(db, {
+      runId: run.id,
+      level: 'info',
+      message: `waiting for concurrency key "${run.concurrencyKey}", held by run ${holderId}`,
+      actor: this.instanceId,
+      data: { holderRunId: holderId, key: run.concurrencyKey },
+    })
+  }
+
+  private async advanceClaimed(engine: EngineDeps, run: RunListRow): Promise<void> {
+    const { db, clock, logger } = this.opts
+    let wakeAt: Date | null = clock.now()
+    try {
+      const answer = await advanceRun(engine, run)
+      wakeAt = 'stop' in answer ? clock.now() : answer.wakeAt
+    } catch (err) {
+      this.opts.observer?.tickError?.()
+      logger.error({ err, runId: run.id, instance: this.instanceId }, 'advancing a run failed; it will be retried')
+      // Come back after a tick rather than at once, so a persistent error does not spin.
+      wakeAt = new Date(clock.now().getTime() + this.opts.tickMs)
+    } finally {
+      try {
+        await runs.releaseClaim(db, run.id, this.instanceId, { wakeAt })
+      } catch (err) {
+        logger.warn({ err, runId: run.id }, 'could not release a claim; it will expire and be reclaimed')
+      }
+    }
+  }
+
+  private async releaseAll(ids: number[], now: Date): Promise<void> {
+    for (const id of ids) {
+      try {
+        await runs.releaseClaim(this.opts.db, id, this.instanceId, { wakeAt: now })
+      } catch (err) {
+        this.opts.logger.warn({ err, runId: id }, 'could not release a claim; it will expire and be reclaimed')
+      }
+    }
+  }
+
+  private async forEachLimited<T>(items: readonly T[], fn: (item: T) => Promise<void>): Promise<void> {
+    let next = 0
+    const workers = Array.from({ length: Math.min(this.opts.parallelism, items.length) }, async () => {
+      while (next < items.length) {
+        const item = items[next++] as T
+        await fn(item)
+      }
+    })
+    await Promise.all(workers)
+  }
+
+  private engineDeps(): EngineDeps {
+    return {
+      db: this.opts.db,
+      registry: this.opts.registry,
+      clock: this.opts.clock,
+      owner: this.instanceId,
+      leaseMs: this.opts.leaseMs,
+      settings: this.opts.settings,
+      maxStepsPerClaim: this.opts.maxStepsPerClaim,
+      observer: this.opts.observer,
+      stopping: () => this.stateValue !== 'active',
+      hardStop: this.hardStop.signal,
+      log: (obj, msg) => this.opts.logger.info(obj, msg),
+    }
+  }
+
+  private async retention(now: Date): Promise<void> {
+    const cutoff = new Date(now.getTime() - this.opts.logRetentionMs)
+    for (let round = 0; round < 20; round++) {
+      const ids = await runs.terminalBefore(this.opts.db, cutoff, 500, { withLogsOnly: true })
+      if (ids.length === 0) return
+      const deleted = await logs.deleteForRuns(this.opts.db, ids)
+      this.opts.logger.info({ runs: ids.length, lines: deleted }, 'log retention: deleted logs of finished runs')
+      if (ids.length < 500) return
+    }
+  }
+}
