@@ -92,6 +92,12 @@ export interface StepKind<P = Record<string, unknown>> {
    * rehearsal such a step is not executed: its intent is logged and it succeeds.
    */
   sideEffects: boolean
+  /**
+   * True when an attempt finishes at once and touches nothing but `ctx.log`
+   * (`core.log`). The runner may then execute it for a whole batch of runs
+   * together and write their log lines in one statement. @default false
+   */
+  inline?: boolean
   /** Check params at publish time; answer every problem found (empty = valid). */
   validate(params: unknown): ParamProblem[]
   /** Perform one attempt. */

@@ -1,0 +1,101 @@
+/**
+ * The webhook allow-list (`WEBHOOK_ALLOW`): which URLs a `core.webhook` step may
+ * call. Both sides are normalised with the WHATWG URL parser, the same one
+ * `fetch` uses, so what is checked is what is requested: scheme and host
+ * lower-cased, default port dropped, IPv4 spellings like `0x7f.1` made canonical,
+ * `.`/`..` segments (also `%2e%2e`) resolved, fragment dropped.
+ */
+
+/**
+ * A URL or prefix after normalisation, or why it was refused; `reason` is a
+ * phrase about the URL ("uses ftp: only http and https are allowed").
+ */
+export type NormalisedUrl = { ok: true; url: string } | { ok: false; reason: string }
+
+function parseHttpUrl(input: string): URL | string {
+  if (typeof input !== 'string' || input.trim() === '') return 'is empty'
+  let url: URL
+  try {
+    url = new URL(input.trim())
+  } catch {
+    return 'is not an absolute URL'
+  }
+  if (url.protocol !== 'http:' && url.protocol !== 'https:') {
+    return `uses ${url.protocol.replace(/:$/, '')}: only http and https are allowed`
+  }
+  // Credentials in a URL end up in logs and redirects; put them in headers instead.
+  if (url.username !== '' || url.password !== '') return 'contains credentials (user:password@)'
+  if (url.hostname === '') return 'has no host'
+  url.hash = ''
+  return url
+}
+
+/** Normalise a URL a webhook would call. */
+export function normaliseUrl(input: string): NormalisedUrl {
+  const url = parseHttpUrl(input)
+  if (typeof url === 'string') return { ok: false, reason: url }
+  // Servers that decode %2F before routing would see a path the prefix check did not.
+  if (/%2f|%5c/i.test(url.pathname))
+    return { ok: false, reason: 'has an encoded slash or backslash in its path' }
+  return { ok: true, url: url.href }
+}
+
+/**
+ * Normalise an allow-list prefix. A prefix without a path (`https://hooks.example.com`)
+ * allows that origin only: it becomes `https://hooks.example.com/`.
+ */
+export function normaliseAllowPrefix(input: string): NormalisedUrl {
+  const url = parseHttpUrl(input)
+  if (typeof url === 'string') return { ok: false, reason: url }
+  return { ok: true, url: url.href }
+}
+
+/**
+ * Parse the comma-separated `WEBHOOK_ALLOW` setting. Answers the normalised
+ * prefixes and a problem per entry that is not a usable http(s) prefix.
+ */
+export function parseAllowList(csv: string | undefined): { prefixes: string[]; problems: string[] } {
+  const prefixes: string[] = []
+  const problems: string[] = []
+  for (const entry of (csv ?? '').split(',')) {
+    if (entry.trim() === '') continue
+    const n = normaliseAllowPrefix(entry)
+    if (n.ok) prefixes.push(n.url)
+    else problems.push(`WEBHOOK_ALLOW entry ${JSON.stringify(entry.trim())} ${n.reason}`)
+  }
+  return { prefixes, problems }
+}
+
+/**
+ * Whether `url` matches `prefix`, both normalised. Starting with the prefix is
+ * not enough: the match must end at a boundary, so `https://a.example/api`
+ * allows `/api`, `/api/x` and `/api?x` but not `/apix`. A prefix ending in `/`
+ * (every bare origin does) is its own boundary, so `https://hooks.example.com`
+ * never allows `https://hooks.example.com.evil.net/`.
+ */
+function matchesPrefix(url: string, prefix: string): boolean {
+  if (!url.startsWith(prefix)) return false
+  if (url.length === prefix.length || prefix.endsWith('/') || prefix.includes('?')) return true
+  const next = url[prefix.length]
+  return next === '/' || next === '?'
+}
+
+/** True when `url` is an http(s) URL that starts, at a boundary, with one of `allowPrefixes`. */
+export function isUrlAllowed(url: string, allowPrefixes: readonly string[]): boolean {
+  const n = normaliseUrl(url)
+  if (!n.ok) return false
+  for (const raw of allowPrefixes) {
+    const p = normaliseAllowPrefix(raw)
+    if (p.ok && matchesPrefix(n.url, p.url)) return true
+  }
+  return false
+}
+
+/** Why `url` is refused, or null when it is allowed (for a failure message a person can act on). */
+export function allowListRefusal(url: string, allowPrefixes: readonly string[]): string | null {
+  const n = normaliseUrl(url)
+  if (!n.ok) return `the URL ${n.reason}: ${url}`
+  if (allowPrefixes.length === 0) return `webhooks are disabled (WEBHOOK_ALLOW is empty); refused ${n.url}`
+  if (isUrlAllowed(url, allowPrefixes)) return null
+  return `${n.url} is not in the webhook allow-list (WEBHOOK_ALLOW: ${allowPrefixes.join(', ')})`
+}

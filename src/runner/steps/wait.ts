@@ -1,0 +1,81 @@
+/**
+ * `core.wait {seconds}` or `{until: "+15m"}`: a durable timer. The runner stores
+ * the `sleep` outcome as the step's wake time and holds no lease meanwhile.
+ * - `seconds` counts from the step's first start, so a re-entry (or a retry after
+ *   a crash) does not restart the clock;
+ * - `until` counts from the run's `scheduledFor`, so "+15m" means a quarter past
+ *   the show's start however late the run got going. Forms: `+Ns`, `+Nm`, `+Nh`,
+ *   `+Nd` (the `+` is optional). Negative offsets are refused: a run never
+ *   starts before its scheduled time, so they would always be in the past.
+ */
+import { z } from 'zod'
+import { parseParams, schemaProblems } from './params.ts'
+import type { StepKind } from './types.ts'
+
+/** Longest wait, either form. */
+export const MAX_WAIT_SECONDS = 30 * 24 * 3600
+
+const UNIT_SECONDS = { s: 1, m: 60, h: 3600, d: 86_400 } as const
+const OFFSET = /^\+?(\d{1,10})([smhd])$/
+
+/** Seconds of an `until` offset such as "+15m", or null when it is not one. */
+export function parseOffset(text: string): number | null {
+  const m = OFFSET.exec(text.trim())
+  if (!m) return null
+  return Number(m[1]) * UNIT_SECONDS[m[2] as keyof typeof UNIT_SECONDS]
+}
+
+const schema = z
+  .strictObject({
+    seconds: z
+      .number()
+      .min(0, 'must be ≥ 0')
+      .max(MAX_WAIT_SECONDS, `must be at most ${MAX_WAIT_SECONDS} (30 days)`)
+      .optional(),
+    until: z
+      .string()
+      .superRefine((value, ctx) => {
+        if (/^\s*-/.test(value)) {
+          ctx.addIssue({
+            code: 'custom',
+            message:
+              "must not be negative: it counts from the run's scheduled time, before which no run starts",
+          })
+          return
+        }
+        const seconds = parseOffset(value)
+        if (seconds === null) {
+          ctx.addIssue({
+            code: 'custom',
+            message: `must be an offset like "+30s", "+15m", "+2h" or "+1d" from the run's scheduled time; got ${JSON.stringify(value)}`,
+          })
+        } else if (seconds > MAX_WAIT_SECONDS) {
+          ctx.addIssue({ code: 'custom', message: 'must be at most 30 days' })
+        }
+      })
+      .optional(),
+  })
+  .superRefine((p, ctx) => {
+    if ((p.seconds === undefined) === (p.until === undefined)) {
+      ctx.addIssue({ code: 'custom', message: 'give exactly one of "seconds" or "until"' })
+    }
+  })
+
+export type WaitParams = z.infer<typeof schema>
+
+export const waitStep: StepKind<WaitParams> = {
+  kind: 'core.wait',
+  sideEffects: false,
+  validate: (params) => schemaProblems(schema, params, ['seconds', 'until']),
+  async execute(ctx) {
+    const p = parseParams(schema, ctx.params, 'core.wait')
+    const now = ctx.now()
+    const wakeAt =
+      p.seconds !== undefined
+        ? new Date((ctx.step.startedAt ?? now).getTime() + p.seconds * 1000)
+        : new Date(ctx.run.scheduledFor.getTime() + parseOffset(p.until!)! * 1000)
+    // One rule for first entry and re-entry: a timer that came due early sleeps again.
+    if (wakeAt.getTime() > now.getTime()) return { type: 'sleep', until: wakeAt }
+    return { type: 'completed', result: { wakeAt: wakeAt.toISOString() } }
+  },
+}

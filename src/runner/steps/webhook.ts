@@ -1,0 +1,259 @@
+/**
+ * `core.webhook {url, method?, headers?, body?}`: one HTTP call per attempt (the
+ * runner owns retries, backoff and the timeout behind `ctx.signal`).
+ *
+ * SSRF guard: the URL must pass the allow-list before anything is sent, and so
+ * must every redirect target. Redirects are followed here, by hand, for exactly
+ * that reason (fetch's own following would not ask). Credentials the author put
+ * in headers (Authorization, Cookie) are not carried to another origin, as in
+ * browsers' fetch.
+ */
+import { z } from 'zod'
+import { allowListRefusal, normaliseUrl } from './allowList.ts'
+import { hasPlaceholder, parseParams, schemaProblems } from './params.ts'
+import { type StepContext, StepFailure, type StepKind } from './types.ts'
+
+/** Redirects followed per attempt before giving up. */
+export const MAX_REDIRECTS = 5
+/** How much of the response body is kept as the step's result. */
+export const RESPONSE_BODY_BYTES = 2048
+
+export const WEBHOOK_METHODS = ['GET', 'POST', 'PUT', 'PATCH', 'DELETE'] as const
+
+/**
+ * Headers an author may not set: hop-by-hop and framing headers belong to the
+ * HTTP client, and the idempotency key is the runner's promise to the receiver.
+ */
+const FORBIDDEN_HEADERS = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-connection',
+  'proxy-authenticate',
+  'proxy-authorization',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+  'host',
+  'content-length',
+  'expect',
+  'idempotency-key',
+])
+/** Dropped when a redirect leaves the original origin. */
+const ORIGIN_BOUND_HEADERS = new Set(['authorization', 'cookie'])
+/** Dropped when a redirect turns the request into a body-less GET. */
+const BODY_HEADERS = new Set(['content-type', 'content-encoding', 'content-language', 'content-location'])
+const TOKEN = /^[!#$%&'*+.^_`|~0-9A-Za-z-]+$/
+
+const schema = z
+  .strictObject({
+    url: z
+      .string()
+      .max(2048, 'must be at most 2048 characters')
+      .superRefine((url, ctx) => {
+        // With a placeholder the final URL exists only at run time; it is checked then.
+        if (hasPlaceholder(url)) return
+        const n = normaliseUrl(url)
+        if (!n.ok)
+          ctx.addIssue({ code: 'custom', message: `must be an absolute http(s) URL; this one ${n.reason}` })
+      }),
+    method: z.enum(WEBHOOK_METHODS, `must be one of ${WEBHOOK_METHODS.join(', ')}`).optional(),
+    headers: z
+      .record(z.string(), z.string('must be a string').max(8192, 'must be at most 8192 characters'))
+      .superRefine((headers, ctx) => {
+        const seen = new Set<string>()
+        for (const [name, value] of Object.entries(headers)) {
+          const lower = name.toLowerCase()
+          if (!TOKEN.test(name)) {
+            ctx.addIssue({ code: 'custom', path: [name], message: 'is not a valid header name' })
+          } else if (lower === 'idempotency-key') {
+            ctx.addIssue({
+              code: 'custom',
+              path: [name],
+              message: 'is set by the runner (run id + step id, the same on every attempt)',
+            })
+          } else if (FORBIDDEN_HEADERS.has(lower)) {
+            ctx.addIssue({
+              code: 'custom',
+              path: [name],
+              message: 'is managed by the HTTP client and may not be set',
+            })
+          } else if (seen.has(lower)) {
+            ctx.addIssue({
+              code: 'custom',
+              path: [name],
+              message: 'is given twice (header names ignore case)',
+            })
+          }
+          seen.add(lower)
+          if (typeof value === 'string' && /[\r\n\0]/.test(value)) {
+            ctx.addIssue({ code: 'custom', path: [name], message: 'must not contain line breaks or NUL' })
+          }
+        }
+      })
+      .optional(),
+    body: z.unknown().optional(),
+  })
+  .superRefine((p, ctx) => {
+    if ((p.method ?? 'POST') === 'GET' && p.body !== undefined) {
+      ctx.addIssue({ code: 'custom', path: ['body'], message: 'a GET request cannot have a body' })
+    }
+  })
+
+export type WebhookParams = z.infer<typeof schema>
+
+/** The result stored on a completed webhook step. */
+export interface WebhookResult {
+  status: number
+  /** The first 2 KiB of the response body, as text. */
+  body: string
+}
+
+/** Read at most `limit` bytes of a body as text, then let the rest go. */
+async function readPrefix(res: Response, limit: number): Promise<string> {
+  if (!res.body) return ''
+  const reader = res.body.getReader()
+  const chunks: Uint8Array[] = []
+  let size = 0
+  try {
+    while (size < limit) {
+      const { done, value } = await reader.read()
+      if (done) break
+      chunks.push(value)
+      size += value.byteLength
+    }
+  } finally {
+    await reader.cancel().catch(() => {})
+  }
+  const bytes = new Uint8Array(Math.min(size, limit))
+  let at = 0
+  for (const chunk of chunks) {
+    const part = chunk.subarray(0, bytes.length - at)
+    bytes.set(part, at)
+    at += part.byteLength
+    if (at >= bytes.length) break
+  }
+  // stream: true keeps a character cut at the limit out instead of garbling it.
+  return new TextDecoder().decode(bytes, { stream: true })
+}
+
+function networkReason(err: unknown): string {
+  const cause = (err as { cause?: { code?: string; message?: string } }).cause
+  if (cause?.code) return `${cause.code}${cause.message ? ` (${cause.message})` : ''}`
+  return err instanceof Error ? err.message : String(err)
+}
+
+function abortReason(signal: AbortSignal): string {
+  const reason = signal.reason as unknown
+  if (reason instanceof Error)
+    return reason.name === 'TimeoutError' ? 'timed out' : reason.message || reason.name
+  return reason === undefined ? 'aborted' : String(reason)
+}
+
+function snippet(text: string): string {
+  const flat = text.replace(/\s+/g, ' ').trim()
+  if (flat === '') return ''
+  return `: ${flat.length > 200 ? `${flat.slice(0, 200)}…` : flat}`
+}
+
+/** Perform one attempt, following (and re-checking) redirects. */
+async function send(ctx: StepContext<WebhookParams>): Promise<WebhookResult> {
+  const p = parseParams(schema, ctx.params, 'core.webhook')
+  const allow = ctx.settings.webhookAllow
+  let url = p.url
+  let method: string = p.method ?? 'POST'
+  let body = p.body === undefined ? undefined : JSON.stringify(p.body)
+  let origin: string | null = null
+  let crossOrigin = false
+
+  for (let redirects = 0; ; redirects++) {
+    const refusal = allowListRefusal(url, allow)
+    if (refusal) {
+      const what = redirects === 0 ? 'webhook refused' : `webhook redirect ${redirects} refused`
+      throw new StepFailure(`${what}: ${refusal}`, { retryable: false })
+    }
+    const target = new URL(url)
+    origin ??= target.origin
+    crossOrigin ||= target.origin !== origin
+
+    const headers = new Headers({ 'User-Agent': 'showrunner' })
+    for (const [name, value] of Object.entries(p.headers ?? {})) {
+      const lower = name.toLowerCase()
+      if (crossOrigin && ORIGIN_BOUND_HEADERS.has(lower)) continue
+      if (body === undefined && BODY_HEADERS.has(lower)) continue
+      headers.set(name, value)
+    }
+    headers.set('Idempotency-Key', ctx.idempotencyKey)
+    if (body !== undefined && !headers.has('content-type')) headers.set('Content-Type', 'application/json')
+
+    let res: Response
+    let text: string
+    try {
+      res = await fetch(target, { method, headers, body, redirect: 'manual', signal: ctx.signal })
+      const location = res.headers.get('location')
+      if (res.status >= 300 && res.status < 400 && location !== null) {
+        await res.body?.cancel().catch(() => {})
+        if (redirects >= MAX_REDIRECTS) {
+          throw new StepFailure(`webhook ${method} ${p.url}: more than ${MAX_REDIRECTS} redirects`, {
+            retryable: false,
+          })
+        }
+        let next: URL
+        try {
+          next = new URL(location, target)
+        } catch {
+          throw new StepFailure(
+            `webhook ${method} ${target.href}: bad redirect Location ${JSON.stringify(location)}`,
+            {
+              retryable: false,
+            },
+          )
+        }
+        // Fetch's rules: 303 turns anything into GET; 301/302 turn POST into GET; 307/308 keep both.
+        if (res.status === 303 || ((res.status === 301 || res.status === 302) && method === 'POST')) {
+          method = 'GET'
+          body = undefined
+        }
+        url = next.href
+        continue
+      }
+      text = await readPrefix(res, RESPONSE_BODY_BYTES)
+    } catch (err) {
+      if (err instanceof StepFailure) throw err
+      if (ctx.signal.aborted) {
+        throw new StepFailure(`webhook ${method} ${target.href} ${abortReason(ctx.signal)}`, { cause: err })
+      }
+      throw new StepFailure(`webhook ${method} ${target.href} failed: ${networkReason(err)}`, { cause: err })
+    }
+    if (res.status >= 200 && res.status < 300) return { status: res.status, body: text }
+    const retryable = res.status === 408 || res.status === 429 || res.status >= 500
+    throw new StepFailure(`webhook ${method} ${target.href} answered HTTP ${res.status}${snippet(text)}`, {
+      retryable,
+    })
+  }
+}
+
+export const webhookStep: StepKind<WebhookParams> = {
+  kind: 'core.webhook',
+  sideEffects: true,
+  validate: (params) => schemaProblems(schema, params, ['url', 'method', 'headers', 'body']),
+  async execute(ctx) {
+    return { type: 'completed', result: await send(ctx) }
+  },
+  describe(ctx) {
+    const p = ctx.params
+    const method = p.method ?? 'POST'
+    const names = Object.keys(p.headers ?? {})
+    const parts: string[] = []
+    // Header names only: their values are often secrets.
+    if (names.length > 0) parts.push(`headers ${names.join(', ')}`)
+    if (p.body !== undefined) {
+      const json = JSON.stringify(p.body)
+      parts.push(
+        `body ${json.length > RESPONSE_BODY_BYTES ? `${json.slice(0, RESPONSE_BODY_BYTES)}…` : json}`,
+      )
+    }
+    // The runner frames this ("rehearsal: would …"), so it reads as the request itself.
+    return `${method} ${p.url}${parts.length > 0 ? ` with ${parts.join(' and ')}` : ''}`
+  },
+}
