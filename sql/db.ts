@@ -139,12 +139,32 @@ function wrap(err: unknown, what: string): DatabaseError {
   return new DatabaseError(message, err)
 }
 
-function makeQueryable(target: Pool | PoolConnection, stats: { statements: number }): Queryable {
+/**
+ * InnoDB may pick an autocommit statement as a deadlock victim when several
+ * instances sweep the same index at once. The victim statement was rolled back
+ * whole, so sending it again is safe; only a statement outside a transaction is
+ * retried (inside one, the whole transaction must be retried by its owner).
+ */
+const DEADLOCK_RETRIES = 5
+
+async function retryDeadlocks<T>(retry: boolean, fn: () => Promise<T>): Promise<T> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await fn()
+    } catch (err) {
+      const errno = (err as { errno?: number })?.errno
+      if (!retry || errno !== DB_ERRNO.LOCK_DEADLOCK || attempt >= DEADLOCK_RETRIES) throw err
+      await new Promise((r) => setTimeout(r, Math.random() * 5 * attempt))
+    }
+  }
+}
+
+function makeQueryable(target: Pool | PoolConnection, stats: { statements: number }, autocommit: boolean): Queryable {
   return {
     async execute<T>(sql: string, params: readonly SqlValue[] = []): Promise<T[]> {
       stats.statements++
       try {
-        const [rows] = await target.execute<RowDataPacket[]>(sql, params as SqlValue[])
+        const [rows] = await retryDeadlocks(autocommit, () => target.execute<RowDataPacket[]>(sql, params as SqlValue[]))
         return rows as unknown as T[]
       } catch (err) {
         throw wrap(err, 'a query')
@@ -153,7 +173,7 @@ function makeQueryable(target: Pool | PoolConnection, stats: { statements: numbe
     async run(sql: string, params: readonly SqlValue[] = []) {
       stats.statements++
       try {
-        const [res] = await target.execute<ResultSetHeader>(sql, params as SqlValue[])
+        const [res] = await retryDeadlocks(autocommit, () => target.execute<ResultSetHeader>(sql, params as SqlValue[]))
         return { affectedRows: Number(res.affectedRows), insertId: Number(res.insertId) }
       } catch (err) {
         throw wrap(err, 'a write')
@@ -162,7 +182,7 @@ function makeQueryable(target: Pool | PoolConnection, stats: { statements: numbe
     async query<T>(sql: string, params: readonly SqlValue[] = []): Promise<T[]> {
       stats.statements++
       try {
-        const [rows] = await target.query<RowDataPacket[]>(sql, params as SqlValue[])
+        const [rows] = await retryDeadlocks(autocommit, () => target.query<RowDataPacket[]>(sql, params as SqlValue[]))
         return rows as unknown as T[]
       } catch (err) {
         throw wrap(err, 'a query')
@@ -171,7 +191,7 @@ function makeQueryable(target: Pool | PoolConnection, stats: { statements: numbe
     async runQuery(sql: string, params: readonly SqlValue[] = []) {
       stats.statements++
       try {
-        const [res] = await target.query<ResultSetHeader>(sql, params as SqlValue[])
+        const [res] = await retryDeadlocks(autocommit, () => target.query<ResultSetHeader>(sql, params as SqlValue[]))
         return { affectedRows: Number(res.affectedRows), insertId: Number(res.insertId) }
       } catch (err) {
         throw wrap(err, 'a write')
@@ -231,7 +251,7 @@ export function createDb(url: string, opts: DbOptions = {}): Db {
     conn.query("SET time_zone = '+00:00'")
   })
   const stats = { statements: 0 }
-  const base = makeQueryable(pool, stats)
+  const base = makeQueryable(pool, stats, true)
   return {
     ...base,
     pool,
@@ -250,7 +270,7 @@ export function createDb(url: string, opts: DbOptions = {}): Db {
         }
         stats.statements++
         await conn.beginTransaction()
-        const result = await fn(makeQueryable(conn, stats))
+        const result = await fn(makeQueryable(conn, stats, false))
         stats.statements++
         await conn.commit()
         return result

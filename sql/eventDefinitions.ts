@@ -172,8 +172,10 @@ export async function setState(db: Queryable, id: number, state: DefinitionState
     return res.affectedRows === 1
   }
   const res = await db.run(
-    `UPDATE event_definitions SET state = ?,
-        materialized_through = IF(state <> ?, NULL, materialized_through)
+    // MariaDB assigns left to right and later expressions see earlier new values,
+    // so the watermark must be decided before `state` is overwritten.
+    `UPDATE event_definitions SET materialized_through = IF(state <> ?, NULL, materialized_through),
+        state = ?
       WHERE id = ?`,
     [state, state, id],
   )

@@ -496,6 +496,19 @@ export async function releaseClaim(
   return res.affectedRows === 1
 }
 
+/** {@link releaseClaim} for many runs with one wake time. */
+export async function releaseClaims(db: Queryable, ids: readonly number[], owner: string, wakeAt: Date | null): Promise<number> {
+  if (ids.length === 0) return 0
+  const res = await db.runQuery(
+    `UPDATE event_runs
+        SET claimed_by = NULL, claim_expires_at = NULL, claim_token = NULL,
+            wake_at = IF(status IN (${placeholders(IN_FLIGHT.length)}), ?, wake_at)
+      WHERE id IN (${placeholders(ids.length)}) AND claimed_by = ?`,
+    [...IN_FLIGHT, wakeAt, ...ids, owner],
+  )
+  return res.affectedRows
+}
+
 /** Release every claim `owner` holds (a stopping runner); answers how many. */
 export async function releaseAllClaims(db: Queryable, owner: string): Promise<number> {
   const res = await db.run(
@@ -649,6 +662,16 @@ export async function setPhase(db: Queryable, id: number, phase: string): Promis
     [phase, id, phase],
   )
   return res.affectedRows === 1
+}
+
+/** {@link setPhase} for many runs moving into the same phase. */
+export async function setPhaseMany(db: Queryable, ids: readonly number[], phase: string): Promise<number> {
+  if (ids.length === 0) return 0
+  const res = await db.runQuery(
+    `UPDATE event_runs SET current_phase = ? WHERE id IN (${placeholders(ids.length)}) AND NOT (current_phase <=> ?)`,
+    [phase, ...ids, phase],
+  )
+  return res.affectedRows
 }
 
 /** Wake a run now (a cue resolved, a step skipped), unless it is paused or terminal. */

@@ -202,6 +202,19 @@ export async function begin(db: Queryable, id: number, owner: string, leaseUntil
   return res.affectedRows === 1
 }
 
+/** {@link begin} for many pending first attempts at once (inline kinds in a batch); answers the ids that began. */
+export async function beginMany(db: Queryable, ids: readonly number[], owner: string, leaseUntil: Date): Promise<number> {
+  if (ids.length === 0) return 0
+  const res = await db.runQuery(
+    `UPDATE event_run_steps
+        SET status = 'running', attempts = attempts + 1, claimed_by = ?, claim_expires_at = ?,
+            started_at = COALESCE(started_at, NOW(3)), wake_at = NULL, parked = 0
+      WHERE id IN (${placeholders(ids.length)}) AND status = 'pending' AND wake_at IS NULL AND claim_expires_at IS NULL`,
+    [owner, leaseUntil, ...ids],
+  )
+  return res.affectedRows
+}
+
 /**
  * Re-enter a sleeping step (its timer came due) or a parked one (its timeout
  * passed) without spending an attempt: a timer coming due is not a retry.

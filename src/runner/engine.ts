@@ -139,7 +139,7 @@ export async function advanceRun(deps: EngineDeps, run: RunListRow): Promise<{ w
   return { wakeAt: deps.clock.now() }
 }
 
-function stepContext(
+export function stepContext(
   deps: EngineDeps,
   run: RunRow,
   step: StepRow,
@@ -284,7 +284,7 @@ function describeError(err: unknown): string {
   return String(err)
 }
 
-async function handleFailure(
+export async function handleFailure(
   deps: EngineDeps,
   run: RunRow,
   step: StepRow,

@@ -14,6 +14,7 @@
  * and another tick reclaims it).
  */
 import { randomUUID } from 'node:crypto'
+import { setMaxListeners } from 'node:events'
 import { hostname } from 'node:os'
 import type { Db } from '../../sql/db.ts'
 import { isDbUnavailable } from '../../sql/db.ts'
@@ -23,6 +24,7 @@ import type { RunListRow, RunRow } from '../../sql/eventRuns.ts'
 import * as steps from '../../sql/eventSteps.ts'
 import * as heartbeats from '../../sql/runnerHeartbeats.ts'
 import { advanceRun, type Clock, type EngineDeps, type RunnerObserver, startRuns, systemClock } from './engine.ts'
+import { advanceBatch } from './batch.ts'
 import { materialiseAll } from './materialise.ts'
 import type { StepRegistry } from './steps/registry.ts'
 import type { StepSettings } from './steps/types.ts'
@@ -89,6 +91,8 @@ export class Runner {
   private nudged = false
 
   constructor(options: RunnerOptions) {
+    // Every in-flight step listens on the hard-stop signal; there may be many.
+    setMaxListeners(0, this.hardStop.signal)
     this.instanceId = options.instanceId ?? `${hostname()}-${process.pid}-${randomUUID().slice(0, 4)}`
     this.opts = {
       db: options.db,
@@ -310,7 +314,18 @@ export class Runner {
       await this.releaseAll(claimed.map((r) => r.id), now)
       throw err
     }
-    await this.forEachLimited(ready, (run) => this.advanceClaimed(engine, run))
+    // Inline steps of the whole batch go together; the rest run one by one.
+    let handOff: RunListRow[] = ready
+    try {
+      const batch = await advanceBatch(engine, ready)
+      handOff = batch.handOff
+      await runs.releaseClaims(db, batch.release, this.instanceId, clock.now())
+    } catch (err) {
+      const pending = new Set(handOff.map((r) => r.id))
+      await this.releaseAll(ready.filter((r) => !pending.has(r.id)).map((r) => r.id), clock.now())
+      throw err
+    }
+    await this.forEachLimited(handOff, (run) => this.advanceClaimed(engine, run))
   }
 
   private async noteBlocked(run: RunRow, holderId: number, now: Date): Promise<void> {

@@ -1,0 +1,107 @@
+/**
+ * Shared bench plumbing: a throwaway database, the machine baseline, timing and
+ * the results file. Benchmarks never run inside `npm test`.
+ */
+import { randomBytes } from 'node:crypto'
+import { readFile, writeFile } from 'node:fs/promises'
+import mysql from 'mysql2/promise'
+import { createDb, type Db } from '../sql/db.ts'
+import { migrate } from '../sql/migrate.ts'
+
+export const BENCH_SERVER = process.env.BENCH_DATABASE_URL ?? process.env.TEST_DATABASE_URL ?? 'mysql://root@127.0.0.1:3306'
+
+export interface BenchDb {
+  db: Db
+  url: string
+  open(connectionLimit?: number): Db
+  drop(): Promise<void>
+}
+
+/** A fresh, migrated database for one benchmark. */
+export async function benchDb(connectionLimit = 20): Promise<BenchDb> {
+  const name = `showrunner_bench_${randomBytes(4).toString('hex')}`
+  const admin = await mysql.createConnection({ uri: BENCH_SERVER })
+  await admin.query(`CREATE DATABASE \`${name}\``)
+  await admin.end()
+  const url = new URL(BENCH_SERVER)
+  url.pathname = `/${name}`
+  const pools: Db[] = []
+  const open = (limit = connectionLimit) => {
+    const d = createDb(url.toString(), { connectionLimit: limit })
+    pools.push(d)
+    return d
+  }
+  const db = open()
+  await migrate(db)
+  return {
+    db,
+    url: url.toString(),
+    open,
+    async drop() {
+      await Promise.allSettled(pools.map((p) => p.close()))
+      const c = await mysql.createConnection({ uri: BENCH_SERVER })
+      await c.query(`DROP DATABASE IF EXISTS \`${name}\``)
+      await c.end()
+    },
+  }
+}
+
+/**
+ * The machine's baseline: durable single-row UPDATEs per second (autocommit, one
+ * row each, by primary key) from `connections` concurrent connections for
+ * `seconds`, on the same database server.
+ */
+export async function baselineUpdatesPerSecond(connections = 16, seconds = 3): Promise<number> {
+  const b = await benchDb(connections)
+  try {
+    await b.db.query('CREATE TABLE bench_counter (id INT PRIMARY KEY, n BIGINT NOT NULL) ENGINE=InnoDB')
+    const rows = Array.from({ length: 1000 }, (_, i) => `(${i}, 0)`).join(',')
+    await b.db.query(`INSERT INTO bench_counter VALUES ${rows}`)
+    let count = 0
+    const deadline = Date.now() + seconds * 1000
+    const started = Date.now()
+    await Promise.all(
+      Array.from({ length: connections }, async (_, c) => {
+        let i = c
+        while (Date.now() < deadline) {
+          await b.db.run('UPDATE bench_counter SET n = n + 1 WHERE id = ?', [i % 1000])
+          i += connections
+          count++
+        }
+      }),
+    )
+    return count / ((Date.now() - started) / 1000)
+  } finally {
+    await b.drop()
+  }
+}
+
+export interface BenchResult {
+  value: number
+  unit: string
+  baseline: number | null
+  ratio: number | null
+  target: string
+  met: boolean
+  detail?: Record<string, unknown>
+}
+
+export const RESULTS_FILE = new URL('./results.json', import.meta.url)
+
+/** Merge one benchmark's entry into bench/results.json. */
+export async function saveResult(name: string, result: BenchResult): Promise<void> {
+  let all: Record<string, BenchResult> = {}
+  try {
+    all = JSON.parse(await readFile(RESULTS_FILE, 'utf8'))
+  } catch {
+    // First result of this machine: start a new file.
+  }
+  all[name] = result
+  await writeFile(RESULTS_FILE, `${JSON.stringify(all, null, 2)}\n`)
+}
+
+export function printTable(rows: Record<string, unknown>[]): void {
+  console.table(rows)
+}
+
+export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))

@@ -1,0 +1,139 @@
+/**
+ * The batch path: advance many claimed runs together while their next step is
+ * an inline kind (`core.log`), in lock-step rounds of a few multi-row
+ * statements each, instead of a dozen statements per run. Anything else (a
+ * wait, a cue, a webhook, a retry) is handed to the per-run engine.
+ *
+ * The guards are the same ones the per-run path uses, applied to many rows:
+ * between two steps the statuses of the whole batch are re-read in one query, so
+ * a pause or cancel still lands before the next step; steps begin only from
+ * `pending` and complete only from `running`; runs finish through the guarded
+ * `running | ending → completed` transition.
+ */
+import * as logs from '../../sql/eventRunLogs.ts'
+import type { NewLog } from '../../sql/eventRunLogs.ts'
+import * as runs from '../../sql/eventRuns.ts'
+import type { RunListRow } from '../../sql/eventRuns.ts'
+import * as steps from '../../sql/eventSteps.ts'
+import type { StepRow } from '../../sql/eventSteps.ts'
+import { type EngineDeps, handleFailure, stepContext } from './engine.ts'
+
+export interface BatchOutcome {
+  /** Runs whose next step needs the per-run engine, with their fresh status and phase. */
+  handOff: RunListRow[]
+  /** Runs this batch is done with: release them (due now if still in flight). */
+  release: number[]
+}
+
+function group<K>(pairs: [K, number][]): Map<K, number[]> {
+  const out = new Map<K, number[]>()
+  for (const [k, id] of pairs) out.set(k, [...(out.get(k) ?? []), id])
+  return out
+}
+
+export async function advanceBatch(deps: EngineDeps, claimed: readonly RunListRow[]): Promise<BatchOutcome> {
+  const { db, registry } = deps
+  const byId = new Map(claimed.map((r) => [r.id, r]))
+  const handOff: RunListRow[] = []
+  const release: number[] = []
+  let active = claimed.map((r) => r.id)
+  const budget = deps.maxStepsPerClaim ?? 25
+
+  for (let round = 0; round < budget && active.length > 0; round++) {
+    if (deps.stopping()) break
+    const snapshots = await runs.statusesOf(db, active)
+    const live = new Map(snapshots.filter((s) => s.status === 'running' || s.status === 'ending').map((s) => [s.id, s]))
+    for (const id of active) if (!live.has(id)) release.push(id)
+    if (live.size === 0) {
+      active = []
+      break
+    }
+    const next = await steps.nextSteps(db, [...live.keys()])
+    const finished: number[] = []
+    const inline: { run: RunListRow; step: StepRow }[] = []
+    const phaseMoves: [string, number][] = []
+    const endingMoves: [string, number][] = []
+    for (const [id, snap] of live) {
+      const base = byId.get(id) as RunListRow
+      const run: RunListRow = { ...base, status: snap.status, currentPhase: snap.currentPhase, health: snap.health }
+      const step = next.get(id)
+      if (!step) {
+        finished.push(id)
+        continue
+      }
+      const kind = registry.get(step.kind)
+      const fresh = step.status === 'pending' && step.attempts === 0 && !step.wakeAt && !step.claimExpiresAt
+      if (!kind?.inline || !fresh) {
+        handOff.push(run)
+        continue
+      }
+      if (step.phase !== snap.currentPhase) {
+        if (step.ending && snap.status === 'running') endingMoves.push([step.phase, id])
+        else phaseMoves.push([step.phase, id])
+      }
+      inline.push({ run, step })
+    }
+
+    if (finished.length > 0) {
+      const moved = await runs.transitionMany(db, finished, ['running', 'ending'], 'completed')
+      // Only log the runs that really completed (a cancel may have won for some).
+      const completed =
+        moved === finished.length
+          ? finished
+          : (await runs.statusesOf(db, finished)).filter((s) => s.status === 'completed').map((s) => s.id)
+      await logs.appendMany(db, completed.map((runId) => ({ runId, message: 'run completed', actor: deps.owner })))
+      release.push(...finished)
+    }
+    for (const [phase, ids] of group(endingMoves)) await runs.transitionMany(db, ids, 'running', 'ending', { phase })
+    for (const [phase, ids] of group(phaseMoves)) await runs.setPhaseMany(db, ids, phase)
+
+    if (inline.length === 0) {
+      active = []
+      break
+    }
+    const now = deps.clock.now()
+    const leaseUntil = new Date(now.getTime() + deps.leaseMs)
+    const begun = await steps.beginMany(db, inline.map((i) => i.step.id), deps.owner, leaseUntil)
+    let entries = inline
+    if (begun !== inline.length) {
+      // A person skipped or cancelled some steps meanwhile: execute only those we began.
+      const mine = new Set(
+        (await steps.getByIds(db, inline.map((i) => i.step.id)))
+          .filter((s) => s.status === 'running' && s.claimedBy === deps.owner)
+          .map((s) => s.id),
+      )
+      entries = inline.filter((i) => mine.has(i.step.id))
+      for (const i of inline) if (!mine.has(i.step.id)) handOff.push(i.run)
+    }
+    const lines: NewLog[] = []
+    const succeeded: number[] = []
+    const failures: { run: RunListRow; step: StepRow; err: unknown }[] = []
+    for (const { run, step } of entries) {
+      const current: StepRow = { ...step, status: 'running', attempts: step.attempts + 1 }
+      const ctx = stepContext(deps, run, current, run.definitionTitle, false, deps.hardStop)
+      ctx.log = async (level, message, data) => {
+        lines.push({ runId: run.id, stepId: step.id, level, message, data })
+      }
+      try {
+        const kind = registry.get(step.kind)
+        const outcome = await kind?.execute(ctx)
+        if (outcome?.type !== 'completed') throw new Error(`inline kind ${step.kind} did not complete at once`)
+        succeeded.push(step.id)
+      } catch (err) {
+        failures.push({ run, step: current, err })
+      }
+    }
+    await logs.appendMany(db, lines)
+    await steps.completeMany(db, succeeded)
+    for (const id of succeeded) deps.observer?.stepFinished?.('inline', 'completed')
+    const failedRuns = new Set<number>()
+    for (const f of failures) {
+      failedRuns.add(f.run.id)
+      await handleFailure(deps, f.run, f.step, f.err, f.run.status)
+      release.push(f.run.id)
+    }
+    active = entries.map((e) => e.run.id).filter((id) => !failedRuns.has(id))
+  }
+  release.push(...active)
+  return { handOff, release }
+}
