@@ -1,0 +1,81 @@
+/**
+ * Roles, bearer tokens and who may do what (SPEC §6).
+ *
+ * Tokens come from configuration (`SHOWRUNNER_TOKENS`, parsed in `config.ts`);
+ * this module only answers "who is this?" and "may they?". The actor name that
+ * lands in logs and audit rows is derived from a hash of the token, never the
+ * token itself.
+ */
+import { createHash, timingSafeEqual } from 'node:crypto'
+
+/** Every role, weakest first: each includes everything before it. */
+export const ROLES = ['viewer', 'operator', 'admin'] as const
+export type Role = (typeof ROLES)[number]
+
+/** The caller behind a request: what it may do and the name its actions are recorded under. */
+export interface Principal {
+  role: Role
+  /** `role#hash8`: identifies the token in logs and audit rows without revealing it. */
+  actor: string
+}
+
+/** One configured token, as `loadConfig` produces it. */
+export interface TokenEntry extends Principal {
+  token: string
+}
+
+export function isRole(value: string): value is Role {
+  return (ROLES as readonly string[]).includes(value)
+}
+
+/** True when `role` may do what `needed` may: admin ⊇ operator ⊇ viewer. */
+export function roleAllows(role: Role, needed: Role): boolean {
+  return ROLES.indexOf(role) >= ROLES.indexOf(needed)
+}
+
+function sha256(value: string): Buffer {
+  return createHash('sha256').update(value, 'utf8').digest()
+}
+
+/** The log-safe name of a token: its role and the first 8 hex digits of its SHA-256. */
+export function tokenActor(role: Role, token: string): string {
+  return `${role}#${sha256(token).toString('hex').slice(0, 8)}`
+}
+
+// Digests of configured tokens, computed once per entry rather than per request.
+const digests = new WeakMap<TokenEntry, Buffer>()
+function digestOf(entry: TokenEntry): Buffer {
+  let d = digests.get(entry)
+  if (!d) {
+    d = sha256(entry.token)
+    digests.set(entry, d)
+  }
+  return d
+}
+
+const BEARER = /^\s*bearer\s+(\S+)\s*$/i
+
+/**
+ * Who sent `header` (an `Authorization` value, or a WebSocket
+ * `connectionParams.authorization`), or null when it names no configured token.
+ *
+ * Both sides are hashed before comparison so every comparison is over 32 bytes:
+ * `timingSafeEqual` then reveals neither a token's length nor how much of it
+ * matched, and the loop compares against every token without stopping early so
+ * the time taken does not say which entry (if any) matched.
+ */
+export function authenticate(
+  header: string | undefined | null,
+  tokens: readonly TokenEntry[],
+): Principal | null {
+  if (typeof header !== 'string') return null
+  const m = BEARER.exec(header)
+  if (!m?.[1]) return null
+  const given = sha256(m[1])
+  let found: TokenEntry | null = null
+  for (const entry of tokens) {
+    const same = timingSafeEqual(given, digestOf(entry))
+    if (same && found === null) found = entry
+  }
+  return found ? { role: found.role, actor: found.actor } : null
+}

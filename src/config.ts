@@ -1,0 +1,321 @@
+/**
+ * Configuration from the environment (SPEC §7), validated once at start.
+ *
+ * Every problem is reported at once, each message naming its variable and what
+ * it got, so a person fixes the whole environment in one go instead of one
+ * restart per typo. Values in SHOWRUNNER_TOKENS are secrets and are never echoed.
+ */
+import { randomBytes } from 'node:crypto'
+import { hostname } from 'node:os'
+import { z } from 'zod'
+import { isRole, ROLES, type TokenEntry, tokenActor } from './auth.ts'
+
+/** pino's level names, lowest-volume last; `silent` turns logging off. */
+export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const
+export type LogLevel = (typeof LOG_LEVELS)[number]
+
+/** The whole configuration, defaults applied. */
+export interface Config {
+  /** TCP port for HTTP and WebSocket; 0 picks a free one. @default 4000 */
+  port: number
+  /**
+   * Address to bind. @default '0.0.0.0' with tokens configured; always
+   * '127.0.0.1' without (an unauthenticated-by-default server stays local).
+   */
+  host: string
+  /** `mysql://user:pass@host:port/db`; undefined starts a private MariaDB. */
+  databaseUrl: string | undefined
+  /** Milliseconds between runner ticks. @default 1000 */
+  tickMs: number
+  /** Milliseconds a claim lasts; always longer than a tick. @default 30000 */
+  leaseMs: number
+  /** 'off' makes an API-only instance with no tick loop. @default 'on' */
+  runner: 'on' | 'off'
+  /** Configured bearer tokens; empty means the server generates an admin token at start. @default [] */
+  tokens: TokenEntry[]
+  /** Normalised URL prefixes a webhook may call; empty allows none. @default [] */
+  webhookAllow: string[]
+  /** Largest request body accepted, in bytes. @default 1048576 */
+  maxBodyBytes: number
+  /** @default 'info' */
+  logLevel: LogLevel
+  /** Days a terminal run's logs are kept. @default 30 */
+  logRetentionDays: number
+  /** Milliseconds between polls behind the runStatus subscription. @default 500 */
+  statusPollMs: number
+  /** How far ahead schedules are materialised into runs, in hours. @default 24 */
+  materializeHorizonHours: number
+  /** This process's name in claims and heartbeats. @default `${hostname}-${pid}-${4 hex}` */
+  instanceId: string
+  /** Things worth telling the operator at start that are not errors. */
+  warnings: string[]
+}
+
+/** Invalid configuration; `problems` holds one message per variable at fault. */
+export class ConfigError extends Error {
+  override readonly name = 'ConfigError'
+  constructor(readonly problems: string[]) {
+    super(`Invalid configuration:\n${problems.map((p) => `  - ${p}`).join('\n')}`)
+  }
+}
+
+/** A fresh admin token: 32 random bytes, base64url (43 characters). */
+export function generateToken(): string {
+  return randomBytes(32).toString('base64url')
+}
+
+/** Shortest token accepted: shorter ones are guessable. */
+export const MIN_TOKEN_LENGTH = 16
+/** Column width of `claimed_by` and `runner_heartbeats.instance_id`. */
+const MAX_INSTANCE_ID = 100
+
+/** A value as it appears in a message: quoted, and cut short so a pasted blob does not flood the log. */
+function shown(raw: string): string {
+  const s = raw.length > 60 ? `${raw.slice(0, 57)}...` : raw
+  return `'${s}'`
+}
+
+/** Empty and blank variables count as unset, as compose files and shells often leave them. */
+const optionalString = z.preprocess(
+  (v) => (typeof v === 'string' && v.trim() !== '' ? v.trim() : undefined),
+  z.string().optional(),
+)
+
+function wholeNumber(name: string, def: number, min: number, max: number, what: string) {
+  return optionalString.transform((raw, ctx) => {
+    if (raw === undefined) return def
+    const n = /^\d+$/.test(raw) ? Number(raw) : Number.NaN
+    if (!Number.isSafeInteger(n) || n < min || n > max) {
+      ctx.addIssue({ code: 'custom', message: `${name} must be ${what} (got ${shown(raw)})` })
+      return z.NEVER
+    }
+    return n
+  })
+}
+
+function oneOf<const T extends readonly string[]>(name: string, values: T, def: T[number]) {
+  return optionalString.transform((raw, ctx): T[number] => {
+    if (raw === undefined) return def
+    const v = raw.toLowerCase()
+    if (!values.includes(v)) {
+      const list = values.map((x) => `'${x}'`).join(', ')
+      ctx.addIssue({ code: 'custom', message: `${name} must be one of ${list} (got ${shown(raw)})` })
+      return z.NEVER
+    }
+    return v
+  })
+}
+
+const tokensSchema = optionalString.transform((raw, ctx): TokenEntry[] => {
+  if (raw === undefined) return []
+  const out: TokenEntry[] = []
+  const seen = new Map<string, number>()
+  const problem = (message: string) =>
+    ctx.addIssue({ code: 'custom', message: `SHOWRUNNER_TOKENS ${message}` })
+  const entries = raw.split(',').map((e) => e.trim())
+  entries.forEach((entry, i) => {
+    const n = i + 1
+    if (entry === '') return // a trailing or doubled comma is harmless
+    const colon = entry.indexOf(':')
+    if (colon < 0) {
+      // The entry may be a bare token: say where it is, never what it is.
+      problem(`entry ${n} is not role:token (expected e.g. admin:<token>)`)
+      return
+    }
+    const role = entry.slice(0, colon).trim().toLowerCase()
+    const token = entry.slice(colon + 1).trim()
+    let ok = true
+    if (!isRole(role)) {
+      problem(`entry ${n} has unknown role ${shown(role)} (roles: ${ROLES.join(', ')})`)
+      ok = false
+    }
+    if (token.length < MIN_TOKEN_LENGTH) {
+      problem(
+        `entry ${n}: the token is ${token.length} characters; tokens must be at least ${MIN_TOKEN_LENGTH} (generate one with: openssl rand -base64 32)`,
+      )
+      ok = false
+    } else if (/\s/.test(token)) {
+      problem(`entry ${n}: the token contains whitespace, which an Authorization header cannot carry`)
+      ok = false
+    }
+    const first = seen.get(token)
+    if (first !== undefined && token !== '') {
+      problem(`entries ${first} and ${n} use the same token; each token must be distinct`)
+      ok = false
+    } else {
+      seen.set(token, n)
+    }
+    if (ok && isRole(role)) out.push({ role, token, actor: tokenActor(role, token) })
+  })
+  return out
+})
+
+const webhookAllowSchema = optionalString.transform((raw, ctx): string[] => {
+  if (raw === undefined) return []
+  const out: string[] = []
+  for (const entry of raw.split(',').map((e) => e.trim())) {
+    if (entry === '') continue
+    const problem = (why: string) =>
+      ctx.addIssue({ code: 'custom', message: `WEBHOOK_ALLOW entry ${shown(entry)} ${why}` })
+    let u: URL
+    try {
+      u = new URL(entry)
+    } catch {
+      problem('is not an absolute URL (expected e.g. https://hooks.example.com/)')
+      continue
+    }
+    if (u.protocol !== 'http:' && u.protocol !== 'https:') {
+      problem(`must use http or https (got ${u.protocol.replace(/:$/, '')})`)
+      continue
+    }
+    if (u.username || u.password) {
+      problem('must not carry credentials; put them in the step headers')
+      continue
+    }
+    if (u.hash) {
+      problem('must not have a #fragment')
+      continue
+    }
+    // WHATWG normalisation lower-cases the host, drops default ports and adds the
+    // root '/', so 'http://127.0.0.1:8080' cannot also allow 'http://127.0.0.1:8080.evil.com'.
+    if (!out.includes(u.href)) out.push(u.href)
+  }
+  return out
+})
+
+const instanceIdSchema = optionalString.transform((raw, ctx) => {
+  if (raw === undefined) return undefined
+  if (raw.length > MAX_INSTANCE_ID || /[\s\p{Cc}]/u.test(raw)) {
+    ctx.addIssue({
+      code: 'custom',
+      message: `INSTANCE_ID must be 1 to ${MAX_INSTANCE_ID} characters without spaces (got ${shown(raw)})`,
+    })
+    return z.NEVER
+  }
+  return raw
+})
+
+const databaseUrlSchema = optionalString.transform((raw, ctx) => {
+  if (raw === undefined) return undefined
+  let u: URL | undefined
+  try {
+    u = new URL(raw)
+  } catch {
+    u = undefined
+  }
+  if (!u || (u.protocol !== 'mysql:' && u.protocol !== 'mariadb:')) {
+    // The URL may hold a password: show only its scheme.
+    const scheme = u ? u.protocol : 'not a URL'
+    ctx.addIssue({
+      code: 'custom',
+      message: `DATABASE_URL must look like mysql://user:pass@host:3306/db (got ${scheme})`,
+    })
+    return z.NEVER
+  }
+  return raw
+})
+
+const envSchema = z
+  .object({
+    PORT: wholeNumber('PORT', 4000, 0, 65535, 'a whole number from 0 to 65535'),
+    HOST: optionalString,
+    DATABASE_URL: databaseUrlSchema,
+    TICK_MS: wholeNumber('TICK_MS', 1000, 10, 3_600_000, 'a whole number of milliseconds ≥ 10'),
+    LEASE_MS: wholeNumber('LEASE_MS', 30_000, 10, 86_400_000, 'a whole number of milliseconds ≥ 10'),
+    RUNNER: oneOf('RUNNER', ['on', 'off'] as const, 'on'),
+    SHOWRUNNER_TOKENS: tokensSchema,
+    WEBHOOK_ALLOW: webhookAllowSchema,
+    MAX_BODY_BYTES: wholeNumber(
+      'MAX_BODY_BYTES',
+      1_048_576,
+      1024,
+      1024 ** 3,
+      'a whole number of bytes ≥ 1024',
+    ),
+    LOG_LEVEL: oneOf('LOG_LEVEL', LOG_LEVELS, 'info'),
+    LOG_RETENTION_DAYS: wholeNumber('LOG_RETENTION_DAYS', 30, 1, 36_500, 'a whole number of days ≥ 1'),
+    STATUS_POLL_MS: wholeNumber('STATUS_POLL_MS', 500, 10, 3_600_000, 'a whole number of milliseconds ≥ 10'),
+    MATERIALIZE_HORIZON_HOURS: wholeNumber(
+      'MATERIALIZE_HORIZON_HOURS',
+      24,
+      1,
+      8760,
+      'a whole number of hours from 1 to 8760',
+    ),
+    INSTANCE_ID: instanceIdSchema,
+  })
+  .superRefine((env, ctx) => {
+    // A lease that can expire before its holder's next tick lets another instance
+    // take a run that is still being worked on.
+    if (env.LEASE_MS <= env.TICK_MS) {
+      ctx.addIssue({
+        code: 'custom',
+        message: `LEASE_MS (${env.LEASE_MS}) must be greater than TICK_MS (${env.TICK_MS})`,
+      })
+    }
+  })
+
+function defaultInstanceId(): string {
+  return `${hostname().slice(0, 80)}-${process.pid}-${randomBytes(2).toString('hex')}`
+}
+
+/**
+ * Read and validate the configuration.
+ * @throws {ConfigError} listing every invalid variable.
+ */
+export function loadConfig(env: Record<string, string | undefined> = process.env): Config {
+  const parsed = envSchema.safeParse(env)
+  if (!parsed.success) throw new ConfigError(parsed.error.issues.map((i) => i.message))
+  const e = parsed.data
+  const warnings: string[] = []
+  let host: string
+  if (e.SHOWRUNNER_TOKENS.length > 0) {
+    host = e.HOST ?? '0.0.0.0'
+  } else {
+    // Without configured tokens the only credential is one generated at start and
+    // printed to this console: never expose that server beyond this machine.
+    host = '127.0.0.1'
+    if (e.HOST !== undefined && e.HOST !== host) {
+      warnings.push(
+        `HOST=${e.HOST} ignored: no SHOWRUNNER_TOKENS are configured, so the server binds 127.0.0.1 only. Set SHOWRUNNER_TOKENS to listen on other addresses.`,
+      )
+    }
+  }
+  return {
+    port: e.PORT,
+    host,
+    databaseUrl: e.DATABASE_URL,
+    tickMs: e.TICK_MS,
+    leaseMs: e.LEASE_MS,
+    runner: e.RUNNER,
+    tokens: e.SHOWRUNNER_TOKENS,
+    webhookAllow: e.WEBHOOK_ALLOW,
+    maxBodyBytes: e.MAX_BODY_BYTES,
+    logLevel: e.LOG_LEVEL,
+    logRetentionDays: e.LOG_RETENTION_DAYS,
+    statusPollMs: e.STATUS_POLL_MS,
+    materializeHorizonHours: e.MATERIALIZE_HORIZON_HOURS,
+    instanceId: e.INSTANCE_ID ?? defaultInstanceId(),
+    warnings,
+  }
+}
+
+/** The configuration with secrets removed (tokens become their actor names), for the start-up log. */
+export function configSummary(config: Config): Record<string, unknown> {
+  const { tokens, databaseUrl, ...rest } = config
+  return {
+    ...rest,
+    tokens: tokens.map((t) => t.actor),
+    databaseUrl: databaseUrl === undefined ? undefined : redactUrl(databaseUrl),
+  }
+}
+
+function redactUrl(raw: string): string {
+  try {
+    const u = new URL(raw)
+    if (u.password) u.password = '***'
+    return u.toString()
+  } catch {
+    return '(invalid URL)'
+  }
+}

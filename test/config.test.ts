@@ -1,0 +1,211 @@
+import { createHash } from 'node:crypto'
+import { describe, expect, it } from 'vitest'
+import { ConfigError, configSummary, generateToken, loadConfig, MIN_TOKEN_LENGTH } from '../src/config.ts'
+
+const ADMIN = 'a'.repeat(20)
+const VIEWER = 'v'.repeat(16)
+
+function problemsOf(env: Record<string, string>): string[] {
+  try {
+    loadConfig(env)
+  } catch (err) {
+    expect(err).toBeInstanceOf(ConfigError)
+    return (err as ConfigError).problems
+  }
+  throw new Error('expected a ConfigError')
+}
+
+describe('loadConfig', () => {
+  it('applies the documented defaults to an empty environment', () => {
+    const c = loadConfig({})
+    expect(c).toMatchObject({
+      port: 4000,
+      host: '127.0.0.1',
+      databaseUrl: undefined,
+      tickMs: 1000,
+      leaseMs: 30_000,
+      runner: 'on',
+      tokens: [],
+      webhookAllow: [],
+      maxBodyBytes: 1_048_576,
+      logLevel: 'info',
+      logRetentionDays: 30,
+      statusPollMs: 500,
+      materializeHorizonHours: 24,
+      warnings: [],
+    })
+    expect(c.instanceId).toMatch(new RegExp(`-${process.pid}-[0-9a-f]{4}$`))
+    expect(loadConfig({}).instanceId).not.toBe(c.instanceId)
+  })
+
+  it('reads every variable', () => {
+    const c = loadConfig({
+      PORT: '8080',
+      HOST: '10.0.0.5',
+      DATABASE_URL: 'mysql://u:p@db:3306/showrunner',
+      TICK_MS: '250',
+      LEASE_MS: '5000',
+      RUNNER: 'OFF',
+      SHOWRUNNER_TOKENS: `admin:${ADMIN}, viewer:${VIEWER},`,
+      WEBHOOK_ALLOW: 'https://Hooks.Example.com:443/x, http://127.0.0.1:8080',
+      MAX_BODY_BYTES: '2048',
+      LOG_LEVEL: 'debug',
+      LOG_RETENTION_DAYS: '7',
+      STATUS_POLL_MS: '100',
+      MATERIALIZE_HORIZON_HOURS: '48',
+      INSTANCE_ID: 'node-a',
+    })
+    expect(c).toMatchObject({
+      port: 8080,
+      host: '10.0.0.5',
+      databaseUrl: 'mysql://u:p@db:3306/showrunner',
+      tickMs: 250,
+      leaseMs: 5000,
+      runner: 'off',
+      maxBodyBytes: 2048,
+      logLevel: 'debug',
+      logRetentionDays: 7,
+      statusPollMs: 100,
+      materializeHorizonHours: 48,
+      instanceId: 'node-a',
+      warnings: [],
+    })
+    expect(c.webhookAllow).toEqual(['https://hooks.example.com/x', 'http://127.0.0.1:8080/'])
+    const hash8 = (t: string) => createHash('sha256').update(t).digest('hex').slice(0, 8)
+    expect(c.tokens).toEqual([
+      { role: 'admin', token: ADMIN, actor: `admin#${hash8(ADMIN)}` },
+      { role: 'viewer', token: VIEWER, actor: `viewer#${hash8(VIEWER)}` },
+    ])
+  })
+
+  it('treats blank variables as unset', () => {
+    const c = loadConfig({ PORT: '', TICK_MS: '  ', SHOWRUNNER_TOKENS: '', WEBHOOK_ALLOW: ' , ' })
+    expect(c.port).toBe(4000)
+    expect(c.tickMs).toBe(1000)
+    expect(c.tokens).toEqual([])
+    expect(c.webhookAllow).toEqual([])
+  })
+
+  it('binds 0.0.0.0 by default when tokens are configured', () => {
+    expect(loadConfig({ SHOWRUNNER_TOKENS: `admin:${ADMIN}` }).host).toBe('0.0.0.0')
+  })
+
+  it('binds 127.0.0.1 without tokens even when HOST says otherwise, with a warning', () => {
+    const c = loadConfig({ HOST: '0.0.0.0' })
+    expect(c.host).toBe('127.0.0.1')
+    expect(c.warnings).toHaveLength(1)
+    expect(c.warnings[0]).toMatch(/HOST=0\.0\.0\.0 ignored.*SHOWRUNNER_TOKENS/)
+    expect(loadConfig({ HOST: '127.0.0.1' }).warnings).toEqual([])
+  })
+
+  it('names the variable and the value in each message', () => {
+    expect(problemsOf({ TICK_MS: 'abc' })).toEqual([
+      "TICK_MS must be a whole number of milliseconds ≥ 10 (got 'abc')",
+    ])
+    expect(problemsOf({ PORT: '70000' })[0]).toBe("PORT must be a whole number from 0 to 65535 (got '70000')")
+    expect(problemsOf({ PORT: '1.5' })[0]).toMatch(/^PORT .*'1\.5'/)
+    expect(problemsOf({ TICK_MS: '5' })[0]).toMatch(/^TICK_MS .*'5'/)
+    expect(problemsOf({ RUNNER: 'yes' })[0]).toBe("RUNNER must be one of 'on', 'off' (got 'yes')")
+    expect(problemsOf({ LOG_LEVEL: 'verbose' })[0]).toMatch(
+      /^LOG_LEVEL must be one of 'trace'.*\(got 'verbose'\)/,
+    )
+    expect(problemsOf({ MAX_BODY_BYTES: '-1' })[0]).toMatch(/^MAX_BODY_BYTES /)
+    expect(problemsOf({ LOG_RETENTION_DAYS: '0' })[0]).toMatch(/^LOG_RETENTION_DAYS /)
+    expect(problemsOf({ STATUS_POLL_MS: 'x' })[0]).toMatch(/^STATUS_POLL_MS /)
+    expect(problemsOf({ MATERIALIZE_HORIZON_HOURS: '0' })[0]).toMatch(/^MATERIALIZE_HORIZON_HOURS /)
+    expect(problemsOf({ INSTANCE_ID: 'has space' })[0]).toMatch(/^INSTANCE_ID /)
+    expect(problemsOf({ INSTANCE_ID: 'x'.repeat(101) })[0]).toMatch(/^INSTANCE_ID /)
+  })
+
+  it('requires LEASE_MS to exceed TICK_MS', () => {
+    expect(problemsOf({ TICK_MS: '1000', LEASE_MS: '1000' })).toEqual([
+      'LEASE_MS (1000) must be greater than TICK_MS (1000)',
+    ])
+    expect(problemsOf({ TICK_MS: '40000' })[0]).toMatch(/LEASE_MS \(30000\).*TICK_MS \(40000\)/)
+  })
+
+  it('lists every problem at once', () => {
+    const problems = problemsOf({ PORT: 'x', TICK_MS: 'y', RUNNER: 'maybe', WEBHOOK_ALLOW: 'ftp://x' })
+    expect(problems.map((p) => p.split(' ')[0])).toEqual(['PORT', 'TICK_MS', 'RUNNER', 'WEBHOOK_ALLOW'])
+    expect(() => loadConfig({ PORT: 'x', TICK_MS: 'y' })).toThrow(
+      /^Invalid configuration:\n {2}- PORT.*\n {2}- TICK_MS/,
+    )
+  })
+
+  describe('SHOWRUNNER_TOKENS', () => {
+    it('rejects unknown roles, short tokens, missing roles and duplicates without echoing tokens', () => {
+      const secret = 'supersecretvalue1'
+      const problems = problemsOf({
+        SHOWRUNNER_TOKENS: [
+          `root:${ADMIN}`,
+          'admin:short',
+          secret,
+          `viewer:${VIEWER}`,
+          `admin:${VIEWER}`,
+        ].join(','),
+      })
+      expect(problems).toEqual([
+        "SHOWRUNNER_TOKENS entry 1 has unknown role 'root' (roles: viewer, operator, admin)",
+        `SHOWRUNNER_TOKENS entry 2: the token is 5 characters; tokens must be at least ${MIN_TOKEN_LENGTH} (generate one with: openssl rand -base64 32)`,
+        'SHOWRUNNER_TOKENS entry 3 is not role:token (expected e.g. admin:<token>)',
+        'SHOWRUNNER_TOKENS entries 4 and 5 use the same token; each token must be distinct',
+      ])
+      for (const p of problems) {
+        expect(p).not.toContain(secret)
+        expect(p).not.toContain(VIEWER)
+        expect(p).not.toContain('short')
+      }
+    })
+
+    it('accepts upper-case roles and tokens containing colons', () => {
+      const c = loadConfig({ SHOWRUNNER_TOKENS: `Operator:${'x'.repeat(10)}:${'y'.repeat(10)}` })
+      expect(c.tokens[0]?.role).toBe('operator')
+      expect(c.tokens[0]?.token).toBe(`${'x'.repeat(10)}:${'y'.repeat(10)}`)
+    })
+  })
+
+  describe('WEBHOOK_ALLOW', () => {
+    it('rejects non-http(s), relative URLs, credentials and fragments', () => {
+      const problems = problemsOf({
+        WEBHOOK_ALLOW:
+          'ftp://files.example.com/,hooks.example.com,https://u:p@x.example/,https://x.example/#a',
+      })
+      expect(problems).toEqual([
+        "WEBHOOK_ALLOW entry 'ftp://files.example.com/' must use http or https (got ftp)",
+        "WEBHOOK_ALLOW entry 'hooks.example.com' is not an absolute URL (expected e.g. https://hooks.example.com/)",
+        "WEBHOOK_ALLOW entry 'https://u:p@x.example/' must not carry credentials; put them in the step headers",
+        "WEBHOOK_ALLOW entry 'https://x.example/#a' must not have a #fragment",
+      ])
+    })
+
+    it('deduplicates normalised prefixes', () => {
+      const c = loadConfig({ WEBHOOK_ALLOW: 'http://A.example:80,http://a.example/' })
+      expect(c.webhookAllow).toEqual(['http://a.example/'])
+    })
+  })
+
+  it('rejects a DATABASE_URL that is not mysql:// without echoing it', () => {
+    const problems = problemsOf({ DATABASE_URL: 'postgres://u:hunter2@h/db' })
+    expect(problems).toEqual(['DATABASE_URL must look like mysql://user:pass@host:3306/db (got postgres:)'])
+  })
+})
+
+describe('generateToken', () => {
+  it('makes distinct 43-character base64url tokens that loadConfig accepts', () => {
+    const a = generateToken()
+    const b = generateToken()
+    expect(a).toMatch(/^[A-Za-z0-9_-]{43}$/)
+    expect(a).not.toBe(b)
+    expect(loadConfig({ SHOWRUNNER_TOKENS: `admin:${a}` }).tokens).toHaveLength(1)
+  })
+})
+
+describe('configSummary', () => {
+  it('keeps secrets out of the start-up log', () => {
+    const c = loadConfig({ SHOWRUNNER_TOKENS: `admin:${ADMIN}`, DATABASE_URL: 'mysql://u:hunter2@db/x' })
+    const text = JSON.stringify(configSummary(c))
+    expect(text).not.toContain(ADMIN)
+    expect(text).not.toContain('hunter2')
+    expect(text).toContain(c.tokens[0]!.actor)
+  })
+})
