@@ -79,3 +79,22 @@ export async function deleteForRuns(db: Queryable, runIds: readonly number[]): P
   ])
   return res.affectedRows
 }
+
+/**
+ * {@link listForRun} for several runs in one statement: each run's newest
+ * `limit` lines (clamped to 1..500), newest first per run.
+ */
+export async function listForRuns(db: Queryable, runIds: readonly number[], limit = 100): Promise<LogRow[]> {
+  if (runIds.length === 0) return []
+  const n = clampLimit(limit, 100)
+  const rows = await db.query<Raw>(
+    `SELECT id, run_id, step_id, at, level, message, actor, data FROM (
+       SELECT id, run_id, step_id, at, level, message, actor, data,
+              ROW_NUMBER() OVER (PARTITION BY run_id ORDER BY id DESC) AS rn
+         FROM event_run_logs WHERE run_id IN (${placeholders(runIds.length)})) ranked
+      WHERE rn <= ${n}
+      ORDER BY run_id, id DESC`,
+    [...runIds],
+  )
+  return rows.map(hydrate)
+}

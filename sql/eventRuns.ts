@@ -61,19 +61,36 @@ const RUN_COLUMNS = `r.id, r.definition_id, r.version_id, r.scope, r.scheduled_f
   r.params, r.rehearsal, r.started_by, r.status, r.health, r.current_phase, r.last_error, r.claimed_by,
   r.claim_expires_at, r.claim_token, r.wake_at, r.started_at, r.ended_at, r.created_at, r.updated_at`
 
-// `waiting_steps` counts PARKED steps only: a cue waiting on a person. It is a
-// correlated subquery on a list bounded at 500 rows rather than a column, because
-// it is derived from the steps and a column would be a second writer's opinion of
-// them. A cue nobody notices is a run that never advances while looking healthy.
+// `waitingSteps` counts PARKED steps only: a cue waiting on a person. It is
+// derived from the steps rather than stored on the run, because a column would
+// be a second writer's opinion of them; a cue nobody notices is a run that never
+// advances while looking healthy. The seed computed it as a correlated subquery
+// in the list SELECT. On MariaDB 10.11 that shape (a prepared statement sorting
+// through a temporary table with a dependent subquery) crashed the server once
+// under concurrent load (signal 11 in free_tmp_table), so the page is read first
+// and the counts for its (at most 500) runs come from one grouped query.
 const WAITING_SUBQUERY = `(SELECT COUNT(*) FROM event_run_steps s
     WHERE s.run_id = r.id AND s.status = 'running' AND s.parked = 1)`
 
 const SELECT_LIST = `
-  SELECT ${RUN_COLUMNS}, d.title AS definition_title, d.slug AS definition_slug, v.version AS version_number,
-         ${WAITING_SUBQUERY} AS waiting_steps
+  SELECT ${RUN_COLUMNS}, d.title AS definition_title, d.slug AS definition_slug, v.version AS version_number
     FROM event_runs r
     JOIN event_definitions d ON d.id = r.definition_id
     JOIN event_versions    v ON v.id = r.version_id`
+
+/** Attach parked-step counts to a page of list rows: one grouped query for the whole page. */
+async function withWaiting(db: Queryable, rows: Raw[]): Promise<RunListRow[]> {
+  if (rows.length === 0) return []
+  const ids = rows.map((r) => Number(r.id))
+  const counts = await db.query<Raw>(
+    `SELECT run_id, COUNT(*) AS n FROM event_run_steps
+      WHERE run_id IN (${placeholders(ids.length)}) AND status = 'running' AND parked = 1
+      GROUP BY run_id`,
+    ids,
+  )
+  const byRun = new Map(counts.map((c) => [Number(c.run_id), Number(c.n)]))
+  return rows.map((row) => hydrateList({ ...row, waiting_steps: byRun.get(Number(row.id)) ?? 0 }))
+}
 
 const SELECT_RUN = `SELECT ${RUN_COLUMNS} FROM event_runs r`
 
@@ -146,19 +163,20 @@ export async function list(db: Queryable, opts: ListRunsOptions = {}): Promise<R
     `${SELECT_LIST} ${clause} ORDER BY r.scheduled_for DESC, r.id DESC LIMIT ${n}`,
     args,
   )
-  return rows.map(hydrateList)
+  return withWaiting(db, rows)
 }
 
 export async function getById(db: Queryable, id: number): Promise<RunListRow | null> {
-  const [row] = await db.execute<Raw>(`${SELECT_LIST} WHERE r.id = ?`, [id])
-  return row ? hydrateList(row) : null
+  const rows = await db.execute<Raw>(`${SELECT_LIST} WHERE r.id = ?`, [id])
+  const [run] = await withWaiting(db, rows)
+  return run ?? null
 }
 
 /** Several runs by id in one statement (for batching loaders); order not guaranteed. */
 export async function getByIds(db: Queryable, ids: readonly number[]): Promise<RunListRow[]> {
   if (ids.length === 0) return []
   const rows = await db.query<Raw>(`${SELECT_LIST} WHERE r.id IN (${placeholders(ids.length)})`, [...ids])
-  return rows.map(hydrateList)
+  return withWaiting(db, rows)
 }
 
 /** Runs claimed with one batch token (the second half of "claim many, read what you own"). */
@@ -230,11 +248,12 @@ export async function findOccurrence(
   scheduledFor: Date,
   rehearsal = false,
 ): Promise<RunListRow | null> {
-  const [row] = await db.execute<Raw>(
+  const rows = await db.execute<Raw>(
     `${SELECT_LIST} WHERE r.definition_id = ? AND r.scope = ? AND r.scheduled_for = ? AND r.rehearsal = ?`,
     [definitionId, scope ?? '', scheduledFor, rehearsal ? 1 : 0],
   )
-  return row ? hydrateList(row) : null
+  const [run] = await withWaiting(db, rows)
+  return run ?? null
 }
 
 /** How many runs of a definition are not terminal: the archive pre-check. */
@@ -354,10 +373,13 @@ export async function claimStart(
             }
             // The recorded holder ended (or vanished) without releasing: take over.
           }
-          await tx.run('UPDATE concurrency_locks SET run_id = ?, acquired_at = NOW(3) WHERE lock_key = ?', [
+          const took = await tx.run('UPDATE concurrency_locks SET run_id = ?, acquired_at = NOW(3) WHERE lock_key = ?', [
             run.id,
             key,
           ])
+          // The row vanished between the duplicate check and the read: do not
+          // claim without a lock; the next tick tries again.
+          if (took.affectedRows !== 1) throw new ClaimLost()
         }
         const res = await tx.run(`${claimSql} AND concurrency_key = ?`, [
           owner,
@@ -570,9 +592,11 @@ export async function transition(
 ): Promise<boolean> {
   const froms = Array.isArray(from) ? from : [from as RunStatus]
   const { sets, args } = transitionSets(to, opts)
+  // Terminal statuses are never left, whatever `from` a caller names.
   const res = await db.run(
-    `UPDATE event_runs SET ${sets.join(', ')} WHERE id = ? AND status IN (${placeholders(froms.length)})`,
-    [...args, id, ...froms],
+    `UPDATE event_runs SET ${sets.join(', ')}
+      WHERE id = ? AND status IN (${placeholders(froms.length)}) AND status NOT IN (${placeholders(TERMINAL.length)})`,
+    [...args, id, ...froms, ...TERMINAL],
   )
   const applied = res.affectedRows === 1
   if (applied && isTerminal(to)) await releaseKey(db, [id])
@@ -592,8 +616,9 @@ export async function transitionMany(
   const { sets, args } = transitionSets(to, opts)
   const res = await db.runQuery(
     `UPDATE event_runs SET ${sets.join(', ')}
-      WHERE id IN (${placeholders(ids.length)}) AND status IN (${placeholders(froms.length)})`,
-    [...args, ...ids, ...froms],
+      WHERE id IN (${placeholders(ids.length)}) AND status IN (${placeholders(froms.length)})
+        AND status NOT IN (${placeholders(TERMINAL.length)})`,
+    [...args, ...ids, ...froms, ...TERMINAL],
   )
   if (res.affectedRows > 0 && isTerminal(to)) await releaseKey(db, ids)
   return res.affectedRows
@@ -674,13 +699,21 @@ export async function setPhaseMany(db: Queryable, ids: readonly number[], phase:
   return res.affectedRows
 }
 
-/** Wake a run now (a cue resolved, a step skipped), unless it is paused or terminal. */
-export async function wakeNow(db: Queryable, id: number): Promise<boolean> {
+/**
+ * Wake a run now (a cue resolved, a step skipped), unless it is paused or terminal.
+ *
+ * `now` is the caller's clock (the one the runner compares `wake_at` with).
+ * Without it the database's NOW(3) is used; but a database clock ahead of the
+ * runner's by X would hold every resolved cue back by X (with a test clock,
+ * forever), so callers that have a clock pass it.
+ */
+export async function wakeNow(db: Queryable, id: number, now?: Date): Promise<boolean> {
+  const at = now ?? null
   const res = await db.run(
-    `UPDATE event_runs SET wake_at = NOW(3)
+    `UPDATE event_runs SET wake_at = COALESCE(?, NOW(3))
       WHERE id = ? AND status IN (${placeholders(IN_FLIGHT.length)})
-        AND (wake_at IS NULL OR wake_at > NOW(3)) AND claimed_by IS NULL`,
-    [id, ...IN_FLIGHT],
+        AND (wake_at IS NULL OR wake_at > COALESCE(?, NOW(3))) AND claimed_by IS NULL`,
+    [at, id, ...IN_FLIGHT, at],
   )
   return res.affectedRows === 1
 }
@@ -791,4 +824,33 @@ export async function futureScheduled(
     [definitionId, from],
   )
   return rows.map((r) => ({ id: Number(r.id), scope: String(r.scope), scheduledFor: r.scheduled_for as Date }))
+}
+
+/**
+ * The runs holding any of `keys` right now (key-holding statuses), lowest id
+ * first: {@link concurrencyHolder} for many keys in one statement, so the API can
+ * show a list of runs with their holders without a query per run. Each row
+ * carries the key it was asked for (`requestedKey`): keys compare under the
+ * column's collation, so the stored spelling may differ from the requested one.
+ */
+export async function holdersOfKeys(
+  db: Queryable,
+  keys: readonly string[],
+): Promise<{ requestedKey: string; id: number; status: RunStatus; definitionId: number }[]> {
+  if (keys.length === 0) return []
+  const wanted = keys.map(() => 'SELECT ? AS k').join(' UNION ALL ')
+  const rows = await db.query<Raw>(
+    `SELECT w.k AS requested_key, r.id, r.status, r.definition_id
+       FROM (${wanted}) w
+       JOIN event_runs r ON r.concurrency_key = w.k
+      WHERE r.status IN (${placeholders(KEY_HOLDING.length)})
+      ORDER BY r.id`,
+    [...keys, ...KEY_HOLDING],
+  )
+  return rows.map((r) => ({
+    requestedKey: String(r.requested_key),
+    id: Number(r.id),
+    status: r.status as RunStatus,
+    definitionId: Number(r.definition_id),
+  }))
 }

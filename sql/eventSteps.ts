@@ -193,11 +193,15 @@ export async function begin(db: Queryable, id: number, owner: string, leaseUntil
   const res = await db.run(
     `UPDATE event_run_steps
         SET status = 'running', attempts = attempts + 1, claimed_by = ?, claim_expires_at = ?,
-            started_at = COALESCE(started_at, NOW(3)), wake_at = NULL, parked = 0
+            started_at = COALESCE(started_at, ?), wake_at = NULL, parked = 0
       WHERE id = ?
-        AND (status = 'pending' OR (status = 'running' AND parked = 0 AND wake_at IS NULL))
+        AND ((status = 'pending' AND (wake_at IS NULL OR wake_at <= ?))
+             OR (status = 'running' AND parked = 0 AND wake_at IS NULL))
         AND (claim_expires_at IS NULL OR claim_expires_at < ?)`,
-    [owner, leaseUntil, id, now],
+    // started_at is the caller's `now`, not NOW(3): `core.wait {seconds}` and cue
+    // timeouts count from it and compare with the runner's clock, so both ends
+    // must come from the same clock.
+    [owner, leaseUntil, now, id, now, now],
   )
   return res.affectedRows === 1
 }

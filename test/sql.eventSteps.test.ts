@@ -1,0 +1,481 @@
+/**
+ * sql/eventSteps.ts against a real MariaDB: idempotent expansion, the guarded
+ * moves of a step, next-step selection, step reclaim (invariant 10) and the
+ * waiting counts (invariant 13: parked cues only, never timers or backoffs).
+ */
+import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest'
+import type { Db } from '../sql/db.ts'
+import * as runs from '../sql/eventRuns.ts'
+import type { StepRow } from '../sql/eventSteps.ts'
+import * as steps from '../sql/eventSteps.ts'
+import { createTestDb, type TestDb } from './helpers/db.ts'
+import {
+  at,
+  countRows,
+  makeDefinition,
+  makeRun,
+  makeRunWithSteps,
+  resetRuns,
+  sleepMs,
+  stepSpecs,
+} from './helpers/fixtures.ts'
+
+let t: TestDb
+let db: Db
+
+beforeAll(async () => {
+  t = await createTestDb()
+  db = t.db
+})
+afterAll(async () => {
+  await t?.drop()
+})
+beforeEach(async () => {
+  // waitingSummary / listWaiting span every step.
+  await resetRuns(db)
+})
+
+const get = async (id: number): Promise<StepRow> => {
+  const s = await steps.getById(db, id)
+  if (!s) throw new Error(`step ${id} not found`)
+  return s
+}
+
+/** The steps of a fresh run with `n` pending steps. */
+async function fresh(n: number): Promise<StepRow[]> {
+  return (await makeRunWithSteps(db, n)).steps
+}
+
+function nth(list: readonly StepRow[], i: number): StepRow {
+  const s = list[i]
+  if (!s) throw new Error(`no step ${i}`)
+  return s
+}
+
+/** Begin a step now with a 30 s lease. */
+async function begun(step: StepRow, owner = 'w1'): Promise<void> {
+  expect(await steps.begin(db, step.id, owner, at(30_000), new Date())).toBe(true)
+}
+
+describe('expand', () => {
+  it('is idempotent: a second expansion inserts nothing; an extended one inserts only the new seqs', async () => {
+    const run = await makeRun(db)
+    const specs = stepSpecs(5, {
+      kind: 'core.webhook',
+      params: { url: 'https://x.test/' },
+      maxAttempts: 3,
+      onError: 'degrade',
+    })
+    expect(await steps.expand(db, [{ runId: run.id, specs }])).toBe(5)
+    expect(await steps.expand(db, [{ runId: run.id, specs }])).toBe(0)
+    expect(await countRows(db, 'event_run_steps', 'run_id = ?', [run.id])).toBe(5)
+    expect(await steps.expand(db, [{ runId: run.id, specs: stepSpecs(7) }])).toBe(2)
+    expect(await steps.expand(db, [])).toBe(0)
+    expect(await steps.expand(db, [{ runId: run.id, specs: [] }])).toBe(0)
+    const list = await steps.listForRun(db, run.id)
+    expect(list.map((s) => s.seq)).toEqual([0, 1, 2, 3, 4, 5, 6])
+    // The first expansion's rows were not overwritten by the second.
+    expect(nth(list, 0)).toMatchObject({
+      kind: 'core.webhook',
+      params: { url: 'https://x.test/' },
+      maxAttempts: 3,
+      onError: 'degrade',
+      status: 'pending',
+      parked: false,
+      attempts: 0,
+      wakeAt: null,
+      claimedBy: null,
+    })
+  })
+
+  it('expands several runs in one call, idempotently', async () => {
+    const a = await makeRun(db)
+    const b = await makeRun(db)
+    const items = [
+      { runId: a.id, specs: stepSpecs(3) },
+      { runId: b.id, specs: stepSpecs(2) },
+    ]
+    expect(await steps.expand(db, items)).toBe(5)
+    expect(await steps.expand(db, items)).toBe(0)
+    const all = await steps.listForRuns(db, [a.id, b.id])
+    expect(all.map((s) => [s.runId, s.seq])).toEqual([
+      [a.id, 0],
+      [a.id, 1],
+      [a.id, 2],
+      [b.id, 0],
+      [b.id, 1],
+    ])
+  })
+})
+
+describe('begin', () => {
+  it('starts an attempt: running, leased, attempts + 1', async () => {
+    const s = nth(await fresh(1), 0)
+    const lease = at(30_000)
+    expect(await steps.begin(db, s.id, 'w1', lease, new Date())).toBe(true)
+    const row = await get(s.id)
+    expect(row).toMatchObject({
+      status: 'running',
+      attempts: 1,
+      claimedBy: 'w1',
+      parked: false,
+      wakeAt: null,
+    })
+    expect(row.claimExpiresAt?.getTime()).toBe(lease.getTime())
+    expect(row.startedAt).toBeInstanceOf(Date)
+  })
+
+  it('is refused while a live lease is held, by another owner or the same one; after expiry it re-runs (attempts + 1)', async () => {
+    const s = nth(await fresh(1), 0)
+    const T = Date.now()
+    expect(await steps.begin(db, s.id, 'w1', at(5_000, T), new Date(T))).toBe(true)
+    expect(await steps.begin(db, s.id, 'w2', at(35_000, T), at(1_000, T))).toBe(false)
+    expect(await steps.begin(db, s.id, 'w1', at(35_000, T), at(1_000, T))).toBe(false)
+    expect(await get(s.id)).toMatchObject({ attempts: 1, claimedBy: 'w1' })
+    expect(await steps.begin(db, s.id, 'w2', at(35_000, T), at(5_001, T))).toBe(true)
+    expect(await get(s.id)).toMatchObject({ status: 'running', attempts: 2, claimedBy: 'w2' })
+  })
+
+  it('is refused for parked, sleeping and finished steps', async () => {
+    const [p, sl, done] = await fresh(3)
+    for (const s of [p, sl, done] as StepRow[]) await begun(s)
+    expect(await steps.park(db, (p as StepRow).id, null)).toBe(true)
+    expect(await steps.sleep(db, (sl as StepRow).id, at(60_000))).toBe(true)
+    expect(await steps.complete(db, (done as StepRow).id, { ok: true })).toBe(true)
+    const later = at(3_600_000)
+    for (const s of [p, sl, done] as StepRow[]) {
+      expect(await steps.begin(db, s.id, 'w2', at(30_000, later), later)).toBe(false)
+      expect((await get(s.id)).attempts).toBe(1)
+    }
+  })
+
+  // DESIGN.md: a step in retry backoff is *sleeping* (`pending`, parked = 0,
+  // wake_at in the future), and begin's own doc says sleeping steps are refused.
+  // A begin that ignores the backoff's wake_at lets any tick that read the step
+  // before scheduleRetry re-run it at once, defeating the exponential backoff.
+  it('is refused for a step in retry backoff until its wake_at, then begins the next attempt', async () => {
+    const s = nth(await fresh(1), 0)
+    await begun(s)
+    const wake = at(5_000)
+    expect(await steps.scheduleRetry(db, s.id, 'HTTP 503', wake)).toBe(true)
+    expect(await steps.begin(db, s.id, 'w1', at(30_000), at(-1, wake))).toBe(false)
+    expect(await get(s.id)).toMatchObject({ status: 'pending', attempts: 1, wakeAt: wake })
+    expect(await steps.begin(db, s.id, 'w1', at(30_000, wake), wake)).toBe(true)
+    expect(await get(s.id)).toMatchObject({
+      status: 'running',
+      attempts: 2,
+      wakeAt: null,
+      lastError: 'HTTP 503',
+    })
+  })
+})
+
+describe('the moves of a running step', () => {
+  it('complete: running → completed once; never from pending or a finished step', async () => {
+    const [a, b] = await fresh(2)
+    expect(await steps.complete(db, (a as StepRow).id, 1)).toBe(false) // pending
+    await begun(a as StepRow)
+    expect(await steps.complete(db, (a as StepRow).id, { n: 1 })).toBe(true)
+    expect(await get((a as StepRow).id)).toMatchObject({
+      status: 'completed',
+      result: { n: 1 },
+      claimedBy: null,
+    })
+    expect((await get((a as StepRow).id)).endedAt).toBeInstanceOf(Date)
+    expect(await steps.complete(db, (a as StepRow).id, { n: 2 })).toBe(false)
+    expect((await get((a as StepRow).id)).result).toEqual({ n: 1 })
+    await begun(b as StepRow)
+    expect(await steps.skip(db, (b as StepRow).id, 'operator said so')).toBe(true)
+    expect(await steps.complete(db, (b as StepRow).id, 'late')).toBe(false) // the skip won
+    expect(await get((b as StepRow).id)).toMatchObject({
+      status: 'skipped',
+      result: { reason: 'operator said so' },
+    })
+  })
+
+  it('completeMany completes only executing steps', async () => {
+    const [a, b, c] = await fresh(3)
+    await begun(a as StepRow)
+    await begun(b as StepRow)
+    expect(await steps.completeMany(db, [(a as StepRow).id, (b as StepRow).id, (c as StepRow).id])).toBe(2)
+    expect((await get((c as StepRow).id)).status).toBe('pending')
+    expect(await steps.completeMany(db, [])).toBe(0)
+  })
+
+  it('park: running → parked with no lease; refused when not running', async () => {
+    const [a, b] = await fresh(2)
+    expect(await steps.park(db, (a as StepRow).id, null)).toBe(false)
+    await begun(a as StepRow)
+    const until = at(600_000)
+    expect(await steps.park(db, (a as StepRow).id, until)).toBe(true)
+    expect(await get((a as StepRow).id)).toMatchObject({
+      status: 'running',
+      parked: true,
+      wakeAt: until,
+      claimedBy: null,
+      claimExpiresAt: null,
+      attempts: 1,
+    })
+    await begun(b as StepRow)
+    await steps.complete(db, (b as StepRow).id, null)
+    expect(await steps.park(db, (b as StepRow).id, null)).toBe(false)
+  })
+
+  it('sleep: running → sleeping (not parked, no lease); resume re-enters when due without spending an attempt', async () => {
+    const s = nth(await fresh(1), 0)
+    await begun(s)
+    const wake = at(10_000)
+    expect(await steps.sleep(db, s.id, wake)).toBe(true)
+    expect(await get(s.id)).toMatchObject({ status: 'running', parked: false, wakeAt: wake, claimedBy: null })
+    expect(await steps.resume(db, s.id, 'w2', at(30_000, wake), at(-1, wake))).toBe(false)
+    expect(await steps.resume(db, s.id, 'w2', at(30_000, wake), wake)).toBe(true)
+    const row = await get(s.id)
+    expect(row).toMatchObject({ status: 'running', attempts: 1, claimedBy: 'w2', wakeAt: wake })
+    // Its lease is live: nobody re-enters until it lapses.
+    expect(await steps.resume(db, s.id, 'w3', at(60_000, wake), at(1, wake))).toBe(false)
+    expect(await steps.resume(db, s.id, 'w3', at(60_000, wake), at(30_001, wake))).toBe(true)
+    expect((await get(s.id)).attempts).toBe(1)
+    expect(await steps.complete(db, s.id, { waited: true })).toBe(true)
+    expect(await get(s.id)).toMatchObject({ status: 'completed', wakeAt: null })
+    expect(await steps.sleep(db, s.id, wake)).toBe(false)
+  })
+
+  it('resume: a parked cue re-enters only when its timeout passed; never one without a timeout', async () => {
+    const [timed, open] = await fresh(2)
+    await begun(timed as StepRow)
+    await begun(open as StepRow)
+    const timeout = at(5_000)
+    await steps.park(db, (timed as StepRow).id, timeout)
+    await steps.park(db, (open as StepRow).id, null)
+    expect(await steps.resume(db, (timed as StepRow).id, 'w', at(30_000), at(-1, timeout))).toBe(false)
+    expect(await steps.resume(db, (timed as StepRow).id, 'w', at(30_000, timeout), timeout)).toBe(true)
+    expect(await get((timed as StepRow).id)).toMatchObject({ parked: false, claimedBy: 'w', attempts: 1 })
+    const far = at(365 * 86_400_000)
+    expect(await steps.resume(db, (open as StepRow).id, 'w', far, far)).toBe(false)
+    expect((await get((open as StepRow).id)).parked).toBe(true)
+  })
+
+  it('scheduleRetry: running → pending with error and wake_at; refused when not running', async () => {
+    const s = nth(await fresh(1), 0)
+    expect(await steps.scheduleRetry(db, s.id, 'nope', at(1000))).toBe(false)
+    await begun(s)
+    const wake = at(2_000)
+    expect(await steps.scheduleRetry(db, s.id, 'e'.repeat(1500), wake)).toBe(true)
+    const row = await get(s.id)
+    expect(row).toMatchObject({
+      status: 'pending',
+      parked: false,
+      wakeAt: wake,
+      claimedBy: null,
+      attempts: 1,
+    })
+    expect(row.lastError).toHaveLength(1000)
+    expect(await steps.scheduleRetry(db, s.id, 'again', wake)).toBe(false)
+  })
+
+  it('fail: running → failed once; a failed step cannot be completed, skipped or resolved', async () => {
+    const s = nth(await fresh(1), 0)
+    expect(await steps.fail(db, s.id, 'x')).toBe(false)
+    await begun(s)
+    expect(await steps.fail(db, s.id, 'HTTP 400')).toBe(true)
+    expect(await get(s.id)).toMatchObject({
+      status: 'failed',
+      lastError: 'HTTP 400',
+      claimedBy: null,
+      wakeAt: null,
+    })
+    expect(await steps.fail(db, s.id, 'y')).toBe(false)
+    expect(await steps.complete(db, s.id, null)).toBe(false)
+    expect(await steps.skip(db, s.id, null)).toBe(false)
+    expect(await steps.resolveParked(db, s.id, null)).toBe(false)
+    expect((await get(s.id)).lastError).toBe('HTTP 400')
+  })
+
+  it('resolveParked completes a parked cue once; refused for pending, executing, sleeping and done steps', async () => {
+    const [pending, executing, sleeping, parked] = (await fresh(4)) as [StepRow, StepRow, StepRow, StepRow]
+    await begun(executing)
+    await begun(sleeping)
+    await begun(parked)
+    await steps.sleep(db, sleeping.id, at(60_000))
+    await steps.park(db, parked.id, null)
+    for (const s of [pending, executing, sleeping]) {
+      const before = await get(s.id)
+      expect(await steps.resolveParked(db, s.id, { note: 'go' })).toBe(false)
+      expect(await get(s.id)).toEqual(before)
+    }
+    expect(await steps.resolveParked(db, parked.id, { note: 'gates open' })).toBe(true)
+    expect(await get(parked.id)).toMatchObject({
+      status: 'completed',
+      parked: false,
+      result: { note: 'gates open' },
+    })
+    expect(await steps.resolveParked(db, parked.id, { note: 'again' })).toBe(false)
+  })
+
+  it('skip: any unfinished step (pending, executing, sleeping, parked); never a finished one', async () => {
+    const list = (await fresh(6)) as StepRow[]
+    const [pending, executing, sleeping, parked, completed, backoff] = list as [
+      StepRow,
+      StepRow,
+      StepRow,
+      StepRow,
+      StepRow,
+      StepRow,
+    ]
+    for (const s of [executing, sleeping, parked, completed, backoff]) await begun(s)
+    await steps.sleep(db, sleeping.id, at(60_000))
+    await steps.park(db, parked.id, null)
+    await steps.complete(db, completed.id, { done: 1 })
+    await steps.scheduleRetry(db, backoff.id, 'err', at(60_000))
+    for (const s of [pending, executing, sleeping, parked, backoff]) {
+      expect(await steps.skip(db, s.id, null)).toBe(true)
+      expect(await get(s.id)).toMatchObject({
+        status: 'skipped',
+        parked: false,
+        wakeAt: null,
+        claimedBy: null,
+      })
+      expect(await steps.skip(db, s.id, 'twice')).toBe(false)
+    }
+    expect(await steps.skip(db, completed.id, 'late')).toBe(false)
+    expect(await get(completed.id)).toMatchObject({ status: 'completed', result: { done: 1 } })
+  })
+
+  it('cancelUnfinished cancels pending and running steps of that run only', async () => {
+    const { run, steps: list } = await makeRunWithSteps(db, 6)
+    const other = nth(await fresh(1), 0)
+    const [done, skipped, parked, sleeping, executing] = list as [StepRow, StepRow, StepRow, StepRow, StepRow]
+    for (const s of [done, parked, sleeping, executing]) await begun(s)
+    await steps.complete(db, done.id, { ok: 1 })
+    await steps.skip(db, skipped.id, null)
+    await steps.park(db, parked.id, null)
+    await steps.sleep(db, sleeping.id, at(60_000))
+    expect(await steps.cancelUnfinished(db, run.id)).toBe(4) // parked, sleeping, executing, pending(seq 5)
+    const after = await steps.listForRun(db, run.id)
+    expect(after.map((s) => s.status)).toEqual([
+      'completed',
+      'skipped',
+      'cancelled',
+      'cancelled',
+      'cancelled',
+      'cancelled',
+    ])
+    for (const s of after.slice(2)) expect(s).toMatchObject({ parked: false, wakeAt: null, claimedBy: null })
+    expect(nth(after, 0).result).toEqual({ ok: 1 })
+    expect((await get(other.id)).status).toBe('pending')
+    expect(await steps.cancelUnfinished(db, run.id)).toBe(0)
+  })
+})
+
+describe('nextStep / nextSteps', () => {
+  it('pick the lowest unfinished seq (not the lowest id); null/absent when all are done', async () => {
+    const a = await makeRun(db)
+    // Inserted in reverse, so id order and seq order disagree.
+    await steps.expand(db, [{ runId: a.id, specs: stepSpecs(4).reverse() }])
+    const aSteps = await steps.listForRun(db, a.id)
+    expect((await steps.nextStep(db, a.id))?.seq).toBe(0)
+    await begun(nth(aSteps, 0))
+    await steps.complete(db, nth(aSteps, 0).id, null)
+    await steps.skip(db, nth(aSteps, 1).id, null)
+    expect((await steps.nextStep(db, a.id))?.seq).toBe(2)
+    await begun(nth(aSteps, 2))
+    await steps.park(db, nth(aSteps, 2).id, null)
+    expect((await steps.nextStep(db, a.id))?.seq).toBe(2) // parked is unfinished
+
+    const { run: b, steps: bSteps } = await makeRunWithSteps(db, 2)
+    for (const s of bSteps) await steps.skip(db, s.id, null)
+    const { run: c } = await makeRunWithSteps(db, 3)
+    const none = await makeRun(db)
+    expect(await steps.nextStep(db, b.id)).toBeNull()
+    expect(await steps.nextStep(db, none.id)).toBeNull()
+
+    const map = await steps.nextSteps(db, [a.id, b.id, c.id, none.id])
+    expect([...map.keys()].sort((x, y) => x - y)).toEqual([a.id, c.id].sort((x, y) => x - y))
+    expect(map.get(a.id)?.seq).toBe(2)
+    expect(map.get(a.id)?.id).toBe(nth(aSteps, 2).id)
+    expect(map.get(c.id)?.seq).toBe(0)
+    expect((await steps.nextSteps(db, [])).size).toBe(0)
+  })
+})
+
+describe('invariant 10 (steps): reclaim releases the lease only', () => {
+  it('releases expired step leases, keeps status and attempts; the next begin re-runs the step', async () => {
+    const [stale, live, parked] = (await fresh(3)) as [StepRow, StepRow, StepRow]
+    const T = Date.now()
+    expect(await steps.begin(db, stale.id, 'crashed', at(1_000, T), new Date(T))).toBe(true)
+    expect(await steps.begin(db, live.id, 'alive', at(60_000, T), new Date(T))).toBe(true)
+    expect(await steps.begin(db, parked.id, 'w', at(60_000, T), new Date(T))).toBe(true)
+    await steps.park(db, parked.id, null)
+    const parkedBefore = await get(parked.id)
+
+    expect(await steps.reclaimStale(db, at(2_000, T))).toBe(1)
+    expect(await get(stale.id)).toMatchObject({
+      status: 'running',
+      attempts: 1,
+      claimedBy: null,
+      claimExpiresAt: null,
+    })
+    expect(await get(live.id)).toMatchObject({ status: 'running', attempts: 1, claimedBy: 'alive' })
+    expect(await get(parked.id)).toEqual(parkedBefore)
+    expect(await steps.reclaimStale(db, at(2_000, T))).toBe(0)
+    // At-least-once: the next owner runs it again as the next attempt.
+    expect(await steps.begin(db, stale.id, 'w2', at(30_000, T), at(2_000, T))).toBe(true)
+    expect((await get(stale.id)).attempts).toBe(2)
+  })
+})
+
+describe('invariant 13: waiting counts parked cues only', () => {
+  it('list, getById, statusesOf, waitingSummary, waitingCounts and listWaiting never count timers or backoffs', async () => {
+    const fx = await makeDefinition(db)
+    const r1 = await makeRunWithSteps(db, 4, { definition: fx })
+    const r2 = await makeRunWithSteps(db, 4, { definition: fx })
+    const r3 = await makeRunWithSteps(db, 2, { definition: fx })
+    const [cue1, wait1, retry1, exec1] = r1.steps as [StepRow, StepRow, StepRow, StepRow]
+    const [wait2, retry2, cue2] = r2.steps as [StepRow, StepRow, StepRow]
+    const [wait3, retry3] = r3.steps as [StepRow, StepRow]
+
+    // Begin in a known order so started_at orders the cues (cue1 older).
+    for (const s of [cue1, wait1, retry1, exec1, wait2, retry2, wait3, retry3]) await begun(s)
+    await sleepMs(5)
+    await begun(cue2)
+    expect(await steps.park(db, cue1.id, null)).toBe(true)
+    expect(await steps.park(db, cue2.id, at(600_000))).toBe(true) // a cue with a timeout is still waiting
+    for (const s of [wait1, wait2, wait3]) expect(await steps.sleep(db, s.id, at(600_000))).toBe(true)
+    for (const s of [retry1, retry2, retry3])
+      expect(await steps.scheduleRetry(db, s.id, 'HTTP 503', at(2_000))).toBe(true)
+
+    const expectCounts = async (c1: number, c2: number) => {
+      const byId = new Map(
+        (await runs.list(db, { definitionId: fx.def.id })).map((r) => [r.id, r.waitingSteps]),
+      )
+      expect([byId.get(r1.run.id), byId.get(r2.run.id), byId.get(r3.run.id)]).toEqual([c1, c2, 0])
+      expect((await runs.getById(db, r1.run.id))?.waitingSteps).toBe(c1)
+      const snaps = new Map(
+        (await runs.statusesOf(db, [r1.run.id, r2.run.id, r3.run.id])).map((s) => [s.id, s.waitingSteps]),
+      )
+      expect([snaps.get(r1.run.id), snaps.get(r2.run.id), snaps.get(r3.run.id)]).toEqual([c1, c2, 0])
+      const counts = await steps.waitingCounts(db, [r1.run.id, r2.run.id, r3.run.id])
+      expect(counts.get(r1.run.id) ?? 0).toBe(c1)
+      expect(counts.get(r2.run.id) ?? 0).toBe(c2)
+      expect(counts.has(r3.run.id)).toBe(false)
+      expect((await steps.waitingSummary(db)).count).toBe(c1 + c2)
+    }
+
+    await expectCounts(1, 1)
+    const summary = await steps.waitingSummary(db)
+    expect(summary.oldestAt?.getTime()).toBe((await get(cue1.id)).startedAt?.getTime())
+    expect((await steps.listWaiting(db)).map((s) => s.id)).toEqual([cue1.id, cue2.id])
+    expect((await steps.listWaiting(db, 1)).map((s) => s.id)).toEqual([cue1.id])
+
+    // A timer that came due and was re-entered is still not waiting.
+    expect(await steps.resume(db, wait3.id, 'w', at(700_000), at(600_000))).toBe(true)
+    await expectCounts(1, 1)
+
+    // Resolving a cue removes it from every count.
+    expect(await steps.resolveParked(db, cue1.id, { note: 'done' })).toBe(true)
+    await expectCounts(0, 1)
+    expect((await steps.listWaiting(db)).map((s) => s.id)).toEqual([cue2.id])
+    expect(await steps.waitingCounts(db, [])).toEqual(new Map())
+    expect(await runs.statusesOf(db, [])).toEqual([])
+  })
+})
