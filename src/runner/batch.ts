@@ -16,7 +16,7 @@ import * as runs from '../../sql/eventRuns.ts'
 import type { RunListRow } from '../../sql/eventRuns.ts'
 import * as steps from '../../sql/eventSteps.ts'
 import type { StepRow } from '../../sql/eventSteps.ts'
-import { type EngineDeps, handleFailure, stepContext } from './engine.ts'
+import { type EngineDeps, handleFailure, stepContext, withTimeout } from './engine.ts'
 
 export interface BatchOutcome {
   /** Runs whose next step needs the per-run engine, with their fresh status and phase. */
@@ -63,7 +63,10 @@ export async function advanceBatch(deps: EngineDeps, claimed: readonly RunListRo
       }
       const kind = registry.get(step.kind)
       const fresh = step.status === 'pending' && step.attempts === 0 && !step.wakeAt && !step.claimExpiresAt
-      if (!kind?.inline || !fresh) {
+      // A rehearsal must not execute a kind with side effects; the per-run engine
+      // logs its intent instead, so such a step never takes the inline path.
+      const rehearsed = run.rehearsal && kind?.sideEffects === true
+      if (!kind?.inline || !fresh || rehearsed) {
         handOff.push(run)
         continue
       }
@@ -116,7 +119,11 @@ export async function advanceBatch(deps: EngineDeps, claimed: readonly RunListRo
       }
       try {
         const kind = registry.get(step.kind)
-        const outcome = await kind?.execute(ctx)
+        if (!kind) throw new Error(`unknown step kind "${step.kind}"`)
+        // Inline kinds promise to finish at once, but a custom one that does not
+        // must not hold the whole batch (and the tick) forever: the step's
+        // timeout applies here as on the per-run path.
+        const outcome = await withTimeout(step.timeoutMs, deps.hardStop, (signal) => kind.execute({ ...ctx, signal }))
         if (outcome?.type !== 'completed') throw new Error(`inline kind ${step.kind} did not complete at once`)
         succeeded.push(step.id)
       } catch (err) {

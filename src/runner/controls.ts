@@ -185,7 +185,8 @@ async function stepControl(
     data: { action, applied, text },
   })
   if (applied) {
-    await runs.wakeNow(deps.db, step.runId)
+    // The runner compares wake_at with its clock, so wake by that clock, not the database's.
+    await runs.wakeNow(deps.db, step.runId, deps.clock.now())
     deps.nudge?.()
   }
   return { applied, step }

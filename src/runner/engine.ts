@@ -184,8 +184,11 @@ export function stepContext(
   }
 }
 
-/** Run `fn` with the step's timeout: the signal aborts and the promise rejects at the deadline. */
-async function withTimeout<T>(timeoutMs: number, hardStop: AbortSignal, fn: (signal: AbortSignal) => Promise<T>): Promise<T> {
+/**
+ * Run `fn` with the step's timeout: the signal aborts and the promise rejects at the deadline.
+ * Exported for the batch path (batch.ts), whose inline steps are bound by the same timeout.
+ */
+export async function withTimeout<T>(timeoutMs: number, hardStop: AbortSignal, fn: (signal: AbortSignal) => Promise<T>): Promise<T> {
   const controller = new AbortController()
   const onHardStop = () => controller.abort(new StepFailure('the runner is shutting down'))
   hardStop.addEventListener('abort', onHardStop, { once: true })

@@ -117,6 +117,16 @@ export class Runner {
     return this.stateValue
   }
 
+  /**
+   * True once stop() was called. Not simply "state !== 'active'": a runner that
+   * was never started ('created') is driven by calling tick() directly (tests,
+   * one-shot tools), and must then advance runs rather than give each one back
+   * untouched.
+   */
+  private get windingDown(): boolean {
+    return this.stateValue === 'stopping' || this.stateValue === 'stopped'
+  }
+
   /** When this instance last finished a tick. */
   get lastTick(): Date | null {
     return this.lastTickAt
@@ -292,7 +302,7 @@ export class Runner {
     const due = await runs.findDue(db, now, batchSize)
     for (const run of due) {
       if (run.status !== 'scheduled' || !run.concurrencyKey) continue
-      if (this.stateValue !== 'active') break
+      if (this.windingDown) break
       const answer = await runs.claimStart(db, run, this.instanceId, leaseUntil, now)
       if (answer.claimed) {
         this.blockedLogged.delete(run.id)
@@ -395,7 +405,7 @@ export class Runner {
       settings: this.opts.settings,
       maxStepsPerClaim: this.opts.maxStepsPerClaim,
       observer: this.opts.observer,
-      stopping: () => this.stateValue !== 'active',
+      stopping: () => this.windingDown,
       hardStop: this.hardStop.signal,
       log: (obj, msg) => this.opts.logger.info(obj, msg),
     }

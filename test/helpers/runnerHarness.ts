@@ -1,0 +1,315 @@
+/**
+ * Shared setup for the runner suites (`test/runner.*.test.ts`):
+ * - {@link TestClock}: the runner's clock, moved by hand, so tests about time
+ *   (backoffs, waits, grace windows, DST) never sleep;
+ * - {@link startReceiver}: a real HTTP server (node:http) that webhooks call,
+ *   recording every request and counting calls per `Idempotency-Key`;
+ * - helpers to make registries, definitions and runs, and to wait for a status
+ *   when real time is the point (several runner instances, a child process).
+ */
+import { once } from 'node:events'
+import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
+import type { AddressInfo, Socket } from 'node:net'
+import type { Db, Queryable } from '../../sql/db.ts'
+import type { DefinitionRow } from '../../sql/eventDefinitions.ts'
+import * as logsSql from '../../sql/eventRunLogs.ts'
+import type { RunListRow } from '../../sql/eventRuns.ts'
+import * as runsSql from '../../sql/eventRuns.ts'
+import type { StepRow } from '../../sql/eventSteps.ts'
+import * as stepsSql from '../../sql/eventSteps.ts'
+import { type CreateDefinitionInput, createDefinition, type DefinitionDeps } from '../../src/definitions.ts'
+import type { ControlDeps } from '../../src/runner/controls.ts'
+import type { Clock } from '../../src/runner/engine.ts'
+import {
+  type AnyStepKind,
+  createDefaultRegistry,
+  type StepRegistry,
+} from '../../src/runner/steps/registry.ts'
+import type { RunStatus } from '../../src/states.ts'
+import { unique } from './fixtures.ts'
+
+export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
+
+// ── Clock ────────────────────────────────────────────────────────────────
+
+/** A clock that stands still until the test moves it. */
+export class TestClock implements Clock {
+  private ms: number
+  constructor(start: Date | number | string = Date.now()) {
+    this.ms = new Date(start).getTime()
+  }
+  now(): Date {
+    return new Date(this.ms)
+  }
+  set(to: Date | number | string): Date {
+    this.ms = new Date(to).getTime()
+    return this.now()
+  }
+  advance(ms: number): Date {
+    this.ms += ms
+    return this.now()
+  }
+}
+
+// ── Webhook receiver ─────────────────────────────────────────────────────
+
+export interface ReceivedCall {
+  seq: number
+  method: string
+  path: string
+  key: string | null
+  body: string
+  receivedAt: number
+  /** Set once a response was written (undefined while held or never answered). */
+  answeredAt?: number
+  /** The client went away before an answer was written. */
+  aborted?: boolean
+}
+
+/** What the receiver answers; `hold` keeps the request open until {@link WebhookReceiver.releaseHeld}. */
+export interface Reply {
+  status?: number
+  delayMs?: number
+  hold?: boolean
+  body?: string
+}
+
+/** Decides the reply to a call; `nthForKey` is 1 for the first call carrying that key. */
+export type ReplyRule = (call: ReceivedCall, nthForKey: number) => Reply
+
+export interface WebhookReceiver {
+  /** `http://127.0.0.1:PORT` (no trailing slash). */
+  readonly url: string
+  readonly calls: ReceivedCall[]
+  /** Calls per Idempotency-Key. */
+  countsByKey(): Map<string, number>
+  /** Calls received and not (yet) answered, the client still connected. */
+  pending(): ReceivedCall[]
+  /** The reply rule for paths starting with `prefix` (longest prefix wins); default 200. */
+  route(prefix: string, rule: ReplyRule): void
+  /** Answer every held request with 200 and stop holding. */
+  releaseHeld(): void
+  reset(): void
+  close(): Promise<void>
+}
+
+export async function startReceiver(): Promise<WebhookReceiver> {
+  const calls: ReceivedCall[] = []
+  const perKey = new Map<string, number>()
+  const routes = new Map<string, ReplyRule>()
+  const held = new Set<{ call: ReceivedCall; res: ServerResponse }>()
+  const sockets = new Set<Socket>()
+  let seq = 0
+
+  const answer = (call: ReceivedCall, res: ServerResponse, status: number, body: string) => {
+    if (res.destroyed || res.writableEnded) return
+    call.answeredAt = Date.now()
+    res.writeHead(status, { 'content-type': 'text/plain' })
+    res.end(body)
+  }
+
+  const ruleFor = (path: string): ReplyRule | undefined => {
+    let best: string | undefined
+    for (const prefix of routes.keys())
+      if (path.startsWith(prefix) && (!best || prefix.length > best.length)) best = prefix
+    return best === undefined ? undefined : routes.get(best)
+  }
+
+  const server = createServer((req: IncomingMessage, res: ServerResponse) => {
+    const chunks: Buffer[] = []
+    req.on('data', (c: Buffer) => chunks.push(c))
+    req.on('end', () => {
+      const keyHeader = req.headers['idempotency-key']
+      const call: ReceivedCall = {
+        seq: ++seq,
+        method: req.method ?? '',
+        path: req.url ?? '/',
+        key: typeof keyHeader === 'string' ? keyHeader : null,
+        body: Buffer.concat(chunks).toString('utf8'),
+        receivedAt: Date.now(),
+      }
+      calls.push(call)
+      const n = (perKey.get(call.key ?? '') ?? 0) + 1
+      perKey.set(call.key ?? '', n)
+      res.on('close', () => {
+        if (call.answeredAt === undefined) call.aborted = true
+      })
+      const reply = ruleFor(call.path)?.(call, n) ?? {}
+      const status = reply.status ?? 200
+      const body = reply.body ?? 'ok'
+      if (reply.hold) {
+        const entry = { call, res }
+        held.add(entry)
+        res.on('close', () => held.delete(entry))
+        return
+      }
+      if (reply.delayMs) setTimeout(() => answer(call, res, status, body), reply.delayMs)
+      else answer(call, res, status, body)
+    })
+  })
+  server.on('connection', (s: Socket) => {
+    sockets.add(s)
+    s.on('close', () => sockets.delete(s))
+  })
+  server.listen(0, '127.0.0.1')
+  await once(server, 'listening')
+  const { port } = server.address() as AddressInfo
+
+  return {
+    url: `http://127.0.0.1:${port}`,
+    calls,
+    countsByKey() {
+      const out = new Map<string, number>()
+      for (const c of calls) out.set(c.key ?? '', (out.get(c.key ?? '') ?? 0) + 1)
+      return out
+    },
+    pending() {
+      return calls.filter((c) => c.answeredAt === undefined && !c.aborted)
+    },
+    route(prefix, rule) {
+      routes.set(prefix, rule)
+    },
+    releaseHeld() {
+      for (const { call, res } of held) answer(call, res, 200, 'released')
+      held.clear()
+    },
+    reset() {
+      calls.length = 0
+      perKey.clear()
+      routes.clear()
+    },
+    async close() {
+      for (const { res } of held) res.destroy()
+      held.clear()
+      for (const s of sockets) s.destroy()
+      server.close()
+      server.closeAllConnections()
+    },
+  }
+}
+
+// ── Registries, definitions, runs ────────────────────────────────────────
+
+/** The built-ins plus `extra` custom kinds. */
+export function makeRegistry(extra: AnyStepKind[] = []): StepRegistry {
+  const registry = createDefaultRegistry()
+  for (const kind of extra) registry.register(kind)
+  return registry
+}
+
+/** A custom kind that runs `fn` and completes (side-effect free and not inline unless said otherwise). */
+export function customKind(
+  kind: string,
+  fn: (ctx: Parameters<AnyStepKind['execute']>[0]) => Promise<unknown> | unknown,
+  opts: { sideEffects?: boolean; inline?: boolean } = {},
+): AnyStepKind {
+  return {
+    kind,
+    sideEffects: opts.sideEffects ?? false,
+    // inline kinds go through the runner's batch path (src/runner/batch.ts)
+    inline: opts.inline ?? false,
+    validate: () => [],
+    async execute(ctx) {
+      const result = await fn(ctx)
+      return { type: 'completed', result: result ?? null }
+    },
+  }
+}
+
+export interface RunnerTestEnv {
+  db: Db
+  registry: StepRegistry
+  clock: Clock
+  /** Passed to controls as their nudge (e.g. `() => runner.nudge()`). */
+  nudge?: () => void
+}
+
+export function definitionDeps(env: RunnerTestEnv, horizonMs?: number): DefinitionDeps {
+  return {
+    db: env.db,
+    registry: env.registry,
+    clock: env.clock,
+    ...(horizonMs !== undefined && { horizonMs }),
+  }
+}
+
+export function controlDeps(env: RunnerTestEnv): ControlDeps {
+  return { db: env.db, clock: env.clock, ...(env.nudge && { nudge: env.nudge }) }
+}
+
+/** Create a definition (and its version 1) through `src/definitions.ts`, with a unique slug by default. */
+export function defineEvent(
+  env: RunnerTestEnv,
+  input: Omit<CreateDefinitionInput, 'slug' | 'title'> & { slug?: string; title?: string },
+): Promise<DefinitionRow> {
+  return createDefinition(
+    definitionDeps(env),
+    { slug: unique('ev'), title: 'Test event', ...input } as CreateDefinitionInput,
+    'admin#test',
+  )
+}
+
+/** Build a program from phases given as `[name, steps, ending?]`. */
+export function program(...phases: [name: string, steps: unknown[], ending?: boolean][]): unknown {
+  return { phases: phases.map(([name, steps, ending]) => ({ name, steps, ...(ending && { ending: true }) })) }
+}
+
+export async function runOf(db: Queryable, id: number): Promise<RunListRow> {
+  const run = await runsSql.getById(db, id)
+  if (!run) throw new Error(`run ${id} not found`)
+  return run
+}
+
+export function stepsOf(db: Queryable, runId: number): Promise<StepRow[]> {
+  return stepsSql.listForRun(db, runId)
+}
+
+/** A run's log messages, oldest first. */
+export async function logLines(db: Queryable, runId: number): Promise<string[]> {
+  const rows = await logsSql.listForRun(db, runId, 500)
+  return rows.reverse().map((l) => l.message)
+}
+
+/** Poll `probe` (real time) until it answers something truthy; throws with `what` on timeout. */
+export async function waitFor<T>(
+  probe: () => Promise<T | null | undefined | false> | T | null | undefined | false,
+  {
+    timeoutMs = 10_000,
+    intervalMs = 20,
+    what = 'condition',
+  }: { timeoutMs?: number; intervalMs?: number; what?: string } = {},
+): Promise<T> {
+  const deadline = Date.now() + timeoutMs
+  for (;;) {
+    const value = await probe()
+    if (value) return value
+    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}`)
+    await sleep(intervalMs)
+  }
+}
+
+/** Wait (real time) until the run's status is one of `statuses`. */
+export function waitForStatus(
+  db: Queryable,
+  runId: number,
+  statuses: RunStatus | readonly RunStatus[],
+  timeoutMs = 10_000,
+): Promise<RunListRow> {
+  const wanted = (Array.isArray(statuses) ? statuses : [statuses]) as readonly RunStatus[]
+  return waitFor(
+    async () => {
+      const run = await runOf(db, runId)
+      return wanted.includes(run.status) ? run : null
+    },
+    { timeoutMs, what: `run ${runId} to reach ${wanted.join('|')}` },
+  )
+}
+
+/** Run counts per status for a set of runs (or every run). */
+export async function statusCounts(db: Queryable, definitionId?: number): Promise<Record<string, number>> {
+  const rows = await db.query<{ status: string; n: number }>(
+    `SELECT status, COUNT(*) AS n FROM event_runs ${definitionId === undefined ? '' : 'WHERE definition_id = ?'} GROUP BY status`,
+    definitionId === undefined ? [] : [definitionId],
+  )
+  return Object.fromEntries(rows.map((r) => [r.status, Number(r.n)]))
+}

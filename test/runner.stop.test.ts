@@ -1,0 +1,172 @@
+/**
+ * Stopping and database trouble, in real time: stop() returns within the lease
+ * while a webhook is in flight, holds no claim afterwards, and the step is
+ * either finished or aborted-and-retried; a runner whose database is
+ * unreachable keeps running, counts its failed ticks and backs off.
+ */
+import { afterAll, beforeAll, beforeEach, expect, it } from 'vitest'
+import { createDb } from '../sql/db.ts'
+import { startRun } from '../src/runner/controls.ts'
+import { systemClock } from '../src/runner/engine.ts'
+import { Runner } from '../src/runner/runner.ts'
+import { parseAllowList } from '../src/runner/steps/allowList.ts'
+import { createTestDb, type TestDb } from './helpers/db.ts'
+import {
+  controlDeps,
+  defineEvent,
+  logLines,
+  makeRegistry,
+  program,
+  type RunnerTestEnv,
+  runOf,
+  sleep,
+  startReceiver,
+  stepsOf,
+  type WebhookReceiver,
+  waitFor,
+  waitForStatus,
+} from './helpers/runnerHarness.ts'
+
+const LEASE_MS = 2000
+
+let t: TestDb
+let receiver: WebhookReceiver
+beforeAll(async () => {
+  t = await createTestDb()
+  receiver = await startReceiver()
+})
+afterAll(async () => {
+  await receiver?.close()
+  await t?.drop()
+})
+beforeEach(() => receiver.reset())
+
+async function setup(path: string) {
+  const registry = makeRegistry()
+  const env: RunnerTestEnv = { db: t.db, registry, clock: systemClock }
+  const def = await defineEvent(env, {
+    program: program([
+      'main',
+      [
+        { kind: 'core.webhook', params: { url: `${receiver.url}${path}` } },
+        { kind: 'core.log', params: { message: 'after the webhook' } },
+      ],
+    ]),
+  })
+  const settings = { webhookAllow: parseAllowList(receiver.url).prefixes }
+  const makeRunner = (instanceId: string) =>
+    new Runner({ db: t.db, registry, instanceId, tickMs: 20, leaseMs: LEASE_MS, settings })
+  const run = () => startRun(controlDeps(env), { definitionId: def.id, actor: 'op#1' })
+  return { makeRunner, run }
+}
+
+async function claimsOf(instanceId: string): Promise<number> {
+  const [row] = await t.db.query<{ n: number }>(
+    `SELECT (SELECT COUNT(*) FROM event_runs WHERE claimed_by = ?) + (SELECT COUNT(*) FROM event_run_steps WHERE claimed_by = ?) AS n`,
+    [instanceId, instanceId],
+  )
+  return Number(row?.n)
+}
+
+it('stop() during a webhook that never answers: returns within LEASE_MS, no claim left, the step is aborted and retried later', async () => {
+  receiver.route('/hooks/hang', (_call, n) => (n === 1 ? { hold: true } : { status: 200 }))
+  const { makeRunner, run } = await setup('/hooks/hang')
+  const runner = makeRunner('stop-abort')
+  runner.start()
+  const r = await run()
+  runner.nudge()
+  await waitFor(() => receiver.pending().length === 1, { what: 'the webhook to be in flight' })
+
+  const t0 = Date.now()
+  await runner.stop()
+  const took = Date.now() - t0
+  console.log(`stop() with a hung webhook returned in ${took} ms`)
+  expect(took).toBeLessThan(LEASE_MS)
+  expect(runner.state).toBe('stopped')
+  expect(await claimsOf('stop-abort')).toBe(0)
+  // The attempt was cut short (the receiver saw the client go away) and will be retried.
+  expect(receiver.calls[0]?.aborted).toBe(true)
+  const [hook, log] = await stepsOf(t.db, r.id)
+  expect(hook).toMatchObject({ status: 'pending', attempts: 1, claimedBy: null })
+  expect(hook!.lastError).toMatch(/shutting down/)
+  expect(log!.status).toBe('pending')
+  expect(await runOf(t.db, r.id)).toMatchObject({ status: 'running', claimedBy: null })
+
+  // Another instance retries it, with the same Idempotency-Key, and finishes the run.
+  const next = makeRunner('stop-abort-next')
+  next.start()
+  try {
+    await waitForStatus(t.db, r.id, 'completed')
+  } finally {
+    await next.stop()
+  }
+  expect(receiver.calls.map((c) => c.key)).toEqual([`${r.id}-${hook!.id}`, `${r.id}-${hook!.id}`])
+})
+
+it('stop() during a slow webhook that answers within the grace: the step finishes, the next one does not start', async () => {
+  receiver.route('/hooks/slow', () => ({ status: 200, delayMs: 300 }))
+  const { makeRunner, run } = await setup('/hooks/slow')
+  const runner = makeRunner('stop-finish')
+  runner.start()
+  const r = await run()
+  runner.nudge()
+  await waitFor(() => receiver.pending().length === 1, { what: 'the webhook to be in flight' })
+  const t0 = Date.now()
+  await runner.stop()
+  const took = Date.now() - t0
+  console.log(`stop() with a 300 ms webhook returned in ${took} ms`)
+  expect(took).toBeLessThan(LEASE_MS)
+  expect(runner.state).toBe('stopped')
+  expect(await claimsOf('stop-finish')).toBe(0)
+  const [hook, log] = await stepsOf(t.db, r.id)
+  expect(hook).toMatchObject({ status: 'completed', attempts: 1 })
+  expect(log!.status).toBe('pending')
+  expect(await logLines(t.db, r.id)).not.toContain('after the webhook')
+  // Released due now, so another instance takes it straight away.
+  const released = await runOf(t.db, r.id)
+  expect(released).toMatchObject({ status: 'running', claimedBy: null })
+  expect(released.wakeAt!.getTime()).toBeLessThanOrEqual(Date.now())
+
+  const next = makeRunner('stop-finish-next')
+  next.start()
+  try {
+    await waitForStatus(t.db, r.id, 'completed')
+  } finally {
+    await next.stop()
+  }
+  expect(receiver.calls).toHaveLength(1)
+})
+
+it('a runner whose database is unreachable keeps running, counts tick errors, backs off, and still stops', async () => {
+  const db = createDb('mysql://root@127.0.0.1:1/showrunner_nowhere', { connectTimeout: 500 })
+  let tickErrors = 0
+  const unavailable: boolean[] = []
+  const runner = new Runner({
+    db,
+    registry: makeRegistry(),
+    instanceId: 'no-db',
+    tickMs: 20,
+    observer: { tickError: () => tickErrors++ },
+    logger: {
+      info() {},
+      debug() {},
+      warn() {},
+      error: (obj) =>
+        unavailable.push((obj as { databaseUnavailable?: boolean }).databaseUnavailable === true),
+    },
+  })
+  runner.start()
+  await sleep(1500)
+  expect(runner.state).toBe('active')
+  // Backing off from 20 ms doubling: ~6 failed ticks in 1.5 s, where a fixed 20 ms
+  // cadence would fail ~75 times.
+  expect(tickErrors).toBeGreaterThanOrEqual(3)
+  expect(tickErrors).toBeLessThanOrEqual(10)
+  expect(unavailable.length).toBeGreaterThan(0)
+  expect(unavailable.every(Boolean)).toBe(true)
+  const t0 = Date.now()
+  await runner.stop()
+  expect(Date.now() - t0).toBeLessThan(LEASE_MS)
+  expect(runner.state).toBe('stopped')
+  await db.close()
+})
