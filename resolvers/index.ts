@@ -1,0 +1,6 @@
+/** Every root field, by area. Importing this registers them on the builder. */
+import './definitions.ts'
+import './health.ts'
+import './runs.ts'
+import './steps.ts'
+import './subscriptions.ts'

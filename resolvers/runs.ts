@@ -1,0 +1,89 @@
+/** Runs: the list and one run (viewer), and the run controls (operator). */
+
+import { builder } from '../schema/builder.ts'
+import { RunStatusEnum } from '../schema/enums.ts'
+import { EventRunRef, TransitionResultRef } from '../schema/refs.ts'
+import * as runs from '../sql/eventRuns.ts'
+import { parseId, parseOptionalId, withDefault } from '../src/api/args.ts'
+import { requires } from '../src/api/authz.ts'
+import { cancelRun, pauseRun, resumeRun, startRun } from '../src/runner/controls.ts'
+import { actorOf, controlDeps } from './deps.ts'
+
+builder.queryFields((t) => ({
+  runs: t.field({
+    type: [EventRunRef],
+    description: 'Newest first (scheduledFor, then id). limit is clamped to 1..500.',
+    extensions: requires('viewer'),
+    args: {
+      definitionId: t.arg.id(),
+      status: t.arg({ type: RunStatusEnum }),
+      limit: t.arg.int({ defaultValue: 100 }),
+    },
+    resolve: async (_root, args, ctx) => {
+      const list = await runs.list(ctx.services.db, {
+        definitionId: parseOptionalId(args.definitionId, 'definitionId'),
+        status: args.status ?? null,
+        limit: withDefault(args.limit, 100),
+      })
+      // A step's `run` or a holder in this list is then answered without a query.
+      for (const run of list) ctx.loaders.run.prime(run.id, run)
+      return list
+    },
+  }),
+  run: t.field({
+    type: EventRunRef,
+    nullable: true,
+    description: 'null when no run has this id.',
+    extensions: requires('viewer'),
+    args: { id: t.arg.id({ required: true }) },
+    resolve: (_root, args, ctx) => ctx.loaders.run.load(parseId(args.id, 'id')),
+  }),
+}))
+
+builder.mutationFields((t) => ({
+  startRun: t.field({
+    type: EventRunRef,
+    description:
+      'Start a run now, or at `at` (idempotent on definition, scope and at: the existing run is answered). A rehearsal walks the program without side effects and takes no concurrency key.',
+    extensions: requires('operator'),
+    args: {
+      definitionId: t.arg.id({ required: true }),
+      scope: t.arg.string({ defaultValue: '' }),
+      at: t.arg({ type: 'DateTime' }),
+      params: t.arg({ type: 'JSON' }),
+      rehearsal: t.arg.boolean({ defaultValue: false }),
+    },
+    resolve: (_root, args, ctx) =>
+      startRun(controlDeps(ctx), {
+        definitionId: parseId(args.definitionId, 'definitionId'),
+        scope: args.scope ?? '',
+        at: args.at ?? null,
+        params: args.params ?? null,
+        rehearsal: args.rehearsal ?? false,
+        actor: actorOf(ctx),
+      }),
+  }),
+  pauseRun: t.field({
+    type: TransitionResultRef,
+    description: 'RUNNING or ENDING → PAUSED; the runner takes no further step until resumed.',
+    extensions: requires('operator'),
+    args: { id: t.arg.id({ required: true }) },
+    resolve: (_root, args, ctx) => pauseRun(controlDeps(ctx), parseId(args.id, 'id'), actorOf(ctx)),
+  }),
+  resumeRun: t.field({
+    type: TransitionResultRef,
+    description: 'PAUSED → RUNNING, continuing at once.',
+    extensions: requires('operator'),
+    args: { id: t.arg.id({ required: true }) },
+    resolve: (_root, args, ctx) => resumeRun(controlDeps(ctx), parseId(args.id, 'id'), actorOf(ctx)),
+  }),
+  cancelRun: t.field({
+    type: TransitionResultRef,
+    description:
+      'Any unfinished status → CANCELLED; unfinished steps are cancelled and the concurrency key is released.',
+    extensions: requires('operator'),
+    args: { id: t.arg.id({ required: true }), reason: t.arg.string() },
+    resolve: (_root, args, ctx) =>
+      cancelRun(controlDeps(ctx), parseId(args.id, 'id'), actorOf(ctx), args.reason ?? null),
+  }),
+}))

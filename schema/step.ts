@@ -1,0 +1,32 @@
+/** `RunStep`: one step of a run's expanded program. */
+import { StepStatusEnum } from './enums.ts'
+import { EventRunRef, RunStepRef } from './refs.ts'
+
+RunStepRef.implement({
+  description:
+    'A step is executing (RUNNING with a claim), parked on a person (RUNNING, parked: a cue), sleeping (a timer or retry backoff, wakeAt in the future) or done.',
+  fields: (t) => ({
+    id: t.exposeID('id'),
+    run: t.field({
+      type: EventRunRef,
+      resolve: async (step, _args, ctx) => {
+        const run = await ctx.loaders.run.load(step.runId)
+        if (!run) throw new Error(`run ${step.runId} is missing`)
+        return run
+      },
+    }),
+    seq: t.exposeInt('seq', { description: 'Position within the run, 0-based across phases.' }),
+    phase: t.exposeString('phase'),
+    kind: t.exposeString('kind'),
+    params: t.expose('params', { type: 'JSON', nullable: true }),
+    status: t.expose('status', { type: StepStatusEnum }),
+    parked: t.exposeBoolean('parked', { description: 'Waiting on a person (resolveCue or skipStep).' }),
+    attempts: t.exposeInt('attempts'),
+    maxAttempts: t.exposeInt('maxAttempts'),
+    wakeAt: t.expose('wakeAt', { type: 'DateTime', nullable: true }),
+    startedAt: t.expose('startedAt', { type: 'DateTime', nullable: true }),
+    endedAt: t.expose('endedAt', { type: 'DateTime', nullable: true }),
+    lastError: t.exposeString('lastError', { nullable: true }),
+    result: t.expose('result', { type: 'JSON', nullable: true }),
+  }),
+})

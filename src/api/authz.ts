@@ -1,0 +1,100 @@
+/**
+ * Who may call which root field (SPEC §6), checked per field.
+ *
+ * Every root field declares the role it needs in its Pothos `extensions`
+ * (`extensions: requires('operator')`); {@link guardRootFields} wraps each
+ * root resolver (and each subscription's `subscribe`) with the check after the
+ * schema is built, and refuses to build when a field declares no role, so a new
+ * field cannot ship open by omission. Because the check sits on the field, a
+ * mutation document mixing an operator field with an admin field is judged
+ * field by field: the operator's field runs, the admin's is FORBIDDEN.
+ *
+ * The same wrapper times each root field for the resolver-duration metric.
+ */
+import { defaultFieldResolver, GraphQLError, type GraphQLFieldResolver, type GraphQLSchema } from 'graphql'
+import { isRole, type Role, roleAllows } from '../auth.ts'
+import { AppError, ERROR_CODES } from '../errors.ts'
+import type { ApiContext } from './context.ts'
+
+/** The `extensions` key a root field's required role lives under. */
+export const ROLE_EXTENSION = 'requiredRole'
+
+/** Field `extensions` declaring the role a root field needs. */
+export function requires(role: Role): { [ROLE_EXTENSION]: Role } {
+  return { [ROLE_EXTENSION]: role }
+}
+
+export const UNAUTHENTICATED_MESSAGE =
+  'Authentication required: send the header "Authorization: Bearer <token>" (on WebSocket: connectionParams.authorization).'
+
+/**
+ * The error for a request without a valid token, carrying HTTP 401 and a
+ * `WWW-Authenticate` challenge for yoga to put on the response.
+ */
+export function unauthenticatedError(): GraphQLError {
+  return new GraphQLError(UNAUTHENTICATED_MESSAGE, {
+    extensions: {
+      code: ERROR_CODES.UNAUTHENTICATED,
+      http: { status: 401, headers: { 'WWW-Authenticate': 'Bearer realm="showrunner"' } },
+    },
+  })
+}
+
+function check(ctx: ApiContext, field: string, needed: Role): void {
+  const principal = ctx.principal
+  if (!principal) throw new AppError(ERROR_CODES.UNAUTHENTICATED, UNAUTHENTICATED_MESSAGE)
+  if (!roleAllows(principal.role, needed)) {
+    throw new AppError(
+      ERROR_CODES.FORBIDDEN,
+      `${field} needs the ${needed} role; this token has the ${principal.role} role.`,
+    )
+  }
+}
+
+function timed<T>(ctx: ApiContext, field: string, run: () => T): T {
+  const stop = ctx.services.metrics.resolverDuration.startTimer({ field })
+  let result: T
+  try {
+    result = run()
+  } catch (err) {
+    stop()
+    throw err
+  }
+  if (result instanceof Promise) {
+    return result.finally(() => stop()) as T
+  }
+  stop()
+  return result
+}
+
+/** Wrap every root field with its role check and timing; throws when a field declares no role. */
+export function guardRootFields(schema: GraphQLSchema): GraphQLSchema {
+  const roots = [schema.getQueryType(), schema.getMutationType(), schema.getSubscriptionType()]
+  for (const type of roots) {
+    if (!type) continue
+    for (const field of Object.values(type.getFields())) {
+      const name = `${type.name}.${field.name}`
+      const needed = field.extensions?.[ROLE_EXTENSION]
+      if (typeof needed !== 'string' || !isRole(needed)) {
+        throw new Error(
+          `${name} declares no role: add \`extensions: requires('viewer' | 'operator' | 'admin')\`.`,
+        )
+      }
+      if (field.subscribe) {
+        const subscribe = field.subscribe as GraphQLFieldResolver<unknown, ApiContext>
+        field.subscribe = (source, args, ctx, info) => {
+          check(ctx, name, needed)
+          return timed(ctx, name, () => subscribe(source, args, ctx, info))
+        }
+        // The per-event resolve only maps the payload; the caller was checked when subscribing.
+        continue
+      }
+      const resolve = (field.resolve ?? defaultFieldResolver) as GraphQLFieldResolver<unknown, ApiContext>
+      field.resolve = (source, args, ctx, info) => {
+        check(ctx, name, needed)
+        return timed(ctx, name, () => resolve(source, args, ctx, info))
+      }
+    }
+  }
+  return schema
+}

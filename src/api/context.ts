@@ -1,0 +1,42 @@
+/**
+ * What every resolver sees: the caller (`principal`), the process-wide services
+ * (`services`, built once by `buildApp`) and per-request DataLoaders (`loaders`,
+ * built fresh for each operation so nothing is cached across requests).
+ */
+import type { Db } from '../../sql/db.ts'
+import type { Principal } from '../auth.ts'
+import type { Logger } from '../log.ts'
+import type { Metrics } from '../metrics.ts'
+import type { Clock } from '../runner/engine.ts'
+import type { StepRegistry } from '../runner/steps/registry.ts'
+import { createLoaders, type Loaders } from './loaders.ts'
+import type { StatusPoller } from './statusPoller.ts'
+
+/** Process-wide dependencies of the API, shared by every request. */
+export interface ApiServices {
+  db: Db
+  registry: StepRegistry
+  clock: Clock
+  metrics: Metrics
+  poller: StatusPoller
+  logger: Logger
+  /** The runner's tick, for the `health.runners` liveness window. */
+  tickMs: number
+  /** Materialisation look-ahead, passed to definition changes. */
+  horizonMs: number
+  /** Wake the co-hosted runner (a run was started, a cue resolved); a no-op with RUNNER=off. */
+  nudge(): void
+  /** Ask the co-hosted runner to materialise at its next tick (a definition changed). */
+  requestMaterialise(): void
+}
+
+export interface ApiContext {
+  /** Who is calling; null only for a request that did not authenticate (refused by the guards). */
+  principal: Principal | null
+  services: ApiServices
+  loaders: Loaders
+}
+
+export function createApiContext(services: ApiServices, principal: Principal | null): ApiContext {
+  return { principal, services, loaders: createLoaders(services.db) }
+}

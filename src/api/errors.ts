@@ -1,0 +1,113 @@
+/**
+ * What clients see when something goes wrong. One rule, applied to HTTP, SSE
+ * and WebSocket alike (yoga's masked-errors plugin runs inside `getEnveloped`,
+ * which the WebSocket server uses too):
+ * - an AppError → its message and `extensions.code`;
+ * - a database that cannot be reached → DATABASE_UNAVAILABLE, "The database is
+ *   unavailable; retry shortly.";
+ * - a GraphQL error raised on purpose (validation, variable coercion, our
+ *   scalars, the auth gate) → as it is, with a code added when it has none;
+ * - anything else → "Unexpected error." with INTERNAL_SERVER_ERROR, and the real
+ *   error goes to the log only. Never SQL text, never a stack.
+ */
+import { GraphQLError, type GraphQLErrorOptions } from 'graphql'
+import type { Plugin } from 'graphql-yoga'
+import { DatabaseError } from '../../sql/db.ts'
+import { AppError, ERROR_CODES } from '../errors.ts'
+import type { Logger } from '../log.ts'
+
+export const DATABASE_UNAVAILABLE_MESSAGE = 'The database is unavailable; retry shortly.'
+export const UNEXPECTED_MESSAGE = 'Unexpected error.'
+/** Codes beyond SPEC §5's, for errors the GraphQL layer itself raises. */
+export const API_CODES = {
+  /** The document does not validate against the schema (or exceeds depth/cost limits). */
+  GRAPHQL_VALIDATION_FAILED: 'GRAPHQL_VALIDATION_FAILED',
+  /** A bug or an unexpected failure; details are in the server log. */
+  INTERNAL_SERVER_ERROR: 'INTERNAL_SERVER_ERROR',
+} as const
+
+/**
+ * graphql-js echoes the offending value into coercion messages
+ * (`Variable "$at" got invalid value "…"`); a pasted megabyte should not come
+ * back as a megabyte. Long quoted strings are cut to their first 40 characters.
+ */
+export function shortenEchoes(message: string): string {
+  if (message.length <= 300) return message
+  return message
+    .replace(/"((?:[^"\\]|\\.){60,})"/g, (_m, inner: string) => `"${inner.slice(0, 40)}..."`)
+    .slice(0, 2000)
+}
+
+/** The innermost cause of a (possibly wrapped) GraphQL error. */
+function rootCause(error: unknown): unknown {
+  let e = error
+  while (e instanceof GraphQLError && e.originalError) e = e.originalError
+  return e
+}
+
+function located(error: unknown): GraphQLErrorOptions {
+  if (!(error instanceof GraphQLError)) return {}
+  return { nodes: error.nodes, source: error.source, positions: error.positions, path: error.path }
+}
+
+export type MaskError = (error: unknown, message: string) => Error
+
+export function createMaskError(logger: Logger): MaskError {
+  return (error) => {
+    const cause = rootCause(error)
+    const where = located(error)
+    if (cause instanceof AppError) {
+      return new GraphQLError(cause.message, { ...where, extensions: { code: cause.code } })
+    }
+    if (cause instanceof DatabaseError && cause.unavailable) {
+      logger.warn({ err: cause, path: where?.path }, 'database unavailable while answering a request')
+      return new GraphQLError(DATABASE_UNAVAILABLE_MESSAGE, {
+        ...where,
+        extensions: { code: ERROR_CODES.DATABASE_UNAVAILABLE },
+      })
+    }
+    if (error instanceof GraphQLError && cause instanceof GraphQLError) {
+      // Raised on purpose somewhere in the GraphQL layer: keep its message.
+      const code =
+        error.extensions?.code ??
+        cause.extensions?.code ??
+        // No path: the request itself was wrong (variables, operation name).
+        (error.path ? API_CODES.INTERNAL_SERVER_ERROR : ERROR_CODES.BAD_USER_INPUT)
+      const message = shortenEchoes(error.message)
+      if (error.extensions?.code === code && message === error.message) return error
+      return new GraphQLError(message, { ...where, extensions: { ...error.extensions, code } })
+    }
+    logger.error({ err: cause, path: where?.path }, 'unexpected error while answering a request')
+    return new GraphQLError(UNEXPECTED_MESSAGE, {
+      ...where,
+      extensions: { code: API_CODES.INTERNAL_SERVER_ERROR },
+    })
+  }
+}
+
+/**
+ * Give validation errors a code: the one their cause carries (our scalars say
+ * BAD_USER_INPUT), else GRAPHQL_VALIDATION_FAILED.
+ */
+export function useValidationErrorCodes(): Plugin {
+  return {
+    onValidate() {
+      return ({ result, setResult }) => {
+        if (result.length === 0) return
+        setResult(
+          result.map((e) => {
+            if (e.extensions?.code && e.message.length <= 300) return e
+            const cause = rootCause(e)
+            const code =
+              (cause instanceof GraphQLError ? cause.extensions?.code : undefined) ??
+              API_CODES.GRAPHQL_VALIDATION_FAILED
+            return new GraphQLError(shortenEchoes(e.message), {
+              ...located(e),
+              extensions: { ...e.extensions, code },
+            })
+          }),
+        )
+      }
+    },
+  }
+}

@@ -1,0 +1,84 @@
+/**
+ * Per-request DataLoaders: every "field of each item in a list" read goes
+ * through one of these, so a list of 500 runs with their definitions, versions
+ * and steps costs one statement per kind of thing, not one per run. Built fresh
+ * per operation: nothing is cached across requests (or across users).
+ */
+import DataLoader from 'dataloader'
+import type { Queryable } from '../../sql/db.ts'
+import type { DefinitionRow } from '../../sql/eventDefinitions.ts'
+import * as definitions from '../../sql/eventDefinitions.ts'
+import type { LogRow } from '../../sql/eventRunLogs.ts'
+import * as logs from '../../sql/eventRunLogs.ts'
+import type { RunListRow } from '../../sql/eventRuns.ts'
+import * as runs from '../../sql/eventRuns.ts'
+import type { StepRow } from '../../sql/eventSteps.ts'
+import * as steps from '../../sql/eventSteps.ts'
+import type { VersionRow } from '../../sql/eventVersions.ts'
+import * as versions from '../../sql/eventVersions.ts'
+
+/** Keys per statement: keeps IN lists (and packets) bounded however long a list is. */
+const MAX_BATCH = 1000
+
+type KeyHolder = Awaited<ReturnType<typeof runs.holdersOfKeys>>[number]
+
+export interface Loaders {
+  run: DataLoader<number, RunListRow | null>
+  definition: DataLoader<number, DefinitionRow | null>
+  version: DataLoader<number, VersionRow | null>
+  stepsByRun: DataLoader<number, StepRow[]>
+  versionsByDefinition: DataLoader<number, VersionRow[]>
+  /** Runs holding a concurrency key now, by key. */
+  keyHolders: DataLoader<string, KeyHolder[]>
+  /** A run's newest `limit` log lines; one loader per distinct limit in the request. */
+  logsByRun(limit: number): DataLoader<number, LogRow[]>
+}
+
+function byId<K, T>(rows: readonly T[], keys: readonly K[], keyOf: (row: T) => K): (T | null)[] {
+  const map = new Map<K, T>()
+  for (const row of rows) map.set(keyOf(row), row)
+  return keys.map((k) => map.get(k) ?? null)
+}
+
+function grouped<K, T>(rows: readonly T[], keys: readonly K[], keyOf: (row: T) => K): T[][] {
+  const map = new Map<K, T[]>()
+  for (const k of keys) map.set(k, [])
+  for (const row of rows) map.get(keyOf(row))?.push(row)
+  return keys.map((k) => map.get(k) ?? [])
+}
+
+export function createLoaders(db: Queryable): Loaders {
+  const opts = { maxBatchSize: MAX_BATCH }
+  const logLoaders = new Map<number, DataLoader<number, LogRow[]>>()
+  return {
+    run: new DataLoader(async (ids) => byId(await runs.getByIds(db, ids), ids, (r) => r.id), opts),
+    definition: new DataLoader(
+      async (ids) => byId(await definitions.getByIds(db, ids), ids, (d) => d.id),
+      opts,
+    ),
+    version: new DataLoader(async (ids) => byId(await versions.getByIds(db, ids), ids, (v) => v.id), opts),
+    stepsByRun: new DataLoader(
+      async (ids) => grouped(await steps.listForRuns(db, ids), ids, (s) => s.runId),
+      opts,
+    ),
+    versionsByDefinition: new DataLoader(
+      async (ids) => grouped(await versions.listForDefinitions(db, ids), ids, (v) => v.definitionId),
+      opts,
+    ),
+    keyHolders: new DataLoader(
+      async (keys) => grouped(await runs.holdersOfKeys(db, keys), keys, (h) => h.requestedKey),
+      opts,
+    ),
+    logsByRun(limit) {
+      let loader = logLoaders.get(limit)
+      if (!loader) {
+        loader = new DataLoader(
+          async (ids) => grouped(await logs.listForRuns(db, ids, limit), ids, (l) => l.runId),
+          opts,
+        )
+        logLoaders.set(limit, loader)
+      }
+      return loader
+    },
+  }
+}

@@ -1,0 +1,114 @@
+/**
+ * GraphQL over WebSocket (the `graphql-ws` protocol) on the HTTP server's port
+ * and path, executing through yoga's envelop so validation limits, error
+ * masking and the per-field role checks are the same as over HTTP.
+ *
+ * Authentication happens once, in `onConnect`, from
+ * `connectionParams.authorization` ("Bearer <token>"): without a valid token
+ * the socket is closed with 4401 before any operation is accepted.
+ */
+import type { IncomingMessage, Server } from 'node:http'
+import type { ExecutionArgs, GraphQLError } from 'graphql'
+import { CloseCode } from 'graphql-ws'
+import { useServer } from 'graphql-ws/use/ws'
+import type { YogaServerInstance } from 'graphql-yoga'
+import { WebSocketServer } from 'ws'
+import { authenticate, type Principal, type TokenEntry } from '../auth.ts'
+import type { Logger } from '../log.ts'
+import { unauthenticatedError } from './authz.ts'
+import type { ApiContext } from './context.ts'
+
+/** Where the WebSocket path puts the principal in yoga's initial context (a symbol: no client can set it). */
+export const WS_PRINCIPAL = Symbol('showrunner.wsPrincipal')
+
+type Extra = { principal?: Principal }
+
+interface EnvelopedRoot {
+  execute: (args: ExecutionArgs) => unknown
+  subscribe: (args: ExecutionArgs) => unknown
+}
+
+export interface WsTransport {
+  readonly server: WebSocketServer
+  /** Close every socket with 1001 "Going away" and stop accepting; terminates stragglers after `graceMs`. */
+  close(graceMs?: number): Promise<void>
+}
+
+export function attachGraphqlWs(opts: {
+  httpServer: Server
+  path: string
+  // biome-ignore lint/suspicious/noExplicitAny: yoga's server context is whatever node:http gives it
+  yoga: YogaServerInstance<any, ApiContext>
+  tokens: readonly TokenEntry[]
+  maxPayloadBytes: number
+  logger: Logger
+}): WsTransport {
+  const wss = new WebSocketServer({
+    server: opts.httpServer,
+    path: opts.path,
+    maxPayload: opts.maxPayloadBytes,
+  })
+  const disposable = useServer<Record<string, unknown> | undefined, Extra>(
+    {
+      // Never put internal error text into close reasons.
+      isProd: true,
+      onConnect(ctx) {
+        const auth = ctx.connectionParams?.authorization
+        const principal = authenticate(typeof auth === 'string' ? auth : null, opts.tokens)
+        if (!principal) {
+          // 4401 says "your credentials", which clients treat as final (no reconnect loop).
+          ctx.extra.socket.close(
+            CloseCode.Unauthorized,
+            'Unauthorized: connectionParams.authorization must be "Bearer <token>"',
+          )
+          return false
+        }
+        ctx.extra.principal = principal
+        return true
+      },
+      async onSubscribe(ctx, _id, payload) {
+        const principal = ctx.extra.principal
+        if (!principal) return [unauthenticatedError()]
+        const enveloped = opts.yoga.getEnveloped({
+          req: ctx.extra.request as IncomingMessage,
+          socket: ctx.extra.socket,
+          params: payload,
+          [WS_PRINCIPAL]: principal,
+        })
+        let document: ReturnType<typeof enveloped.parse>
+        try {
+          document = enveloped.parse(payload.query)
+        } catch (err) {
+          return [err as GraphQLError]
+        }
+        const errors = enveloped.validate(enveloped.schema, document)
+        if (errors.length > 0) return errors
+        const root: EnvelopedRoot = { execute: enveloped.execute, subscribe: enveloped.subscribe }
+        return {
+          schema: enveloped.schema,
+          document,
+          operationName: payload.operationName,
+          variableValues: payload.variables,
+          contextValue: await enveloped.contextFactory(),
+          rootValue: root,
+        }
+      },
+      execute: (args) => (args.rootValue as EnvelopedRoot).execute(args) as never,
+      subscribe: (args) => (args.rootValue as EnvelopedRoot).subscribe(args) as never,
+    },
+    wss,
+  )
+  return {
+    server: wss,
+    async close(graceMs = 2000) {
+      const clients = [...wss.clients]
+      await disposable.dispose()
+      const deadline = Date.now() + graceMs
+      while (clients.some((c) => c.readyState !== c.CLOSED) && Date.now() < deadline) {
+        await new Promise((resolve) => setTimeout(resolve, 20))
+      }
+      for (const c of clients) if (c.readyState !== c.CLOSED) c.terminate()
+      opts.logger.debug({ sockets: clients.length }, 'websocket transport closed')
+    },
+  }
+}
