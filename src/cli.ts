@@ -1,0 +1,190 @@
+/**
+ * The `showrunner` command: `serve` (what `npm start` runs), `migrate`, `demo`
+ * and `token`. It only wires the environment to the pieces that do the work.
+ */
+import { Command } from 'commander'
+import { createDb } from '../sql/db.ts'
+import { migrate } from '../sql/migrate.ts'
+import { type Config, ConfigError, generateToken, loadConfig } from './config.ts'
+import { loadDemo } from './demo.ts'
+import { createLogger, type Logger } from './log.ts'
+import { MariadbNotInstalledError, type PrivateMariadb, startPrivateMariadb } from './privateMariadb.ts'
+import { systemClock } from './runner/engine.ts'
+import { createDefaultRegistry } from './runner/steps/registry.ts'
+import { buildApp } from './server.ts'
+
+/** Exit codes: 0 clean stop, 1 runtime failure, 2 bad configuration or usage. */
+const EXIT_CONFIG = 2
+
+function configOrExit(): Config {
+  try {
+    return loadConfig()
+  } catch (err) {
+    if (err instanceof ConfigError) {
+      console.error(`showrunner: the configuration is invalid:\n  - ${err.problems.join('\n  - ')}`)
+      process.exit(EXIT_CONFIG)
+    }
+    throw err
+  }
+}
+
+/**
+ * The database to use: DATABASE_URL when set, otherwise a private MariaDB in
+ * `dataDir`. Exits with what to install or set when neither is possible.
+ */
+async function resolveDatabase(config: Config, log: Logger, dataDir: string): Promise<{ url: string; privateDb: PrivateMariadb | null }> {
+  if (config.databaseUrl) return { url: config.databaseUrl, privateDb: null }
+  try {
+    log.info({ dir: dataDir }, 'no DATABASE_URL: starting a private MariaDB')
+    const privateDb = await startPrivateMariadb({ dir: dataDir, log })
+    return { url: privateDb.url, privateDb }
+  } catch (err) {
+    if (err instanceof MariadbNotInstalledError) {
+      console.error(`showrunner: ${err.message}`)
+      process.exit(1)
+    }
+    console.error(
+      `showrunner: could not start a private MariaDB in ${dataDir}: ${(err as Error).message}\n` +
+        'Set DATABASE_URL=mysql://user:pass@host:3306/showrunner to use an existing server instead.',
+    )
+    process.exit(1)
+  }
+}
+
+async function serve(opts: { dataDir: string; demo?: boolean }): Promise<void> {
+  const config = configOrExit()
+  const log = createLogger({ level: config.logLevel, instance: config.instanceId })
+  for (const warning of config.warnings) log.warn({}, warning)
+  const { url, privateDb } = await resolveDatabase(config, log, opts.dataDir)
+  const app = buildApp({ ...config, databaseUrl: url }, { logger: log })
+  let stopping = false
+  const shutdown = async (signal: string) => {
+    if (stopping) {
+      console.error(`showrunner: ${signal} again; exiting without waiting`)
+      process.exit(1)
+    }
+    stopping = true
+    log.info({ signal }, 'shutting down: finishing the current step and releasing claims')
+    let code = 0
+    try {
+      await app.stop()
+    } catch (err) {
+      code = 1
+      log.error({ err }, 'error while stopping the server')
+    }
+    if (privateDb) {
+      try {
+        await privateDb.stop()
+      } catch (err) {
+        code = 1
+        log.error({ err }, 'error while stopping the private MariaDB')
+      }
+    }
+    process.exit(code)
+  }
+  process.on('SIGINT', () => void shutdown('SIGINT'))
+  process.on('SIGTERM', () => void shutdown('SIGTERM'))
+
+  let started: Awaited<ReturnType<typeof app.start>>
+  try {
+    started = await app.start()
+  } catch (err) {
+    log.error({ err }, 'the server could not start')
+    console.error(`showrunner: the server could not start: ${(err as Error).message}`)
+    await privateDb?.stop().catch(() => undefined)
+    process.exit(1)
+  }
+  // The demo is loaded on the private database (a first run), or when asked.
+  if (privateDb || opts.demo) {
+    const created = await loadDemo({ db: app.db, registry: app.registry, clock: systemClock, nudgeMaterialise: () => app.runner?.requestMaterialise() })
+    if (created.length > 0) log.info({ created }, 'loaded demo definitions')
+  }
+  const lines = [
+    '',
+    `showrunner is serving on ${started.url}`,
+    `  GraphQL + GraphiQL: ${started.url}/graphql`,
+    `  health:             ${started.url}/healthz  ${started.url}/readyz  ${started.url}/metrics`,
+    `  runner:             ${config.runner === 'on' ? `on (tick ${config.tickMs} ms)` : 'off (API only)'}`,
+    `  database:           ${privateDb ? `private MariaDB in ${opts.dataDir}` : 'DATABASE_URL'}`,
+    '',
+  ]
+  console.log(lines.join('\n'))
+}
+
+async function withDatabase<T>(dataDir: string, fn: (url: string, log: Logger) => Promise<T>): Promise<T> {
+  const config = configOrExit()
+  const log = createLogger({ level: config.logLevel, instance: config.instanceId })
+  const { url, privateDb } = await resolveDatabase(config, log, dataDir)
+  try {
+    return await fn(url, log)
+  } finally {
+    await privateDb?.stop()
+  }
+}
+
+export function buildCli(): Command {
+  const program = new Command()
+  program
+    .name('showrunner')
+    .description('Runs scheduled live events: definitions, runs, steps, a tick loop and a GraphQL API on MariaDB.')
+    .showHelpAfterError()
+  const dataDirOption = ['--data-dir <dir>', 'private MariaDB folder, used when DATABASE_URL is unset', '.data/mariadb'] as const
+
+  program
+    .command('serve', { isDefault: true })
+    .description('serve GraphQL (HTTP, WebSocket, SSE) and run the tick loop; configuration comes from the environment')
+    .option(...dataDirOption)
+    .option('--demo', 'load the demo definitions even when DATABASE_URL is set')
+    .action(async (opts: { dataDir: string; demo?: boolean }) => serve(opts))
+
+  program
+    .command('migrate')
+    .description('apply pending database migrations and exit')
+    .option(...dataDirOption)
+    .action(async (opts: { dataDir: string }) => {
+      await withDatabase(opts.dataDir, async (url) => {
+        const db = createDb(url)
+        try {
+          const result = await migrate(db)
+          console.log(
+            result.applied.length > 0 ? `applied: ${result.applied.join(', ')}` : `already current (${result.current.length} migrations)`,
+          )
+        } finally {
+          await db.close()
+        }
+      })
+    })
+
+  program
+    .command('demo')
+    .description('load the demo definitions (idempotent) and exit')
+    .option(...dataDirOption)
+    .action(async (opts: { dataDir: string }) => {
+      await withDatabase(opts.dataDir, async (url) => {
+        const db = createDb(url)
+        try {
+          await migrate(db)
+          const created = await loadDemo({ db, registry: createDefaultRegistry(), clock: systemClock })
+          console.log(created.length > 0 ? `created: ${created.join(', ')}` : 'the demo definitions already exist')
+        } finally {
+          await db.close()
+        }
+      })
+    })
+
+  program
+    .command('token')
+    .description('print a new random token; use it as role:TOKEN in SHOWRUNNER_TOKENS')
+    .action(() => {
+      console.log(generateToken())
+    })
+
+  return program
+}
+
+buildCli()
+  .parseAsync(process.argv)
+  .catch((err: unknown) => {
+    console.error(`showrunner: ${(err as Error).message}`)
+    process.exit(1)
+  })
