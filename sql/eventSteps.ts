@@ -9,8 +9,11 @@
  * (`running`/`pending` with a future `wake_at`: a timer or a retry backoff), or
  * done (`completed | failed | skipped | cancelled`).
  */
+import type { StepSpec } from '../src/runner/program.ts'
 import type { StepOnError, StepStatus } from '../src/states.ts'
 import type { Queryable, SqlValue } from './db.ts'
+
+export type { StepSpec }
 import { clampLimit, parseJson, placeholders, toJson } from './json.ts'
 
 export interface StepRow {
@@ -39,19 +42,6 @@ export interface StepRow {
   updatedAt: Date
 }
 
-/** One step of an expanded program (see src/runner/program.ts `expandProgram`). */
-export interface StepSpec {
-  seq: number
-  phaseIndex: number
-  phase: string
-  ending: boolean
-  kind: string
-  params: Record<string, unknown> | null | undefined
-  maxAttempts: number
-  backoffMs: number
-  timeoutMs: number
-  onError: StepOnError
-}
 
 type Raw = Record<string, unknown>
 

@@ -29,15 +29,9 @@ export interface DefinitionDeps {
   nudgeMaterialise?: () => void
 }
 
-export interface DefinitionFields {
+/** Every field a definition has besides its state and program; the slug is set once. */
+export interface DefinitionFields extends DefinitionPatch {
   slug?: string
-  title?: string
-  description?: string | null
-  schedule?: string | null
-  timezone?: string
-  graceSeconds?: number
-  concurrencyKey?: string | null
-  scopes?: string[]
 }
 
 export interface CreateDefinitionInput extends DefinitionFields {
