@@ -86,6 +86,35 @@ export const DateTimeScalar = builder.scalarType('DateTime', {
   },
 })
 
+/**
+ * The deepest JSON value accepted (containers inside containers). MariaDB's
+ * JSON_VALID, behind every JSON column's CHECK, refuses documents nested past
+ * 31 levels, and stored rows wrap API values a level or two deeper (a run's
+ * params inside its log line's data); Node's JSON.stringify overflows its
+ * stack a few thousand levels down. Either way a deep value used to surface as
+ * "Unexpected error." (the fuzz drill, test/drills/fuzz.drill.ts, found both).
+ */
+export const MAX_JSON_DEPTH = 24
+
+/** The problem with a JSON value the database could not store, or null. Iterative: safe on any depth. */
+export function jsonValueProblem(value: unknown, maxDepth = MAX_JSON_DEPTH): string | null {
+  const stack: [unknown, number][] = [[value, 0]]
+  while (stack.length > 0) {
+    const [v, depth] = stack.pop() as [unknown, number]
+    if (typeof v === 'number' && !Number.isFinite(v)) return 'JSON numbers must be finite.'
+    if (v === null || typeof v !== 'object') continue
+    if (depth + 1 > maxDepth) return `JSON may nest at most ${maxDepth} levels of objects and arrays.`
+    for (const child of Array.isArray(v) ? v : Object.values(v)) stack.push([child, depth + 1])
+  }
+  return null
+}
+
+function checkedJson(value: unknown): unknown {
+  const problem = jsonValueProblem(value)
+  if (problem) throw new GraphQLError(problem, { extensions: { code: 'BAD_USER_INPUT' } })
+  return value
+}
+
 function jsonLiteral(ast: ValueNode, variables: Record<string, unknown> | null | undefined): unknown {
   switch (ast.kind) {
     case Kind.STRING:
@@ -112,6 +141,6 @@ function jsonLiteral(ast: ValueNode, variables: Record<string, unknown> | null |
 export const JSONScalar = builder.scalarType('JSON', {
   description: 'Any JSON value: object, array, string, number, boolean or null.',
   serialize: (value) => value,
-  parseValue: (value) => value,
-  parseLiteral: (ast, variables) => jsonLiteral(ast, variables),
+  parseValue: (value) => checkedJson(value),
+  parseLiteral: (ast, variables) => checkedJson(jsonLiteral(ast, variables)),
 })

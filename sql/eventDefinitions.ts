@@ -6,7 +6,7 @@
 import type { DefinitionState } from '../src/states.ts'
 import { NON_TERMINAL } from '../src/states.ts'
 import type { Queryable, SqlValue } from './db.ts'
-import { parseJson, placeholders } from './json.ts'
+import { parseJson, placeholders, toJson } from './json.ts'
 
 export interface DefinitionRow {
   id: number
@@ -74,7 +74,7 @@ export async function create(db: Queryable, def: NewDefinition): Promise<number>
       def.timezone,
       def.graceSeconds,
       def.concurrencyKey ?? null,
-      JSON.stringify(def.scopes),
+      toJson(def.scopes),
       def.state,
     ],
   )
@@ -113,7 +113,7 @@ export async function update(db: Queryable, id: number, patch: DefinitionPatch):
     const value = patch[key]
     if (value === undefined) continue
     sets.push(`${column} = ?`)
-    args.push(key === 'scopes' ? JSON.stringify(value) : (value as SqlValue))
+    args.push(key === 'scopes' ? toJson(value) : (value as SqlValue))
   }
   if (patch.schedule !== undefined || patch.timezone !== undefined || patch.scopes !== undefined) {
     sets.push('materialized_through = NULL')

@@ -3,7 +3,7 @@
  * was materialised, so publishing never changes a run already made.
  */
 import type { Db, Queryable } from './db.ts'
-import { parseJson, placeholders } from './json.ts'
+import { parseJson, placeholders, toJson } from './json.ts'
 
 export interface VersionRow {
   id: number
@@ -44,7 +44,7 @@ export async function publish(db: Db, definitionId: number, program: unknown, cr
     const res = await tx.run('INSERT INTO event_versions (definition_id, version, program, created_by) VALUES (?, ?, ?, ?)', [
       definitionId,
       version,
-      JSON.stringify(program),
+      toJson(program),
       createdBy,
     ])
     await tx.run('UPDATE event_definitions SET current_version_id = ? WHERE id = ?', [res.insertId, definitionId])

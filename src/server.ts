@@ -24,6 +24,7 @@ import { createDb, type Db } from '../sql/db.ts'
 import { countByStatus } from '../sql/eventRuns.ts'
 import { migrate, pendingMigrations } from '../sql/migrate.ts'
 import { type ApiContext, type ApiServices, createApiContext } from './api/context.ts'
+import { useDocumentNestingLimit } from './api/documentLimits.ts'
 import { API_CODES, createMaskError, useValidationErrorCodes } from './api/errors.ts'
 import { CSRF_HEADER, useAuthGate, useCsrfPrevention } from './api/httpGuards.ts'
 import { StatusPoller } from './api/statusPoller.ts'
@@ -237,6 +238,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     plugins: [
       useCsrfPrevention([CSRF_HEADER]),
       useAuthGate(tokens),
+      useDocumentNestingLimit(),
       maxDepthPlugin({
         n: MAX_QUERY_DEPTH,
         ignoreIntrospection: true,

@@ -16,7 +16,7 @@ import * as runs from '../../sql/eventRuns.ts'
 import type { RunListRow } from '../../sql/eventRuns.ts'
 import * as steps from '../../sql/eventSteps.ts'
 import type { StepRow } from '../../sql/eventSteps.ts'
-import { type EngineDeps, handleFailure, stepContext, withTimeout } from './engine.ts'
+import { type EngineDeps, handleFailure, recordOutcome, stepContext, withTimeout } from './engine.ts'
 
 export interface BatchOutcome {
   /** Runs whose next step needs the per-run engine, with their fresh status and phase. */
@@ -131,7 +131,8 @@ export async function advanceBatch(deps: EngineDeps, claimed: readonly RunListRo
       }
     }
     await logs.appendMany(db, lines)
-    await steps.completeMany(db, succeeded)
+    // The lines are written: from here on, a lost completion would log them again.
+    await recordOutcome(deps.hardStop, () => steps.completeMany(db, succeeded))
     for (const id of succeeded) deps.observer?.stepFinished?.('inline', 'completed')
     const failedRuns = new Set<number>()
     for (const f of failures) {

@@ -10,7 +10,7 @@
  * failed run here. The lease is never held across a wait: a run that sleeps or
  * parks is released with `wake_at` set to when it next needs attention.
  */
-import type { Db } from '../../sql/db.ts'
+import { type Db, isDbUnavailable } from '../../sql/db.ts'
 import * as logs from '../../sql/eventRunLogs.ts'
 import * as runs from '../../sql/eventRuns.ts'
 import type { RunListRow, RunRow } from '../../sql/eventRuns.ts'
@@ -87,13 +87,18 @@ export async function startRuns(deps: EngineDeps, claimed: readonly RunRow[]): P
   for (const [phase, ids] of byPhase) {
     await runs.transitionMany(deps.db, ids, 'starting', 'running', { phase })
   }
+  // Re-read (with the definition's title): a cancel may have landed between the
+  // claim and the transition, or (after a lease expired) another instance may
+  // have moved the run; only the runs still ours and moved on are logged as started.
+  const fresh = await runs.getByIds(deps.db, claimed.map((r) => r.id))
+  const startingIds = new Set(starting.map((r) => r.id))
   await logs.appendMany(
     deps.db,
-    starting.map((r) => ({ runId: r.id, message: r.rehearsal ? 'rehearsal started' : 'run started', actor: deps.owner })),
+    fresh
+      .filter((r) => startingIds.has(r.id) && r.claimedBy === deps.owner && r.status !== 'starting' && r.status !== 'cancelled')
+      .map((r) => ({ runId: r.id, message: r.rehearsal ? 'rehearsal started' : 'run started', actor: deps.owner })),
   )
-  // Re-read (with the definition's title): a cancel may have landed between the
-  // claim and the transition.
-  return runs.getByIds(deps.db, claimed.map((r) => r.id))
+  return fresh
 }
 
 type StepVerdict =
@@ -185,6 +190,45 @@ export function stepContext(
 }
 
 /**
+ * How long the engine keeps trying to write down the outcome of a step that
+ * has already run, while the database cannot be reached. Until it is written
+ * the step still looks "executing", and once its lease expires it runs again:
+ * for a webhook, a second call. Any re-execution needs the database as well,
+ * so waiting out a short outage here turns "the database blinked" into
+ * "nothing ran twice" (the db-outage drill, test/drills/dbOutage.drill.ts).
+ * Longer outages, and a runner whose stop grace ran out, fall back to
+ * at-least-once under the same idempotency key.
+ */
+export const RECORD_RETRY_MS = 120_000
+
+/**
+ * Write a step's outcome, retrying (100 ms doubling to 1 s, real time) while the
+ * database is unavailable, for up to {@link RECORD_RETRY_MS} or until the hard stop.
+ * Any other error is thrown at once.
+ */
+export async function recordOutcome<T>(hardStop: AbortSignal, write: () => Promise<T>): Promise<T> {
+  const deadline = Date.now() + RECORD_RETRY_MS
+  let delay = 100
+  for (;;) {
+    try {
+      return await write()
+    } catch (err) {
+      if (!isDbUnavailable(err) || hardStop.aborted || Date.now() + delay > deadline) throw err
+      await new Promise<void>((resolve) => {
+        const done = () => {
+          clearTimeout(timer)
+          hardStop.removeEventListener('abort', done)
+          resolve()
+        }
+        const timer = setTimeout(done, delay)
+        hardStop.addEventListener('abort', done, { once: true })
+      })
+      delay = Math.min(delay * 2, 1000)
+    }
+  }
+}
+
+/**
  * Run `fn` with the step's timeout: the signal aborts and the promise rejects at the deadline.
  * Exported for the batch path (batch.ts), whose inline steps are bound by the same timeout.
  */
@@ -256,18 +300,18 @@ async function executeStep(deps: EngineDeps, run: RunListRow, step: StepRow, run
 
   switch (outcome.type) {
     case 'completed': {
-      const done = await steps.complete(deps.db, step.id, outcome.result ?? null)
+      const done = await recordOutcome(deps.hardStop, () => steps.complete(deps.db, step.id, outcome.result ?? null))
       deps.observer?.stepFinished?.(step.kind, 'completed')
       // A retry backoff degraded the run; success clears it unless a step failed for good.
       if (done && attempt > 1 && step.lastError) await restoreHealth(deps, run.id)
       return { next: true }
     }
     case 'sleep':
-      await steps.sleep(deps.db, step.id, outcome.until)
+      await recordOutcome(deps.hardStop, () => steps.sleep(deps.db, step.id, outcome.until))
       deps.observer?.stepFinished?.(step.kind, 'sleep')
       return { next: false, wakeAt: outcome.until }
     case 'park': {
-      await steps.park(deps.db, step.id, outcome.until)
+      await recordOutcome(deps.hardStop, () => steps.park(deps.db, step.id, outcome.until))
       deps.observer?.stepFinished?.(step.kind, 'park')
       const prompt = typeof step.params?.prompt === 'string' ? `: ${step.params.prompt}` : ''
       await logs.append(deps.db, { runId: run.id, stepId: step.id, level: 'info', message: `waiting on a person${prompt}` })
@@ -299,7 +343,8 @@ export async function handleFailure(
   const now = deps.clock.now()
   if (retryable && step.attempts < step.maxAttempts) {
     const wakeAt = new Date(now.getTime() + retryDelayMs(step.attempts, step.backoffMs))
-    if (!(await steps.scheduleRetry(deps.db, step.id, message, wakeAt))) return { next: true }
+    if (!(await recordOutcome(deps.hardStop, () => steps.scheduleRetry(deps.db, step.id, message, wakeAt))))
+      return { next: true }
     await runs.setHealth(deps.db, run.id, 'degraded')
     await logs.append(deps.db, {
       runId: run.id,
@@ -310,7 +355,7 @@ export async function handleFailure(
     deps.observer?.stepFinished?.(step.kind, 'retry')
     return { next: false, wakeAt }
   }
-  const failed = await steps.fail(deps.db, step.id, message)
+  const failed = await recordOutcome(deps.hardStop, () => steps.fail(deps.db, step.id, message))
   deps.observer?.stepFinished?.(step.kind, 'failed')
   if (!failed) return { next: true } // a person skipped or cancelled it meanwhile
   if (step.onError === 'degrade') {

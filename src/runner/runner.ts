@@ -70,7 +70,11 @@ export interface RunnerOptions {
 }
 
 const noopLogger: RunnerLogger = { info() {}, warn() {}, error() {}, debug() {} }
-const MAX_ERROR_BACKOFF_MS = 30_000
+/**
+ * Cap on the wait after failed ticks. Short enough that a runner notices a
+ * restarted database within seconds, long enough not to hammer one that is down.
+ */
+const MAX_ERROR_BACKOFF_MS = 5_000
 
 export class Runner {
   readonly instanceId: string
@@ -201,7 +205,7 @@ export class Runner {
       if (this.stateValue !== 'active') break
       const wait =
         this.consecutiveErrors > 0
-          ? Math.min(this.opts.tickMs * 2 ** this.consecutiveErrors, MAX_ERROR_BACKOFF_MS)
+          ? Math.min(this.opts.tickMs * 2 ** this.consecutiveErrors, Math.max(MAX_ERROR_BACKOFF_MS, this.opts.tickMs))
           : Math.max(0, this.opts.tickMs - elapsed)
       if (this.nudged && this.consecutiveErrors === 0) {
         this.nudged = false
@@ -295,27 +299,48 @@ export class Runner {
     const now = clock.now()
     const leaseUntil = new Date(now.getTime() + this.opts.leaseMs)
     const token = `${this.instanceId}:${++this.tickSeq}`
-    const claimed: RunRow[] = []
+    const claimFrom = Date.now()
+    let claimed: RunRow[] = []
     claimed.push(...(await runs.claimTickBatch(db, this.instanceId, `${token}:t`, leaseUntil, now, batchSize)))
     claimed.push(...(await runs.claimStartBatch(db, this.instanceId, `${token}:s`, leaseUntil, now, batchSize)))
     // Keyed scheduled runs: each needs its key lock, taken with its claim.
     const due = await runs.findDue(db, now, batchSize)
+    // A key found held (or just taken) stays held for the rest of this pass, so
+    // the other runs waiting on it are deferred without a claim transaction each.
+    const holderOfKey = new Map<string, number>()
     for (const run of due) {
       if (run.status !== 'scheduled' || !run.concurrencyKey) continue
       if (this.windingDown) break
+      const knownHolder = holderOfKey.get(run.concurrencyKey)
+      if (knownHolder !== undefined) {
+        await this.noteBlocked(run, knownHolder, now)
+        continue
+      }
       const answer = await runs.claimStart(db, run, this.instanceId, leaseUntil, now)
       if (answer.claimed) {
         this.blockedLogged.delete(run.id)
+        holderOfKey.set(run.concurrencyKey, run.id)
         const [fresh] = await runs.getByIds(db, [run.id])
         if (fresh) claimed.push(fresh)
       } else if (answer.blockedBy !== null) {
         this.opts.observer?.claimConflict?.()
+        holderOfKey.set(run.concurrencyKey, answer.blockedBy)
         await this.noteBlocked(run, answer.blockedBy, now)
       } else {
         this.opts.observer?.claimConflict?.()
       }
     }
     if (claimed.length === 0) return
+    // The keyed loop can be long (a transaction per due keyed run). Past a third
+    // of the lease, the claims taken at its start may have expired and been
+    // taken over by another instance: renew what is still ours and drop the
+    // rest, or two instances would start the same run.
+    if (Date.now() - claimFrom > this.opts.leaseMs / 3) {
+      const renewedUntil = new Date(clock.now().getTime() + this.opts.leaseMs)
+      const mine = await runs.renewClaims(db, claimed.map((r) => r.id), this.instanceId, renewedUntil)
+      claimed = claimed.filter((r) => mine.has(r.id))
+      if (claimed.length === 0) return
+    }
     const engine = this.engineDeps()
     let ready: RunListRow[]
     try {
