@@ -8,7 +8,8 @@ import mysql from 'mysql2/promise'
 import { createDb, type Db } from '../sql/db.ts'
 import { migrate } from '../sql/migrate.ts'
 
-export const BENCH_SERVER = process.env.BENCH_DATABASE_URL ?? process.env.TEST_DATABASE_URL ?? 'mysql://root@127.0.0.1:3306'
+export const BENCH_SERVER =
+  process.env.BENCH_DATABASE_URL ?? process.env.TEST_DATABASE_URL ?? 'mysql://root@127.0.0.1:3306'
 
 export interface BenchDb {
   db: Db
@@ -97,7 +98,49 @@ export async function saveResult(name: string, result: BenchResult): Promise<voi
     // First result of this machine: start a new file.
   }
   all[name] = result
-  await writeFile(RESULTS_FILE, `${JSON.stringify(all, null, 2)}\n`)
+  await writeFile(RESULTS_FILE, `${formatJson(all)}\n`)
+}
+
+/**
+ * JSON.stringify with 2 spaces, but a short array of numbers or strings on one
+ * line: the layout `npm run lint` (biome) expects of bench/results.json.
+ */
+export function formatJson(value: unknown): string {
+  return JSON.stringify(value, null, 2).replace(
+    /\[\n\s*((?:-?[\d.e+-]+|"[^"\n]*")(?:,\n\s*(?:-?[\d.e+-]+|"[^"\n]*"))*)\n\s*\]/g,
+    (all, items: string) => {
+      const line = `[${items.split(/,\n\s*/).join(', ')}]`
+      return line.length <= 80 ? line : all
+    },
+  )
+}
+
+export async function readResults(): Promise<Record<string, BenchResult>> {
+  try {
+    return JSON.parse(await readFile(RESULTS_FILE, 'utf8'))
+  } catch {
+    return {}
+  }
+}
+
+/** One table row per result: the figures without the detail. */
+export function printResults(results: Record<string, BenchResult>): void {
+  const round = (n: number | null) => (n === null ? null : Number(n.toPrecision(4)))
+  console.table(
+    Object.fromEntries(
+      Object.entries(results).map(([name, r]) => [
+        name,
+        {
+          value: round(r.value),
+          unit: r.unit,
+          baseline: round(r.baseline),
+          ratio: round(r.ratio),
+          target: r.target,
+          met: r.met,
+        },
+      ]),
+    ),
+  )
 }
 
 export function printTable(rows: Record<string, unknown>[]): void {
@@ -105,3 +148,38 @@ export function printTable(rows: Record<string, unknown>[]): void {
 }
 
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
+
+/** The `p`-th percentile (0..100) of `values`, nearest rank; NaN when empty. */
+export function percentile(values: readonly number[], p: number): number {
+  if (values.length === 0) return Number.NaN
+  const sorted = [...values].sort((a, b) => a - b)
+  const rank = Math.min(sorted.length, Math.max(1, Math.ceil((p / 100) * sorted.length)))
+  return sorted[rank - 1] as number
+}
+
+/** A MariaDB global status counter (e.g. `Com_select`) on the bench server. */
+export async function globalStatus(name: string): Promise<number> {
+  const c = await mysql.createConnection({ uri: BENCH_SERVER })
+  try {
+    const [rows] = await c.query('SHOW GLOBAL STATUS LIKE ?', [name])
+    const row = (rows as { Value: string }[])[0]
+    return Number(row?.Value ?? Number.NaN)
+  } finally {
+    await c.end()
+  }
+}
+
+/**
+ * Run `fn` when `moduleUrl` is the entry point (`npx tsx bench/x.ts`), then exit:
+ * a pool or a socket left open must not keep a finished benchmark alive.
+ */
+export function runMain(moduleUrl: string, fn: () => Promise<unknown>): void {
+  if (moduleUrl !== `file://${process.argv[1]}`) return
+  fn().then(
+    () => process.exit(0),
+    (err) => {
+      console.error(err)
+      process.exit(1)
+    },
+  )
+}

@@ -55,18 +55,31 @@ export interface EngineDeps {
   log: (obj: Record<string, unknown>, msg: string) => void
 }
 
-/** Programs are immutable per version, so expansion is computed once per version. */
-const expansionCache = new Map<number, { specs: StepSpec[]; firstPhase: string; title?: string }>()
+/**
+ * Programs are immutable per version, so each version is expanded once. Keyed
+ * by pool (one process may talk to several databases) and holding the promise,
+ * so a cold batch of 1,000 runs of one version asks for it once, not 1,000 times.
+ */
+const expansionCache = new WeakMap<Db, Map<number, Promise<StepSpec[]>>>()
 
-async function specsForVersion(db: Db, versionId: number): Promise<StepSpec[]> {
-  const hit = expansionCache.get(versionId)
-  if (hit) return hit.specs
-  const version = await versions.getById(db, versionId)
-  if (!version) throw new Error(`version ${versionId} is missing`)
-  const specs = expandProgram(version.program as Program)
-  if (expansionCache.size > 1000) expansionCache.clear()
-  expansionCache.set(versionId, { specs, firstPhase: specs[0]?.phase ?? '' })
-  return specs
+function specsForVersion(db: Db, versionId: number): Promise<StepSpec[]> {
+  let perDb = expansionCache.get(db)
+  if (!perDb) {
+    perDb = new Map()
+    expansionCache.set(db, perDb)
+  }
+  const hit = perDb.get(versionId)
+  if (hit) return hit
+  const pending = (async () => {
+    const version = await versions.getById(db, versionId)
+    if (!version) throw new Error(`version ${versionId} is missing`)
+    return expandProgram(version.program as Program)
+  })()
+  if (perDb.size > 1000) perDb.clear()
+  perDb.set(versionId, pending)
+  // A failed lookup (database down) must not be remembered.
+  pending.catch(() => perDb?.delete(versionId))
+  return pending
 }
 
 /** Expand the programs of runs in `starting` (idempotent) and move them to `running`. */

@@ -1,0 +1,234 @@
+/**
+ * API latency: `runs(limit: 500)` with each run's definition, version and
+ * waitingSteps, from 32 concurrent clients (autocannon, in its own process) for
+ * 10 s against the real server (runner co-hosted, as in production), over 600
+ * runs parked on cues (so waitingSteps is 1 on each). p50, p99 and requests/s.
+ *
+ * Baseline, same run, same database, before the server starts: a bare mysql2
+ * SELECT of the same 500 rows (runs joined to their definition and version, then
+ * their parked-step counts) from 32 concurrent connections for the same time.
+ * Target: p99 ≤ 3 × the baseline's p99.
+ */
+import { spawn } from 'node:child_process'
+import { createRequire } from 'node:module'
+import mysql from 'mysql2/promise'
+import { defineCueEvent, driveUntilParked, materialiseRuns } from './fixtures.ts'
+import { type BenchResult, benchDb, percentile, printResults, runMain, saveResult } from './lib.ts'
+import { BENCH_TOKENS, startBenchServer } from './server.ts'
+
+const CONNECTIONS = 32
+const SECONDS = Number(process.env.BENCH_SECONDS ?? 10)
+const RUNS = 600
+const LIMIT = 500
+
+export const RUNS_QUERY = `query Runs {
+  runs(limit: ${LIMIT}) {
+    id scope status health scheduledFor updatedAt currentPhase waitingSteps
+    definition { id slug title }
+    version { id version }
+  }
+}`
+
+/**
+ * The same rows, straight from MariaDB: the page of runs joined to their
+ * definition and version, then the parked-step counts of that page in one
+ * grouped query. Not one SELECT with a correlated COUNT subquery: that shape
+ * (prepared, sorted through a temporary table) once crashed MariaDB 10.11 under
+ * concurrent load (see sql/eventRuns.ts), and this bench must not do that to a
+ * shared server.
+ */
+const BASELINE_PAGE_SQL = `
+  SELECT r.id, r.scope, r.status, r.health, r.scheduled_for, r.updated_at, r.current_phase,
+         d.id AS definition_id, d.slug, d.title, v.id AS version_id, v.version
+    FROM event_runs r
+    JOIN event_definitions d ON d.id = r.definition_id
+    JOIN event_versions v ON v.id = r.version_id
+   ORDER BY r.scheduled_for DESC, r.id DESC
+   LIMIT ${LIMIT}`
+
+function waitingSql(n: number): string {
+  return `SELECT run_id, COUNT(*) AS n FROM event_run_steps
+           WHERE run_id IN (${Array.from({ length: n }, () => '?').join(', ')}) AND status = 'running' AND parked = 1
+           GROUP BY run_id`
+}
+
+/** One baseline request: the page, then its counts; answers the number of rows. */
+async function baselineRequest(pool: mysql.Pool): Promise<number> {
+  const [rows] = await pool.execute<mysql.RowDataPacket[]>(BASELINE_PAGE_SQL)
+  const ids = rows.map((r) => r.id as number)
+  const [counts] = await pool.query<mysql.RowDataPacket[]>(waitingSql(ids.length), ids)
+  const byRun = new Map(counts.map((c) => [Number(c.run_id), Number(c.n)]))
+  return rows.filter((r) => byRun.get(r.id as number) === 1).length
+}
+
+interface Latency {
+  p50: number
+  p99: number
+  requestsPerSecond: number
+  requests: number
+  errors: number
+}
+
+async function baseline(url: string): Promise<Latency> {
+  const pool = mysql.createPool({ uri: url, connectionLimit: CONNECTIONS, timezone: 'Z' })
+  try {
+    // Warm the connections and the statement cache.
+    await Promise.all(Array.from({ length: CONNECTIONS }, () => baselineRequest(pool)))
+    const latencies: number[] = []
+    let errors = 0
+    const started = performance.now()
+    const deadline = started + SECONDS * 1000
+    await Promise.all(
+      Array.from({ length: CONNECTIONS }, async () => {
+        while (performance.now() < deadline) {
+          const t0 = performance.now()
+          try {
+            if ((await baselineRequest(pool)) !== LIMIT) errors++
+          } catch {
+            errors++
+          }
+          latencies.push(performance.now() - t0)
+        }
+      }),
+    )
+    const seconds = (performance.now() - started) / 1000
+    return {
+      p50: percentile(latencies, 50),
+      p99: percentile(latencies, 99),
+      requestsPerSecond: latencies.length / seconds,
+      requests: latencies.length,
+      errors,
+    }
+  } finally {
+    await pool.end()
+  }
+}
+
+interface AutocannonResult {
+  latency: { p50: number; p99: number }
+  requests: { average: number; total: number }
+  errors: number
+  non2xx: number
+  timeouts: number
+}
+
+/** autocannon's CLI in a child process, so the load generator does not share the server's event loop. */
+async function autocannon(url: string, seconds: number): Promise<AutocannonResult> {
+  const bin = createRequire(import.meta.url).resolve('autocannon/autocannon.js')
+  const args = [
+    bin,
+    '--json',
+    '-c',
+    String(CONNECTIONS),
+    '-d',
+    String(seconds),
+    '-m',
+    'POST',
+    '-H',
+    `authorization=Bearer ${BENCH_TOKENS.viewer}`,
+    '-H',
+    'content-type=application/json',
+    '-H',
+    'accept=application/graphql-response+json',
+    '-b',
+    JSON.stringify({ query: RUNS_QUERY }),
+    url,
+  ]
+  const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'] })
+  let out = ''
+  let err = ''
+  child.stdout.on('data', (d) => {
+    out += d
+  })
+  child.stderr.on('data', (d) => {
+    err += d
+  })
+  const code = await new Promise<number | null>((resolve) => child.on('close', resolve))
+  if (code !== 0) throw new Error(`autocannon exited with ${code}: ${err.slice(-500)}`)
+  return JSON.parse(out) as AutocannonResult
+}
+
+export async function run(): Promise<Record<string, BenchResult>> {
+  const b = await benchDb(10)
+  try {
+    for (const [i, slug] of ['quiz', 'raid', 'standup'].entries()) {
+      const def = await defineCueEvent(b.db, { slug, concurrencyKey: i === 0 ? 'room:{{run.scope}}' : null })
+      await materialiseRuns(b.db, def, RUNS / 3, {
+        at: new Date(Date.now() - 60_000 * (i + 1)),
+        prefix: slug,
+      })
+      await driveUntilParked(b.db, def, RUNS / 3)
+    }
+
+    const base = await baseline(b.url)
+    console.log(
+      `apiLatency: baseline mysql2 SELECT of ${LIMIT} rows x${CONNECTIONS}: p50 ${base.p50.toFixed(2)} ms, ` +
+        `p99 ${base.p99.toFixed(2)} ms, ${base.requestsPerSecond.toFixed(0)} queries/s`,
+    )
+
+    const server = await startBenchServer(b.url, { RUNNER: 'on' })
+    try {
+      // Sanity: the query answers 500 runs with their nested fields.
+      const res = await fetch(server.graphqlUrl, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${BENCH_TOKENS.viewer}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ query: RUNS_QUERY }),
+      })
+      const body = (await res.json()) as {
+        data?: { runs: { waitingSteps: number; definition: unknown }[] }
+        errors?: unknown[]
+      }
+      if (res.status !== 200 || body.errors || body.data?.runs.length !== LIMIT) {
+        throw new Error(
+          `runs(limit: ${LIMIT}) answered HTTP ${res.status}: ${JSON.stringify(body).slice(0, 300)}`,
+        )
+      }
+      if (!body.data.runs.every((r) => r.waitingSteps === 1 && r.definition)) {
+        throw new Error('runs(limit: 500): expected waitingSteps 1 and a definition on every run')
+      }
+      await autocannon(server.graphqlUrl, 2) // warm-up (JIT, pools), not counted
+      const statementsBefore = server.app.db.stats.statements
+      const ac = await autocannon(server.graphqlUrl, SECONDS)
+      // The co-hosted runner's few statements per tick are included.
+      const statementsPerRequest = (server.app.db.stats.statements - statementsBefore) / ac.requests.total
+      const bad = ac.errors + ac.non2xx + ac.timeouts
+      console.log(
+        `apiLatency: runs(limit: ${LIMIT}) x${CONNECTIONS} over GraphQL: p50 ${ac.latency.p50} ms, p99 ${ac.latency.p99} ms, ` +
+          `${ac.requests.average.toFixed(1)} requests/s (${bad} errors)`,
+      )
+      const result: BenchResult = {
+        value: ac.latency.p99,
+        unit: 'ms (p99)',
+        baseline: base.p99,
+        ratio: ac.latency.p99 / base.p99,
+        target: "p99 <= 3 x baseline's p99",
+        met: ac.latency.p99 <= 3 * base.p99 && bad === 0 && base.errors === 0,
+        detail: {
+          connections: CONNECTIONS,
+          seconds: SECONDS,
+          p50Ms: ac.latency.p50,
+          p99Ms: ac.latency.p99,
+          requestsPerSecond: ac.requests.average,
+          requests: ac.requests.total,
+          errors: bad,
+          baselineP50Ms: base.p50,
+          baselineP99Ms: base.p99,
+          baselineQueriesPerSecond: base.requestsPerSecond,
+          baselineQueries: base.requests,
+          p50Ratio: ac.latency.p50 / base.p50,
+          statementsPerRequest,
+          runsInDatabase: RUNS,
+          baselineUnit: `bare mysql2: SELECT of the same ${LIMIT} rows (joined) + their parked-step counts, ${CONNECTIONS} connections`,
+        },
+      }
+      await saveResult('apiLatency', result)
+      return { apiLatency: result }
+    } finally {
+      await server.stop()
+    }
+  } finally {
+    await b.drop()
+  }
+}
+
+runMain(import.meta.url, async () => printResults(await run()))

@@ -1,0 +1,51 @@
+/**
+ * `npm run bench`: every benchmark, one at a time (the machine has two cores),
+ * each in its own process so one's pools, caches and heap cannot colour the
+ * next. Starts bench/results.json afresh, so a benchmark that fails leaves no
+ * stale figure behind; prints the table at the end and exits non-zero if a
+ * benchmark could not run (a target not met is a figure, not a crash).
+ *
+ * Alone: `npx tsx bench/throughput.ts` (also the graphile-worker peer),
+ * `bench/starvation.ts`, `bench/fanout.ts`, `bench/apiLatency.ts`.
+ */
+import { spawn } from 'node:child_process'
+import { rm } from 'node:fs/promises'
+import { fileURLToPath } from 'node:url'
+import { printResults, RESULTS_FILE, readResults } from './lib.ts'
+
+const BENCHMARKS = ['throughput', 'starvation', 'fanout', 'apiLatency'] as const
+
+function runOne(name: string): Promise<number> {
+  const file = fileURLToPath(new URL(`./${name}.ts`, import.meta.url))
+  const child = spawn(process.execPath, ['--import', 'tsx', file], { stdio: 'inherit' })
+  return new Promise((resolve) => child.on('close', (code) => resolve(code ?? 1)))
+}
+
+async function main(): Promise<void> {
+  const started = Date.now()
+  await rm(RESULTS_FILE, { force: true })
+  const failed: string[] = []
+  for (const name of BENCHMARKS) {
+    const t0 = Date.now()
+    console.log(`\n== ${name}`)
+    const code = await runOne(name)
+    console.log(
+      `== ${name}: ${code === 0 ? 'done' : `FAILED (exit ${code})`} in ${((Date.now() - t0) / 1000).toFixed(1)} s`,
+    )
+    if (code !== 0) failed.push(name)
+  }
+  const results = await readResults()
+  console.log(`\nbench/results.json (${((Date.now() - started) / 1000).toFixed(1)} s in all):`)
+  printResults(results)
+  const unmet = Object.entries(results).filter(([, r]) => !r.met)
+  if (unmet.length > 0) console.log(`targets not met: ${unmet.map(([n]) => n).join(', ')}`)
+  if (failed.length > 0) {
+    console.error(`benchmarks that could not run: ${failed.join(', ')}`)
+    process.exitCode = 1
+  }
+}
+
+main().catch((err) => {
+  console.error(err)
+  process.exitCode = 1
+})

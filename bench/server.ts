@@ -1,0 +1,40 @@
+/**
+ * The real server (src/server.ts buildApp) on an ephemeral 127.0.0.1 port, over
+ * a bench database, configured through the same loadConfig as production.
+ */
+import { loadConfig } from '../src/config.ts'
+import { silentLogger } from '../src/log.ts'
+import { type App, buildApp } from '../src/server.ts'
+
+export const BENCH_TOKENS = {
+  viewer: 'bench-viewer-token-0123456789',
+  operator: 'bench-operator-token-0123456789',
+} as const
+
+export interface BenchServer {
+  app: App
+  graphqlUrl: string
+  wsUrl: string
+  stop(): Promise<void>
+}
+
+export async function startBenchServer(
+  databaseUrl: string,
+  env: Record<string, string> = {},
+): Promise<BenchServer> {
+  const config = loadConfig({
+    PORT: '0',
+    HOST: '127.0.0.1',
+    DATABASE_URL: databaseUrl,
+    SHOWRUNNER_TOKENS: Object.entries(BENCH_TOKENS)
+      .map(([role, token]) => `${role}:${token}`)
+      .join(','),
+    LOG_LEVEL: 'silent',
+    INSTANCE_ID: `bench-server-${process.pid}`,
+    ...env,
+  })
+  const app = buildApp(config, { logger: silentLogger() })
+  const { url } = await app.start()
+  const graphqlUrl = `${url}/graphql`
+  return { app, graphqlUrl, wsUrl: graphqlUrl.replace(/^http/, 'ws'), stop: () => app.stop() }
+}
