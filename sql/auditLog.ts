@@ -24,7 +24,10 @@ export async function record(db: Queryable, e: AuditEntry): Promise<void> {
 }
 
 /** Newest first. */
-export async function list(db: Queryable, opts: { targetType?: string; targetId?: string; limit?: number } = {}): Promise<AuditRow[]> {
+export async function list(
+  db: Queryable,
+  opts: { targetType?: string; targetId?: string; limit?: number } = {},
+): Promise<AuditRow[]> {
   const n = clampLimit(opts.limit ?? 100, 100)
   const rows = await db.execute<Record<string, unknown>>(
     `SELECT id, at, actor, action, target_type, target_id, outcome, detail FROM audit_log

@@ -159,12 +159,18 @@ async function retryDeadlocks<T>(retry: boolean, fn: () => Promise<T>): Promise<
   }
 }
 
-function makeQueryable(target: Pool | PoolConnection, stats: { statements: number }, autocommit: boolean): Queryable {
+function makeQueryable(
+  target: Pool | PoolConnection,
+  stats: { statements: number },
+  autocommit: boolean,
+): Queryable {
   return {
     async execute<T>(sql: string, params: readonly SqlValue[] = []): Promise<T[]> {
       stats.statements++
       try {
-        const [rows] = await retryDeadlocks(autocommit, () => target.execute<RowDataPacket[]>(sql, params as SqlValue[]))
+        const [rows] = await retryDeadlocks(autocommit, () =>
+          target.execute<RowDataPacket[]>(sql, params as SqlValue[]),
+        )
         return rows as unknown as T[]
       } catch (err) {
         throw wrap(err, 'a query')
@@ -173,7 +179,9 @@ function makeQueryable(target: Pool | PoolConnection, stats: { statements: numbe
     async run(sql: string, params: readonly SqlValue[] = []) {
       stats.statements++
       try {
-        const [res] = await retryDeadlocks(autocommit, () => target.execute<ResultSetHeader>(sql, params as SqlValue[]))
+        const [res] = await retryDeadlocks(autocommit, () =>
+          target.execute<ResultSetHeader>(sql, params as SqlValue[]),
+        )
         return { affectedRows: Number(res.affectedRows), insertId: Number(res.insertId) }
       } catch (err) {
         throw wrap(err, 'a write')
@@ -182,7 +190,9 @@ function makeQueryable(target: Pool | PoolConnection, stats: { statements: numbe
     async query<T>(sql: string, params: readonly SqlValue[] = []): Promise<T[]> {
       stats.statements++
       try {
-        const [rows] = await retryDeadlocks(autocommit, () => target.query<RowDataPacket[]>(sql, params as SqlValue[]))
+        const [rows] = await retryDeadlocks(autocommit, () =>
+          target.query<RowDataPacket[]>(sql, params as SqlValue[]),
+        )
         return rows as unknown as T[]
       } catch (err) {
         throw wrap(err, 'a query')
@@ -191,7 +201,9 @@ function makeQueryable(target: Pool | PoolConnection, stats: { statements: numbe
     async runQuery(sql: string, params: readonly SqlValue[] = []) {
       stats.statements++
       try {
-        const [res] = await retryDeadlocks(autocommit, () => target.query<ResultSetHeader>(sql, params as SqlValue[]))
+        const [res] = await retryDeadlocks(autocommit, () =>
+          target.query<ResultSetHeader>(sql, params as SqlValue[]),
+        )
         return { affectedRows: Number(res.affectedRows), insertId: Number(res.insertId) }
       } catch (err) {
         throw wrap(err, 'a write')

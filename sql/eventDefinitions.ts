@@ -142,9 +142,14 @@ export async function getByIds(db: Queryable, ids: readonly number[]): Promise<D
 }
 
 /** Definitions by slug, archived ones only when asked. */
-export async function list(db: Queryable, opts: { includeArchived?: boolean } = {}): Promise<DefinitionRow[]> {
+export async function list(
+  db: Queryable,
+  opts: { includeArchived?: boolean } = {},
+): Promise<DefinitionRow[]> {
   const rows = await db.execute<Raw>(
-    opts.includeArchived ? `${SELECT_DEF} ORDER BY slug` : `${SELECT_DEF} WHERE state <> 'archived' ORDER BY slug`,
+    opts.includeArchived
+      ? `${SELECT_DEF} ORDER BY slug`
+      : `${SELECT_DEF} WHERE state <> 'archived' ORDER BY slug`,
   )
   return rows.map(hydrate)
 }

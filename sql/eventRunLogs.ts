@@ -40,7 +40,14 @@ function hydrate(row: Raw): LogRow {
 }
 
 function values(l: NewLog): SqlValue[] {
-  return [l.runId, l.stepId ?? null, l.level ?? 'info', l.message.slice(0, 2000), l.actor ?? null, toJson(l.data)]
+  return [
+    l.runId,
+    l.stepId ?? null,
+    l.level ?? 'info',
+    l.message.slice(0, 2000),
+    l.actor ?? null,
+    toJson(l.data),
+  ]
 }
 
 export async function append(db: Queryable, entry: NewLog): Promise<void> {
@@ -74,9 +81,10 @@ export async function listForRun(db: Queryable, runId: number, limit = 100): Pro
 /** Delete the logs of these (terminal) runs; answers how many lines went. */
 export async function deleteForRuns(db: Queryable, runIds: readonly number[]): Promise<number> {
   if (runIds.length === 0) return 0
-  const res = await db.runQuery(`DELETE FROM event_run_logs WHERE run_id IN (${placeholders(runIds.length)})`, [
-    ...runIds,
-  ])
+  const res = await db.runQuery(
+    `DELETE FROM event_run_logs WHERE run_id IN (${placeholders(runIds.length)})`,
+    [...runIds],
+  )
   return res.affectedRows
 }
 

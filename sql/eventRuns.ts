@@ -347,7 +347,13 @@ export async function claimStart(
             started_at = COALESCE(started_at, NOW(3))
       WHERE id = ? AND status = 'scheduled' AND ${WITHIN_GRACE}`
   if (!run.concurrencyKey) {
-    const res = await db.run(`${claimSql} AND concurrency_key IS NULL`, [owner, leaseUntil, leaseUntil, run.id, now])
+    const res = await db.run(`${claimSql} AND concurrency_key IS NULL`, [
+      owner,
+      leaseUntil,
+      leaseUntil,
+      run.id,
+      now,
+    ])
     return { claimed: res.affectedRows === 1, blockedBy: null }
   }
   const key = run.concurrencyKey
@@ -373,10 +379,10 @@ export async function claimStart(
             }
             // The recorded holder ended (or vanished) without releasing: take over.
           }
-          const took = await tx.run('UPDATE concurrency_locks SET run_id = ?, acquired_at = NOW(3) WHERE lock_key = ?', [
-            run.id,
-            key,
-          ])
+          const took = await tx.run(
+            'UPDATE concurrency_locks SET run_id = ?, acquired_at = NOW(3) WHERE lock_key = ?',
+            [run.id, key],
+          )
           // The row vanished between the duplicate check and the read: do not
           // claim without a lock; the next tick tries again.
           if (took.affectedRows !== 1) throw new ClaimLost()
@@ -485,7 +491,12 @@ export async function claimTickBatch(
 }
 
 /** Push this caller's lease further out (before a long step); false if it lost the lease. */
-export async function extendClaim(db: Queryable, id: number, owner: string, leaseUntil: Date): Promise<boolean> {
+export async function extendClaim(
+  db: Queryable,
+  id: number,
+  owner: string,
+  leaseUntil: Date,
+): Promise<boolean> {
   const res = await db.run(
     `UPDATE event_runs SET claim_expires_at = ?, wake_at = ?
       WHERE id = ? AND claimed_by = ? AND status IN (${placeholders(IN_FLIGHT.length)})`,
@@ -545,7 +556,12 @@ export async function releaseClaim(
 }
 
 /** {@link releaseClaim} for many runs with one wake time. */
-export async function releaseClaims(db: Queryable, ids: readonly number[], owner: string, wakeAt: Date | null): Promise<number> {
+export async function releaseClaims(
+  db: Queryable,
+  ids: readonly number[],
+  owner: string,
+  wakeAt: Date | null,
+): Promise<number> {
   if (ids.length === 0) return 0
   const res = await db.runQuery(
     `UPDATE event_runs
@@ -594,7 +610,8 @@ function transitionSets(to: RunStatus, opts: TransitionOptions): { sets: string[
   }
   const terminal = isTerminal(to)
   if (terminal) sets.push('ended_at = COALESCE(ended_at, NOW(3))')
-  if (terminal || opts.clearClaim) sets.push('claimed_by = NULL', 'claim_expires_at = NULL', 'claim_token = NULL')
+  if (terminal || opts.clearClaim)
+    sets.push('claimed_by = NULL', 'claim_expires_at = NULL', 'claim_token = NULL')
   if (terminal || to === 'paused') sets.push('wake_at = NULL')
   else if (opts.wakeAt !== undefined) {
     sets.push('wake_at = ?')
@@ -702,7 +719,11 @@ export async function statusesOf(db: Queryable, ids: readonly number[]): Promise
  * that re-observes the same degradation does not restamp `updated_at`.
  */
 export async function setHealth(db: Queryable, id: number, health: RunHealth): Promise<boolean> {
-  const res = await db.run('UPDATE event_runs SET health = ? WHERE id = ? AND health <> ?', [health, id, health])
+  const res = await db.run('UPDATE event_runs SET health = ? WHERE id = ? AND health <> ?', [
+    health,
+    id,
+    health,
+  ])
   return res.affectedRows === 1
 }
 
@@ -749,7 +770,10 @@ export async function wakeNow(db: Queryable, id: number, now?: Date): Promise<bo
  * rotate behind newly due ones instead of occupying the head of the due index.
  */
 export async function deferStart(db: Queryable, id: number, until: Date): Promise<boolean> {
-  const res = await db.run(`UPDATE event_runs SET wake_at = ? WHERE id = ? AND status = 'scheduled'`, [until, id])
+  const res = await db.run(`UPDATE event_runs SET wake_at = ? WHERE id = ? AND status = 'scheduled'`, [
+    until,
+    id,
+  ])
   return res.affectedRows === 1
 }
 
@@ -769,7 +793,9 @@ export async function concurrencyHolder(
       ORDER BY id LIMIT 1`,
     [key, exceptRunId, ...KEY_HOLDING],
   )
-  return row ? { id: Number(row.id), status: row.status as RunStatus, definitionId: Number(row.definition_id) } : null
+  return row
+    ? { id: Number(row.id), status: row.status as RunStatus, definitionId: Number(row.definition_id) }
+    : null
 }
 
 /**
@@ -817,10 +843,17 @@ export async function terminalBefore(
 export async function countByStatus(db: Queryable): Promise<Record<RunStatus, number>> {
   const rows = await db.execute<Raw>('SELECT status, COUNT(*) AS n FROM event_runs GROUP BY status')
   const out = Object.fromEntries(
-    ['scheduled', 'starting', 'running', 'paused', 'ending', 'completed', 'cancelled', 'failed', 'missed'].map((s) => [
-      s,
-      0,
-    ]),
+    [
+      'scheduled',
+      'starting',
+      'running',
+      'paused',
+      'ending',
+      'completed',
+      'cancelled',
+      'failed',
+      'missed',
+    ].map((s) => [s, 0]),
   ) as Record<RunStatus, number>
   for (const r of rows) out[r.status as RunStatus] = Number(r.n)
   return out
@@ -849,7 +882,11 @@ export async function futureScheduled(
       WHERE definition_id = ? AND status = 'scheduled' AND scheduled_for >= ? AND started_by = 'schedule'`,
     [definitionId, from],
   )
-  return rows.map((r) => ({ id: Number(r.id), scope: String(r.scope), scheduledFor: r.scheduled_for as Date }))
+  return rows.map((r) => ({
+    id: Number(r.id),
+    scope: String(r.scope),
+    scheduledFor: r.scheduled_for as Date,
+  }))
 }
 
 /**

@@ -14,6 +14,7 @@ import type { StepOnError, StepStatus } from '../src/states.ts'
 import type { Queryable, SqlValue } from './db.ts'
 
 export type { StepSpec }
+
 import { clampLimit, parseJson, placeholders, toJson } from './json.ts'
 
 export interface StepRow {
@@ -41,7 +42,6 @@ export interface StepRow {
   result: unknown
   updatedAt: Date
 }
-
 
 type Raw = Record<string, unknown>
 
@@ -100,7 +100,10 @@ function specValues(runId: number, s: StepSpec): SqlValue[] {
  * INSERT IGNORE make a second expansion (a crashed `starting` picked up again)
  * write nothing. Answers how many rows were new.
  */
-export async function expand(db: Queryable, items: readonly { runId: number; specs: readonly StepSpec[] }[]): Promise<number> {
+export async function expand(
+  db: Queryable,
+  items: readonly { runId: number; specs: readonly StepSpec[] }[],
+): Promise<number> {
   const rows = items.flatMap((i) => i.specs.map((s) => specValues(i.runId, s)))
   if (rows.length === 0) return 0
   let inserted = 0
@@ -179,7 +182,13 @@ export async function nextSteps(db: Queryable, runIds: readonly number[]): Promi
  * step runs again, at least once). Refused for parked or sleeping steps (see
  * {@link resume}), done steps, and a step under another owner's live lease.
  */
-export async function begin(db: Queryable, id: number, owner: string, leaseUntil: Date, now: Date): Promise<boolean> {
+export async function begin(
+  db: Queryable,
+  id: number,
+  owner: string,
+  leaseUntil: Date,
+  now: Date,
+): Promise<boolean> {
   const res = await db.run(
     `UPDATE event_run_steps
         SET status = 'running', attempts = attempts + 1, claimed_by = ?, claim_expires_at = ?,
@@ -197,7 +206,12 @@ export async function begin(db: Queryable, id: number, owner: string, leaseUntil
 }
 
 /** {@link begin} for many pending first attempts at once (inline kinds in a batch); answers the ids that began. */
-export async function beginMany(db: Queryable, ids: readonly number[], owner: string, leaseUntil: Date): Promise<number> {
+export async function beginMany(
+  db: Queryable,
+  ids: readonly number[],
+  owner: string,
+  leaseUntil: Date,
+): Promise<number> {
   if (ids.length === 0) return 0
   const res = await db.runQuery(
     `UPDATE event_run_steps
@@ -214,7 +228,13 @@ export async function beginMany(db: Queryable, ids: readonly number[], owner: st
  * passed) without spending an attempt: a timer coming due is not a retry.
  * `wake_at` is kept until the step completes, so a crash here re-enters again.
  */
-export async function resume(db: Queryable, id: number, owner: string, leaseUntil: Date, now: Date): Promise<boolean> {
+export async function resume(
+  db: Queryable,
+  id: number,
+  owner: string,
+  leaseUntil: Date,
+  now: Date,
+): Promise<boolean> {
   const res = await db.run(
     `UPDATE event_run_steps
         SET claimed_by = ?, claim_expires_at = ?, parked = 0
@@ -274,7 +294,12 @@ export async function sleep(db: Queryable, id: number, until: Date): Promise<boo
  * A failed attempt with attempts left: back to `pending` until `wakeAt`, keeping
  * the error. `pending` with attempts > 0 and a wake_at is "in backoff".
  */
-export async function scheduleRetry(db: Queryable, id: number, error: string, wakeAt: Date): Promise<boolean> {
+export async function scheduleRetry(
+  db: Queryable,
+  id: number,
+  error: string,
+  wakeAt: Date,
+): Promise<boolean> {
   const res = await db.run(
     `UPDATE event_run_steps SET status = 'pending', last_error = ?, wake_at = ?, claimed_by = NULL,
             claim_expires_at = NULL, parked = 0

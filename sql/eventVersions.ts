@@ -16,7 +16,8 @@ export interface VersionRow {
 
 type Raw = Record<string, unknown>
 
-const SELECT_VERSION = 'SELECT id, definition_id, version, program, created_by, created_at FROM event_versions'
+const SELECT_VERSION =
+  'SELECT id, definition_id, version, program, created_by, created_at FROM event_versions'
 
 function hydrate(row: Raw): VersionRow {
   return {
@@ -34,20 +35,27 @@ function hydrate(row: Raw): VersionRow {
  * short transaction; the definition row is locked so two publishers number their
  * versions one after the other. Answers the new version.
  */
-export async function publish(db: Db, definitionId: number, program: unknown, createdBy: string | null): Promise<VersionRow> {
+export async function publish(
+  db: Db,
+  definitionId: number,
+  program: unknown,
+  createdBy: string | null,
+): Promise<VersionRow> {
   return db.transaction(async (tx) => {
     await tx.execute('SELECT id FROM event_definitions WHERE id = ? FOR UPDATE', [definitionId])
-    const [max] = await tx.execute<Raw>('SELECT COALESCE(MAX(version), 0) AS v FROM event_versions WHERE definition_id = ?', [
-      definitionId,
-    ])
+    const [max] = await tx.execute<Raw>(
+      'SELECT COALESCE(MAX(version), 0) AS v FROM event_versions WHERE definition_id = ?',
+      [definitionId],
+    )
     const version = Number(max?.v ?? 0) + 1
-    const res = await tx.run('INSERT INTO event_versions (definition_id, version, program, created_by) VALUES (?, ?, ?, ?)', [
+    const res = await tx.run(
+      'INSERT INTO event_versions (definition_id, version, program, created_by) VALUES (?, ?, ?, ?)',
+      [definitionId, version, toJson(program), createdBy],
+    )
+    await tx.run('UPDATE event_definitions SET current_version_id = ? WHERE id = ?', [
+      res.insertId,
       definitionId,
-      version,
-      toJson(program),
-      createdBy,
     ])
-    await tx.run('UPDATE event_definitions SET current_version_id = ? WHERE id = ?', [res.insertId, definitionId])
     const [row] = await tx.execute<Raw>(`${SELECT_VERSION} WHERE id = ?`, [res.insertId])
     return hydrate(row as Raw)
   })
@@ -65,7 +73,10 @@ export async function getByIds(db: Queryable, ids: readonly number[]): Promise<V
 }
 
 /** Every version of several definitions, newest first per definition. */
-export async function listForDefinitions(db: Queryable, definitionIds: readonly number[]): Promise<VersionRow[]> {
+export async function listForDefinitions(
+  db: Queryable,
+  definitionIds: readonly number[],
+): Promise<VersionRow[]> {
   if (definitionIds.length === 0) return []
   const rows = await db.query<Raw>(
     `${SELECT_VERSION} WHERE definition_id IN (${placeholders(definitionIds.length)}) ORDER BY definition_id, version DESC`,

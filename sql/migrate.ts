@@ -13,7 +13,7 @@ import { readdir, readFile } from 'node:fs/promises'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import type { PoolConnection, RowDataPacket } from 'mysql2/promise'
-import { type Db, DatabaseError } from './db.ts'
+import { DatabaseError, type Db } from './db.ts'
 
 export const MIGRATIONS_DIR = join(dirname(fileURLToPath(import.meta.url)), 'migrations')
 const LOCK_NAME = 'showrunner.migrate'
@@ -81,7 +81,10 @@ async function recorded(conn: PoolConnection): Promise<Map<string, string>> {
  *
  * @param lockTimeoutSeconds how long to wait for a concurrent migrator. @default 60
  */
-export async function migrate(db: Db, { lockTimeoutSeconds = 60, dir = MIGRATIONS_DIR } = {}): Promise<MigrateResult> {
+export async function migrate(
+  db: Db,
+  { lockTimeoutSeconds = 60, dir = MIGRATIONS_DIR } = {},
+): Promise<MigrateResult> {
   const migrations = await loadMigrations(dir)
   let conn: PoolConnection
   try {
@@ -93,7 +96,10 @@ export async function migrate(db: Db, { lockTimeoutSeconds = 60, dir = MIGRATION
     )
   }
   try {
-    const [[lock]] = await conn.query<RowDataPacket[]>('SELECT GET_LOCK(?, ?) AS got', [LOCK_NAME, lockTimeoutSeconds])
+    const [[lock]] = await conn.query<RowDataPacket[]>('SELECT GET_LOCK(?, ?) AS got', [
+      LOCK_NAME,
+      lockTimeoutSeconds,
+    ])
     if (Number(lock?.got) !== 1) {
       throw new Error(
         `Another migrator has held the migration lock for ${lockTimeoutSeconds}s; check for a stuck showrunner process, then retry.`,
@@ -119,7 +125,10 @@ export async function migrate(db: Db, { lockTimeoutSeconds = 60, dir = MIGRATION
           try {
             await conn.query(statement)
           } catch (err) {
-            throw new DatabaseError(`Migration ${m.name} failed; fix the file or the database and run it again.`, err)
+            throw new DatabaseError(
+              `Migration ${m.name} failed; fix the file or the database and run it again.`,
+              err,
+            )
           }
         }
         await conn.query('INSERT INTO schema_migrations (name, checksum) VALUES (?, ?)', [m.name, m.checksum])

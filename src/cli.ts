@@ -32,7 +32,11 @@ function configOrExit(): Config {
  * The database to use: DATABASE_URL when set, otherwise a private MariaDB in
  * `dataDir`. Exits with what to install or set when neither is possible.
  */
-async function resolveDatabase(config: Config, log: Logger, dataDir: string): Promise<{ url: string; privateDb: PrivateMariadb | null }> {
+async function resolveDatabase(
+  config: Config,
+  log: Logger,
+  dataDir: string,
+): Promise<{ url: string; privateDb: PrivateMariadb | null }> {
   if (config.databaseUrl) return { url: config.databaseUrl, privateDb: null }
   try {
     log.info({ dir: dataDir }, 'no DATABASE_URL: starting a private MariaDB')
@@ -96,7 +100,12 @@ async function serve(opts: { dataDir: string; demo?: boolean }): Promise<void> {
   }
   // The demo is loaded on the private database (a first run), or when asked.
   if (privateDb || opts.demo) {
-    const created = await loadDemo({ db: app.db, registry: app.registry, clock: systemClock, nudgeMaterialise: () => app.runner?.requestMaterialise() })
+    const created = await loadDemo({
+      db: app.db,
+      registry: app.registry,
+      clock: systemClock,
+      nudgeMaterialise: () => app.runner?.requestMaterialise(),
+    })
     if (created.length > 0) log.info({ created }, 'loaded demo definitions')
   }
   const lines = [
@@ -126,13 +135,21 @@ export function buildCli(): Command {
   const program = new Command()
   program
     .name('showrunner')
-    .description('Runs scheduled live events: definitions, runs, steps, a tick loop and a GraphQL API on MariaDB.')
+    .description(
+      'Runs scheduled live events: definitions, runs, steps, a tick loop and a GraphQL API on MariaDB.',
+    )
     .showHelpAfterError()
-  const dataDirOption = ['--data-dir <dir>', 'private MariaDB folder, used when DATABASE_URL is unset', '.data/mariadb'] as const
+  const dataDirOption = [
+    '--data-dir <dir>',
+    'private MariaDB folder, used when DATABASE_URL is unset',
+    '.data/mariadb',
+  ] as const
 
   program
     .command('serve', { isDefault: true })
-    .description('serve GraphQL (HTTP, WebSocket, SSE) and run the tick loop; configuration comes from the environment')
+    .description(
+      'serve GraphQL (HTTP, WebSocket, SSE) and run the tick loop; configuration comes from the environment',
+    )
     .option(...dataDirOption)
     .option('--demo', 'load the demo definitions even when DATABASE_URL is set')
     .action(async (opts: { dataDir: string; demo?: boolean }) => serve(opts))
@@ -147,7 +164,9 @@ export function buildCli(): Command {
         try {
           const result = await migrate(db)
           console.log(
-            result.applied.length > 0 ? `applied: ${result.applied.join(', ')}` : `already current (${result.current.length} migrations)`,
+            result.applied.length > 0
+              ? `applied: ${result.applied.join(', ')}`
+              : `already current (${result.current.length} migrations)`,
           )
         } finally {
           await db.close()
@@ -165,7 +184,9 @@ export function buildCli(): Command {
         try {
           await migrate(db)
           const created = await loadDemo({ db, registry: createDefaultRegistry(), clock: systemClock })
-          console.log(created.length > 0 ? `created: ${created.join(', ')}` : 'the demo definitions already exist')
+          console.log(
+            created.length > 0 ? `created: ${created.join(', ')}` : 'the demo definitions already exist',
+          )
         } finally {
           await db.close()
         }

@@ -5,11 +5,11 @@
  */
 import * as audit from '../sql/auditLog.ts'
 import { DB_ERRNO, type Db, isDbErrno } from '../sql/db.ts'
-import * as definitions from '../sql/eventDefinitions.ts'
 import type { DefinitionPatch, DefinitionRow } from '../sql/eventDefinitions.ts'
+import * as definitions from '../sql/eventDefinitions.ts'
 import * as runs from '../sql/eventRuns.ts'
-import * as versions from '../sql/eventVersions.ts'
 import type { VersionRow } from '../sql/eventVersions.ts'
+import * as versions from '../sql/eventVersions.ts'
 import { AppError, badInput, conflict, ERROR_CODES, notFound } from './errors.ts'
 import type { Clock } from './runner/engine.ts'
 import { occurrenceRuns } from './runner/materialise.ts'
@@ -48,12 +48,15 @@ const MAX_GRACE_SECONDS = 7 * 24 * 3600
 export function fieldProblems(f: DefinitionFields, current?: DefinitionRow): string[] {
   const problems: string[] = []
   if (f.slug !== undefined && !SLUG.test(f.slug)) {
-    problems.push('slug: use 1–100 lowercase letters, digits, ".", "_" or "-", starting and ending with a letter or digit')
+    problems.push(
+      'slug: use 1–100 lowercase letters, digits, ".", "_" or "-", starting and ending with a letter or digit',
+    )
   }
   if (f.title !== undefined && (f.title.trim() === '' || f.title.length > 200)) {
     problems.push('title: must be 1–200 characters')
   }
-  if (f.description != null && f.description.length > 10_000) problems.push('description: at most 10,000 characters')
+  if (f.description != null && f.description.length > 10_000)
+    problems.push('description: at most 10,000 characters')
   const timezone = f.timezone ?? current?.timezone ?? 'UTC'
   if (f.timezone !== undefined && canonicalTimezone(f.timezone) === null) {
     problems.push(`timezone: "${f.timezone}" is not an IANA time zone (e.g. "Europe/London")`)
@@ -63,12 +66,17 @@ export function fieldProblems(f: DefinitionFields, current?: DefinitionRow): str
       for (const p of validateSchedule(schedule, timezone)) problems.push(`schedule: ${p}`)
     }
   }
-  if (f.graceSeconds !== undefined && (!Number.isInteger(f.graceSeconds) || f.graceSeconds < 0 || f.graceSeconds > MAX_GRACE_SECONDS)) {
+  if (
+    f.graceSeconds !== undefined &&
+    (!Number.isInteger(f.graceSeconds) || f.graceSeconds < 0 || f.graceSeconds > MAX_GRACE_SECONDS)
+  ) {
     problems.push(`graceSeconds: must be a whole number from 0 to ${MAX_GRACE_SECONDS}`)
   }
   if (f.concurrencyKey != null) {
-    if (f.concurrencyKey.trim() === '' || f.concurrencyKey.length > 255) problems.push('concurrencyKey: must be 1–255 characters')
-    for (const p of templateProblems(f.concurrencyKey, 'concurrencyKey')) problems.push(`${p.path}: ${p.message}`)
+    if (f.concurrencyKey.trim() === '' || f.concurrencyKey.length > 255)
+      problems.push('concurrencyKey: must be 1–255 characters')
+    for (const p of templateProblems(f.concurrencyKey, 'concurrencyKey'))
+      problems.push(`${p.path}: ${p.message}`)
   }
   if (f.scopes !== undefined) {
     if (f.scopes.length === 0) problems.push('scopes: give at least one scope ("" is the default scope)')
@@ -94,7 +102,11 @@ async function mustGet(db: Db, id: number): Promise<DefinitionRow> {
 }
 
 /** Create a definition and publish `program` as its version 1. */
-export async function createDefinition(deps: DefinitionDeps, input: CreateDefinitionInput, actor: string): Promise<DefinitionRow> {
+export async function createDefinition(
+  deps: DefinitionDeps,
+  input: CreateDefinitionInput,
+  actor: string,
+): Promise<DefinitionRow> {
   const problems = fieldProblems(input)
   let program: unknown
   try {
@@ -119,13 +131,29 @@ export async function createDefinition(deps: DefinitionDeps, input: CreateDefini
     })
   } catch (err) {
     if (isDbErrno(err, DB_ERRNO.DUP_ENTRY)) {
-      await audit.record(deps.db, { actor, action: 'createDefinition', targetType: 'definition', targetId: input.slug, outcome: 'refused', detail: { reason: 'duplicate slug' } })
-      throw conflict(`A definition with slug "${input.slug}" already exists; pick another slug or update that one.`)
+      await audit.record(deps.db, {
+        actor,
+        action: 'createDefinition',
+        targetType: 'definition',
+        targetId: input.slug,
+        outcome: 'refused',
+        detail: { reason: 'duplicate slug' },
+      })
+      throw conflict(
+        `A definition with slug "${input.slug}" already exists; pick another slug or update that one.`,
+      )
     }
     throw err
   }
   await versions.publish(deps.db, id, program, actor)
-  await audit.record(deps.db, { actor, action: 'createDefinition', targetType: 'definition', targetId: String(id), outcome: 'ok', detail: { slug: input.slug } })
+  await audit.record(deps.db, {
+    actor,
+    action: 'createDefinition',
+    targetType: 'definition',
+    targetId: String(id),
+    outcome: 'ok',
+    detail: { slug: input.slug },
+  })
   deps.nudgeMaterialise?.()
   return mustGet(deps.db, id)
 }
@@ -135,19 +163,33 @@ export async function createDefinition(deps: DefinitionDeps, input: CreateDefini
  * zone or scopes change, scheduled runs that the new schedule no longer asks for
  * are cancelled, and the horizon is materialised again.
  */
-export async function updateDefinition(deps: DefinitionDeps, id: number, patch: DefinitionPatch, actor: string): Promise<DefinitionRow> {
+export async function updateDefinition(
+  deps: DefinitionDeps,
+  id: number,
+  patch: DefinitionPatch,
+  actor: string,
+): Promise<DefinitionRow> {
   const current = await mustGet(deps.db, id)
-  if (current.state === 'archived') throw conflict(`Definition "${current.slug}" is archived; set it ACTIVE before editing.`)
+  if (current.state === 'archived')
+    throw conflict(`Definition "${current.slug}" is archived; set it ACTIVE before editing.`)
   const normalised: DefinitionPatch = { ...patch }
   if (patch.schedule !== undefined) normalised.schedule = patch.schedule?.trim() || null
   if (patch.timezone !== undefined) normalised.timezone = canonicalTimezone(patch.timezone) ?? patch.timezone
   assertValid(fieldProblems(patch, current))
   await definitions.update(deps.db, id, normalised)
   const updated = await mustGet(deps.db, id)
-  const rescheduled = patch.schedule !== undefined || patch.timezone !== undefined || patch.scopes !== undefined
+  const rescheduled =
+    patch.schedule !== undefined || patch.timezone !== undefined || patch.scopes !== undefined
   let cancelled = 0
   if (rescheduled) cancelled = await dropUnscheduledRuns(deps, updated)
-  await audit.record(deps.db, { actor, action: 'updateDefinition', targetType: 'definition', targetId: String(id), outcome: 'ok', detail: { fields: Object.keys(patch), cancelledRuns: cancelled } })
+  await audit.record(deps.db, {
+    actor,
+    action: 'updateDefinition',
+    targetType: 'definition',
+    targetId: String(id),
+    outcome: 'ok',
+    detail: { fields: Object.keys(patch), cancelledRuns: cancelled },
+  })
   deps.nudgeMaterialise?.()
   return updated
 }
@@ -157,39 +199,75 @@ async function dropUnscheduledRuns(deps: DefinitionDeps, def: DefinitionRow): Pr
   const now = deps.clock.now()
   const future = await runs.futureScheduled(deps.db, def.id, now)
   if (future.length === 0) return 0
-  const latest = future.reduce((m, r) => (r.scheduledFor > m ? r.scheduledFor : m), now)
+  const latest = new Date(Math.max(now.getTime(), ...future.map((r) => r.scheduledFor.getTime())))
   const wanted = new Set(
-    occurrenceRuns(def, new Date(now.getTime() - 1), latest).map((r) => `${r.scope}|${r.scheduledFor.getTime()}`),
+    occurrenceRuns(def, new Date(now.getTime() - 1), latest).map(
+      (r) => `${r.scope}|${r.scheduledFor.getTime()}`,
+    ),
   )
   const stale = future.filter((r) => !wanted.has(`${r.scope}|${r.scheduledFor.getTime()}`)).map((r) => r.id)
-  return runs.transitionMany(deps.db, stale, 'scheduled', 'cancelled', { error: 'the definition schedule changed' })
+  return runs.transitionMany(deps.db, stale, 'scheduled', 'cancelled', {
+    error: 'the definition schedule changed',
+  })
 }
 
 /** Publish a new immutable version; new runs pin it, existing runs keep theirs. */
-export async function publishVersion(deps: DefinitionDeps, definitionId: number, program: unknown, actor: string): Promise<VersionRow> {
+export async function publishVersion(
+  deps: DefinitionDeps,
+  definitionId: number,
+  program: unknown,
+  actor: string,
+): Promise<VersionRow> {
   const def = await mustGet(deps.db, definitionId)
-  if (def.state === 'archived') throw conflict(`Definition "${def.slug}" is archived; set it ACTIVE before publishing.`)
+  if (def.state === 'archived')
+    throw conflict(`Definition "${def.slug}" is archived; set it ACTIVE before publishing.`)
   const valid = validateProgram(program, deps.registry)
   const version = await versions.publish(deps.db, definitionId, valid, actor)
-  await audit.record(deps.db, { actor, action: 'publishVersion', targetType: 'definition', targetId: String(definitionId), outcome: 'ok', detail: { version: version.version } })
+  await audit.record(deps.db, {
+    actor,
+    action: 'publishVersion',
+    targetType: 'definition',
+    targetId: String(definitionId),
+    outcome: 'ok',
+    detail: { version: version.version },
+  })
   return version
 }
 
 /** ACTIVE, PAUSED or ARCHIVED; archiving is refused while any run is not terminal. */
-export async function setDefinitionState(deps: DefinitionDeps, id: number, state: DefinitionState, actor: string): Promise<DefinitionRow> {
+export async function setDefinitionState(
+  deps: DefinitionDeps,
+  id: number,
+  state: DefinitionState,
+  actor: string,
+): Promise<DefinitionRow> {
   const current = await mustGet(deps.db, id)
   if (current.state === state) return current
   const changed = await definitions.setState(deps.db, id, state)
   if (!changed && state === 'archived') {
     const active = await runs.countActiveForDefinition(deps.db, id)
-    await audit.record(deps.db, { actor, action: 'setDefinitionState', targetType: 'definition', targetId: String(id), outcome: 'refused', detail: { state, activeRuns: active } })
+    await audit.record(deps.db, {
+      actor,
+      action: 'setDefinitionState',
+      targetType: 'definition',
+      targetId: String(id),
+      outcome: 'refused',
+      detail: { state, activeRuns: active },
+    })
     throw new AppError(
       ERROR_CODES.CONFLICT,
       `Definition "${current.slug}" has ${active} run(s) that are not finished; cancel or finish them before archiving.`,
       { details: { activeRuns: active } },
     )
   }
-  await audit.record(deps.db, { actor, action: 'setDefinitionState', targetType: 'definition', targetId: String(id), outcome: 'ok', detail: { from: current.state, state } })
+  await audit.record(deps.db, {
+    actor,
+    action: 'setDefinitionState',
+    targetType: 'definition',
+    targetId: String(id),
+    outcome: 'ok',
+    detail: { from: current.state, state },
+  })
   if (state === 'active') deps.nudgeMaterialise?.()
   return mustGet(deps.db, id)
 }

@@ -43,11 +43,18 @@ export async function loadDemo(deps: DefinitionDeps, actor = 'demo'): Promise<st
               name: 'main',
               steps: [
                 // A cue nobody answers must not stall the show forever: it continues after 5 minutes.
-                { kind: 'core.cue', params: { prompt: 'Open the gates', timeoutSeconds: 300, onTimeout: 'continue' } },
+                {
+                  kind: 'core.cue',
+                  params: { prompt: 'Open the gates', timeoutSeconds: 300, onTimeout: 'continue' },
+                },
                 { kind: 'core.log', params: { message: 'Gates are open' } },
               ],
             },
-            { name: 'wrap-up', ending: true, steps: [{ kind: 'core.log', params: { message: 'Thanks for coming!' } }] },
+            {
+              name: 'wrap-up',
+              ending: true,
+              steps: [{ kind: 'core.log', params: { message: 'Thanks for coming!' } }],
+            },
           ],
         },
       },
@@ -69,7 +76,12 @@ export async function loadDemo(deps: DefinitionDeps, actor = 'demo'): Promise<st
             { name: 'intro', steps: [{ kind: 'core.log', params: { message: 'Hello {{params.name}}' } }] },
             {
               name: 'main',
-              steps: [{ kind: 'core.cue', params: { prompt: 'Ready when you are', timeoutSeconds: 600, onTimeout: 'continue' } }],
+              steps: [
+                {
+                  kind: 'core.cue',
+                  params: { prompt: 'Ready when you are', timeoutSeconds: 600, onTimeout: 'continue' },
+                },
+              ],
             },
             { name: 'outro', ending: true, steps: [{ kind: 'core.log', params: { message: 'Goodbye' } }] },
           ],

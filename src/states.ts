@@ -25,7 +25,13 @@ export type TerminalStatus = (typeof TERMINAL)[number]
 export const KEY_HOLDING = ['starting', 'running', 'paused', 'ending'] as const satisfies readonly RunStatus[]
 
 /** Statuses that are not terminal (what blocks archiving a definition). */
-export const NON_TERMINAL = ['scheduled', 'starting', 'running', 'paused', 'ending'] as const satisfies readonly RunStatus[]
+export const NON_TERMINAL = [
+  'scheduled',
+  'starting',
+  'running',
+  'paused',
+  'ending',
+] as const satisfies readonly RunStatus[]
 
 /** Statuses a tick may advance once claimed (a paused run is never advanced). */
 export const IN_FLIGHT = ['starting', 'running', 'ending'] as const satisfies readonly RunStatus[]
@@ -41,7 +47,12 @@ export const STEP_STATUSES = ['pending', 'running', 'completed', 'failed', 'skip
 export type StepStatus = (typeof STEP_STATUSES)[number]
 
 /** Step statuses after which the step is never executed again. */
-export const STEP_DONE = ['completed', 'failed', 'skipped', 'cancelled'] as const satisfies readonly StepStatus[]
+export const STEP_DONE = [
+  'completed',
+  'failed',
+  'skipped',
+  'cancelled',
+] as const satisfies readonly StepStatus[]
 
 export const DEFINITION_STATES = ['active', 'paused', 'archived'] as const
 export type DefinitionState = (typeof DEFINITION_STATES)[number]

@@ -23,6 +23,9 @@ function mariadbAvailable(): string | null {
 const missing = mariadbAvailable()
 if (missing) console.log(`skipping the CLI serve test: ${missing}`)
 
+// biome-ignore lint/suspicious/noExplicitAny: GraphQL answers are checked field by field below
+type Any = any
+
 const ROOT = new URL('..', import.meta.url).pathname
 const dataDir = mkdtempSync(join(tmpdir(), 'sr-cli-'))
 let child: ChildProcess | undefined
@@ -34,9 +37,17 @@ afterAll(() => {
 })
 
 /** Resolve with the first match of `pattern` in the child's stdout. */
-function waitForOutput(proc: ChildProcess, pattern: RegExp, timeoutMs: number, seen: { text: string }): Promise<RegExpMatchArray> {
+function waitForOutput(
+  proc: ChildProcess,
+  pattern: RegExp,
+  timeoutMs: number,
+  seen: { text: string },
+): Promise<RegExpMatchArray> {
   return new Promise((resolve, reject) => {
-    const timer = setTimeout(() => reject(new Error(`timed out waiting for ${pattern}; output so far:\n${seen.text}`)), timeoutMs)
+    const timer = setTimeout(
+      () => reject(new Error(`timed out waiting for ${pattern}; output so far:\n${seen.text}`)),
+      timeoutMs,
+    )
     const check = () => {
       const m = seen.text.match(pattern)
       if (m) {
@@ -70,7 +81,12 @@ describe.skipIf(missing !== null)('showrunner serve (no DATABASE_URL)', () => {
     })
 
     const [, token] = await waitForOutput(child, /Authorization: Bearer (\S+)/, 60_000, seen)
-    const [, url] = await waitForOutput(child, /showrunner is serving on (http:\/\/127\.0\.0\.1:\d+)/, 60_000, seen)
+    const [, url] = await waitForOutput(
+      child,
+      /showrunner is serving on (http:\/\/127\.0\.0\.1:\d+)/,
+      60_000,
+      seen,
+    )
     expect(findMariadbdProcesses(dataDir)).toHaveLength(1)
 
     const ready = await fetch(`${url}/readyz`)
@@ -82,26 +98,32 @@ describe.skipIf(missing !== null)('showrunner serve (no DATABASE_URL)', () => {
         headers: { 'content-type': 'application/json', authorization: `Bearer ${token}` },
         body: JSON.stringify({ query, variables }),
       })
-      const body = (await res.json()) as { data?: Record<string, any>; errors?: unknown[] }
+      const body = (await res.json()) as { data?: Record<string, Any>; errors?: unknown[] }
       expect(body.errors, JSON.stringify(body.errors)).toBeUndefined()
-      return body.data as Record<string, any>
+      return body.data as Record<string, Any>
     }
 
     const { definition } = await gql('{ definition(slug: "demo-manual") { id title } }')
     expect(definition.title).toMatch(/Demo/)
-    const { startRun } = await gql('mutation($d: ID!) { startRun(definitionId: $d, params: {name: "CI"}) { id } }', {
-      d: definition.id,
-    })
-    const runQuery = 'query($id: ID!) { run(id: $id) { status waitingSteps steps { id kind status parked } } }'
-    let run: any
+    const { startRun } = await gql(
+      'mutation($d: ID!) { startRun(definitionId: $d, params: {name: "CI"}) { id } }',
+      {
+        d: definition.id,
+      },
+    )
+    const runQuery =
+      'query($id: ID!) { run(id: $id) { status waitingSteps steps { id kind status parked } } }'
+    let run: Any
     for (let i = 0; i < 100; i++) {
       run = (await gql(runQuery, { id: startRun.id })).run
       if (run.waitingSteps === 1) break
       await new Promise((r) => setTimeout(r, 100))
     }
     expect(run.waitingSteps).toBe(1)
-    const cue = run.steps.find((s: any) => s.parked)
-    const { resolveCue } = await gql('mutation($s: ID!) { resolveCue(stepId: $s, note: "go") { applied } }', { s: cue.id })
+    const cue = run.steps.find((s: Any) => s.parked)
+    const { resolveCue } = await gql('mutation($s: ID!) { resolveCue(stepId: $s, note: "go") { applied } }', {
+      s: cue.id,
+    })
     expect(resolveCue.applied).toBe(true)
     for (let i = 0; i < 100; i++) {
       run = (await gql(runQuery, { id: startRun.id })).run
@@ -125,7 +147,10 @@ describe.skipIf(missing !== null)('showrunner serve (no DATABASE_URL)', () => {
 
 describe('showrunner command', () => {
   const run = (...args: string[]) =>
-    execFileSync(process.execPath, [join(ROOT, 'bin/showrunner.js'), ...args], { cwd: ROOT, encoding: 'utf8' })
+    execFileSync(process.execPath, [join(ROOT, 'bin/showrunner.js'), ...args], {
+      cwd: ROOT,
+      encoding: 'utf8',
+    })
 
   it('prints a fresh random token each time', () => {
     const a = run('token').trim()

@@ -10,12 +10,13 @@
  * `pending` and complete only from `running`; runs finish through the guarded
  * `running | ending → completed` transition.
  */
-import * as logs from '../../sql/eventRunLogs.ts'
+
 import type { NewLog } from '../../sql/eventRunLogs.ts'
-import * as runs from '../../sql/eventRuns.ts'
+import * as logs from '../../sql/eventRunLogs.ts'
 import type { RunListRow } from '../../sql/eventRuns.ts'
-import * as steps from '../../sql/eventSteps.ts'
+import * as runs from '../../sql/eventRuns.ts'
 import type { StepRow } from '../../sql/eventSteps.ts'
+import * as steps from '../../sql/eventSteps.ts'
 import { type EngineDeps, handleFailure, recordOutcome, stepContext, withTimeout } from './engine.ts'
 
 export interface BatchOutcome {
@@ -42,7 +43,9 @@ export async function advanceBatch(deps: EngineDeps, claimed: readonly RunListRo
   for (let round = 0; round < budget && active.length > 0; round++) {
     if (deps.stopping()) break
     const snapshots = await runs.statusesOf(db, active)
-    const live = new Map(snapshots.filter((s) => s.status === 'running' || s.status === 'ending').map((s) => [s.id, s]))
+    const live = new Map(
+      snapshots.filter((s) => s.status === 'running' || s.status === 'ending').map((s) => [s.id, s]),
+    )
     for (const id of active) if (!live.has(id)) release.push(id)
     if (live.size === 0) {
       active = []
@@ -55,7 +58,12 @@ export async function advanceBatch(deps: EngineDeps, claimed: readonly RunListRo
     const endingMoves: [string, number][] = []
     for (const [id, snap] of live) {
       const base = byId.get(id) as RunListRow
-      const run: RunListRow = { ...base, status: snap.status, currentPhase: snap.currentPhase, health: snap.health }
+      const run: RunListRow = {
+        ...base,
+        status: snap.status,
+        currentPhase: snap.currentPhase,
+        health: snap.health,
+      }
       const step = next.get(id)
       if (!step) {
         finished.push(id)
@@ -84,10 +92,14 @@ export async function advanceBatch(deps: EngineDeps, claimed: readonly RunListRo
         moved === finished.length
           ? finished
           : (await runs.statusesOf(db, finished)).filter((s) => s.status === 'completed').map((s) => s.id)
-      await logs.appendMany(db, completed.map((runId) => ({ runId, message: 'run completed', actor: deps.owner })))
+      await logs.appendMany(
+        db,
+        completed.map((runId) => ({ runId, message: 'run completed', actor: deps.owner })),
+      )
       release.push(...finished)
     }
-    for (const [phase, ids] of group(endingMoves)) await runs.transitionMany(db, ids, 'running', 'ending', { phase })
+    for (const [phase, ids] of group(endingMoves))
+      await runs.transitionMany(db, ids, 'running', 'ending', { phase })
     for (const [phase, ids] of group(phaseMoves)) await runs.setPhaseMany(db, ids, phase)
 
     if (inline.length === 0) {
@@ -96,12 +108,22 @@ export async function advanceBatch(deps: EngineDeps, claimed: readonly RunListRo
     }
     const now = deps.clock.now()
     const leaseUntil = new Date(now.getTime() + deps.leaseMs)
-    const begun = await steps.beginMany(db, inline.map((i) => i.step.id), deps.owner, leaseUntil)
+    const begun = await steps.beginMany(
+      db,
+      inline.map((i) => i.step.id),
+      deps.owner,
+      leaseUntil,
+    )
     let entries = inline
     if (begun !== inline.length) {
       // A person skipped or cancelled some steps meanwhile: execute only those we began.
       const mine = new Set(
-        (await steps.getByIds(db, inline.map((i) => i.step.id)))
+        (
+          await steps.getByIds(
+            db,
+            inline.map((i) => i.step.id),
+          )
+        )
           .filter((s) => s.status === 'running' && s.claimedBy === deps.owner)
           .map((s) => s.id),
       )
@@ -123,8 +145,11 @@ export async function advanceBatch(deps: EngineDeps, claimed: readonly RunListRo
         // Inline kinds promise to finish at once, but a custom one that does not
         // must not hold the whole batch (and the tick) forever: the step's
         // timeout applies here as on the per-run path.
-        const outcome = await withTimeout(step.timeoutMs, deps.hardStop, (signal) => kind.execute({ ...ctx, signal }))
-        if (outcome?.type !== 'completed') throw new Error(`inline kind ${step.kind} did not complete at once`)
+        const outcome = await withTimeout(step.timeoutMs, deps.hardStop, (signal) =>
+          kind.execute({ ...ctx, signal }),
+        )
+        if (outcome?.type !== 'completed')
+          throw new Error(`inline kind ${step.kind} did not complete at once`)
         succeeded.push(step.id)
       } catch (err) {
         failures.push({ run, step: current, err })
@@ -133,7 +158,8 @@ export async function advanceBatch(deps: EngineDeps, claimed: readonly RunListRo
     await logs.appendMany(db, lines)
     // The lines are written: from here on, a lost completion would log them again.
     await recordOutcome(deps.hardStop, () => steps.completeMany(db, succeeded))
-    for (const id of succeeded) deps.observer?.stepFinished?.('inline', 'completed')
+    const kindOf = new Map(entries.map((e) => [e.step.id, e.step.kind]))
+    for (const id of succeeded) deps.observer?.stepFinished?.(kindOf.get(id) ?? 'unknown', 'completed')
     const failedRuns = new Set<number>()
     for (const f of failures) {
       failedRuns.add(f.run.id)

@@ -8,10 +8,10 @@
 import type { Db } from '../../sql/db.ts'
 import * as definitions from '../../sql/eventDefinitions.ts'
 import * as logs from '../../sql/eventRunLogs.ts'
-import * as runs from '../../sql/eventRuns.ts'
 import type { RunListRow } from '../../sql/eventRuns.ts'
-import * as steps from '../../sql/eventSteps.ts'
+import * as runs from '../../sql/eventRuns.ts'
 import type { StepRow } from '../../sql/eventSteps.ts'
+import * as steps from '../../sql/eventSteps.ts'
 import { badInput, conflict, notFound } from '../errors.ts'
 import { NON_TERMINAL } from '../states.ts'
 import type { Clock } from './engine.ts'
@@ -65,7 +65,8 @@ export async function startRun(deps: ControlDeps, input: StartRunInput): Promise
   if (input.at && Number.isNaN(input.at.getTime())) throw badInput('at must be a valid ISO-8601 date-time.')
   const def = await definitions.getById(deps.db, input.definitionId)
   if (!def) throw notFound('definition', input.definitionId)
-  if (def.state === 'archived') throw conflict(`Definition "${def.slug}" is archived; set it ACTIVE to start runs.`)
+  if (def.state === 'archived')
+    throw conflict(`Definition "${def.slug}" is archived; set it ACTIVE to start runs.`)
   if (def.currentVersionId === null) throw conflict(`Definition "${def.slug}" has no published version.`)
   const scheduledFor = input.at ?? deps.clock.now()
   const rehearsal = input.rehearsal === true
@@ -193,13 +194,23 @@ async function stepControl(
 }
 
 /** A person answers a parked cue: the step completes and the run continues at once. */
-export function resolveCue(deps: ControlDeps, stepId: number, actor: string, note: string | null = null): Promise<StepAnswer> {
+export function resolveCue(
+  deps: ControlDeps,
+  stepId: number,
+  actor: string,
+  note: string | null = null,
+): Promise<StepAnswer> {
   return stepControl(deps, stepId, actor, 'resolve cue', note, (step) =>
     steps.resolveParked(deps.db, step.id, { resolvedBy: actor, note }),
   )
 }
 
 /** A person skips a step that has not finished; the run continues with the next one. */
-export function skipStep(deps: ControlDeps, stepId: number, actor: string, reason: string | null = null): Promise<StepAnswer> {
+export function skipStep(
+  deps: ControlDeps,
+  stepId: number,
+  actor: string,
+  reason: string | null = null,
+): Promise<StepAnswer> {
   return stepControl(deps, stepId, actor, 'skip step', reason, (step) => steps.skip(deps.db, step.id, reason))
 }

@@ -12,10 +12,10 @@
  */
 import { type Db, isDbUnavailable } from '../../sql/db.ts'
 import * as logs from '../../sql/eventRunLogs.ts'
-import * as runs from '../../sql/eventRuns.ts'
 import type { RunListRow, RunRow } from '../../sql/eventRuns.ts'
-import * as steps from '../../sql/eventSteps.ts'
+import * as runs from '../../sql/eventRuns.ts'
 import type { StepRow, StepSpec } from '../../sql/eventSteps.ts'
+import * as steps from '../../sql/eventSteps.ts'
 import * as versions from '../../sql/eventVersions.ts'
 import type { RunStatus } from '../states.ts'
 import { retryDelayMs } from './backoff.ts'
@@ -86,7 +86,11 @@ function specsForVersion(db: Db, versionId: number): Promise<StepSpec[]> {
 export async function startRuns(deps: EngineDeps, claimed: readonly RunRow[]): Promise<RunListRow[]> {
   if (claimed.length === 0) return []
   const starting = claimed.filter((r) => r.status === 'starting')
-  if (starting.length === 0) return runs.getByIds(deps.db, claimed.map((r) => r.id))
+  if (starting.length === 0)
+    return runs.getByIds(
+      deps.db,
+      claimed.map((r) => r.id),
+    )
   const items = await Promise.all(
     starting.map(async (r) => ({ runId: r.id, specs: await specsForVersion(deps.db, r.versionId) })),
   )
@@ -103,13 +107,26 @@ export async function startRuns(deps: EngineDeps, claimed: readonly RunRow[]): P
   // Re-read (with the definition's title): a cancel may have landed between the
   // claim and the transition, or (after a lease expired) another instance may
   // have moved the run; only the runs still ours and moved on are logged as started.
-  const fresh = await runs.getByIds(deps.db, claimed.map((r) => r.id))
+  const fresh = await runs.getByIds(
+    deps.db,
+    claimed.map((r) => r.id),
+  )
   const startingIds = new Set(starting.map((r) => r.id))
   await logs.appendMany(
     deps.db,
     fresh
-      .filter((r) => startingIds.has(r.id) && r.claimedBy === deps.owner && r.status !== 'starting' && r.status !== 'cancelled')
-      .map((r) => ({ runId: r.id, message: r.rehearsal ? 'rehearsal started' : 'run started', actor: deps.owner })),
+      .filter(
+        (r) =>
+          startingIds.has(r.id) &&
+          r.claimedBy === deps.owner &&
+          r.status !== 'starting' &&
+          r.status !== 'cancelled',
+      )
+      .map((r) => ({
+        runId: r.id,
+        message: r.rehearsal ? 'rehearsal started' : 'run started',
+        actor: deps.owner,
+      })),
   )
   return fresh
 }
@@ -126,7 +143,10 @@ type StepVerdict =
  * Advance one claimed run. Answers when the run next needs attention (`wakeAt`
  * for the release) or `stop` when it should be released as it is.
  */
-export async function advanceRun(deps: EngineDeps, run: RunListRow): Promise<{ wakeAt: Date | null } | { stop: true }> {
+export async function advanceRun(
+  deps: EngineDeps,
+  run: RunListRow,
+): Promise<{ wakeAt: Date | null } | { stop: true }> {
   const budget = deps.maxStepsPerClaim ?? 25
   let phase = run.currentPhase
   for (let i = 0; i < budget; i++) {
@@ -198,7 +218,8 @@ export function stepContext(
     now: () => deps.clock.now(),
     signal,
     settings: deps.settings,
-    log: (level, message, data) => logs.append(deps.db, { runId: run.id, stepId: step.id, level, message, data }),
+    log: (level, message, data) =>
+      logs.append(deps.db, { runId: run.id, stepId: step.id, level, message, data }),
   }
 }
 
@@ -245,7 +266,11 @@ export async function recordOutcome<T>(hardStop: AbortSignal, write: () => Promi
  * Run `fn` with the step's timeout: the signal aborts and the promise rejects at the deadline.
  * Exported for the batch path (batch.ts), whose inline steps are bound by the same timeout.
  */
-export async function withTimeout<T>(timeoutMs: number, hardStop: AbortSignal, fn: (signal: AbortSignal) => Promise<T>): Promise<T> {
+export async function withTimeout<T>(
+  timeoutMs: number,
+  hardStop: AbortSignal,
+  fn: (signal: AbortSignal) => Promise<T>,
+): Promise<T> {
   const controller = new AbortController()
   const onHardStop = () => controller.abort(new StepFailure('the runner is shutting down'))
   hardStop.addEventListener('abort', onHardStop, { once: true })
@@ -268,7 +293,12 @@ export async function withTimeout<T>(timeoutMs: number, hardStop: AbortSignal, f
   }
 }
 
-async function executeStep(deps: EngineDeps, run: RunListRow, step: StepRow, runStatus: RunStatus): Promise<StepVerdict> {
+async function executeStep(
+  deps: EngineDeps,
+  run: RunListRow,
+  step: StepRow,
+  runStatus: RunStatus,
+): Promise<StepVerdict> {
   const now = deps.clock.now()
   // A parked cue: only its timeout (or a person) moves it.
   if (step.status === 'running' && step.parked && (!step.wakeAt || step.wakeAt > now)) {
@@ -313,7 +343,9 @@ async function executeStep(deps: EngineDeps, run: RunListRow, step: StepRow, run
 
   switch (outcome.type) {
     case 'completed': {
-      const done = await recordOutcome(deps.hardStop, () => steps.complete(deps.db, step.id, outcome.result ?? null))
+      const done = await recordOutcome(deps.hardStop, () =>
+        steps.complete(deps.db, step.id, outcome.result ?? null),
+      )
       deps.observer?.stepFinished?.(step.kind, 'completed')
       // A retry backoff degraded the run; success clears it unless a step failed for good.
       if (done && attempt > 1 && step.lastError) await restoreHealth(deps, run.id)
@@ -327,7 +359,12 @@ async function executeStep(deps: EngineDeps, run: RunListRow, step: StepRow, run
       await recordOutcome(deps.hardStop, () => steps.park(deps.db, step.id, outcome.until))
       deps.observer?.stepFinished?.(step.kind, 'park')
       const prompt = typeof step.params?.prompt === 'string' ? `: ${step.params.prompt}` : ''
-      await logs.append(deps.db, { runId: run.id, stepId: step.id, level: 'info', message: `waiting on a person${prompt}` })
+      await logs.append(deps.db, {
+        runId: run.id,
+        stepId: step.id,
+        level: 'info',
+        message: `waiting on a person${prompt}`,
+      })
       return { next: false, wakeAt: outcome.until }
     }
   }
@@ -335,7 +372,9 @@ async function executeStep(deps: EngineDeps, run: RunListRow, step: StepRow, run
 
 async function restoreHealth(deps: EngineDeps, runId: number): Promise<void> {
   const all = await steps.listForRun(deps.db, runId)
-  const stillBad = all.some((s) => s.status === 'failed' || (s.status === 'pending' && s.attempts > 0 && s.lastError))
+  const stillBad = all.some(
+    (s) => s.status === 'failed' || (s.status === 'pending' && s.attempts > 0 && s.lastError),
+  )
   if (!stillBad) await runs.setHealth(deps.db, runId, 'ok')
 }
 
@@ -385,7 +424,12 @@ export async function handleFailure(
   const moved = await runs.transition(deps.db, run.id, [runStatus, 'running', 'ending'], 'failed', { error })
   if (moved) {
     await steps.cancelUnfinished(deps.db, run.id)
-    await logs.append(deps.db, { runId: run.id, stepId: step.id, level: 'error', message: `run failed: ${error}` })
+    await logs.append(deps.db, {
+      runId: run.id,
+      stepId: step.id,
+      level: 'error',
+      message: `run failed: ${error}`,
+    })
   }
   return { next: false, stop: true }
 }

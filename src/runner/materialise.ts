@@ -8,10 +8,10 @@
  * materialising at once is harmless.
  */
 import type { Db } from '../../sql/db.ts'
-import * as definitions from '../../sql/eventDefinitions.ts'
 import type { DefinitionRow } from '../../sql/eventDefinitions.ts'
-import * as runs from '../../sql/eventRuns.ts'
+import * as definitions from '../../sql/eventDefinitions.ts'
 import type { NewRun } from '../../sql/eventRuns.ts'
+import * as runs from '../../sql/eventRuns.ts'
 import { occurrencesBetween } from './schedule.ts'
 import { renderTemplate } from './template.ts'
 
@@ -58,7 +58,12 @@ export function occurrenceRuns(def: DefinitionRow, from: Date, to: Date): NewRun
 }
 
 /** Materialise one definition up to `now + horizonMs`; answers how many runs were new. */
-export async function materialiseDefinition(db: Db, def: DefinitionRow, now: Date, horizonMs: number): Promise<number> {
+export async function materialiseDefinition(
+  db: Db,
+  def: DefinitionRow,
+  now: Date,
+  horizonMs: number,
+): Promise<number> {
   const to = new Date(now.getTime() + horizonMs)
   const floor = new Date(now.getTime() - MAX_CATCH_UP_MS)
   // First pass (or after a schedule change): from now. Later passes: from the
@@ -89,7 +94,8 @@ export async function materialiseAll(
   const defs = await definitions.listMaterialisable(db)
   let created = 0
   for (const def of defs) {
-    if (def.materializedThrough && def.materializedThrough.getTime() >= now.getTime() + horizonMs - 1000) continue
+    if (def.materializedThrough && def.materializedThrough.getTime() >= now.getTime() + horizonMs - 1000)
+      continue
     try {
       created += await materialiseDefinition(db, def, now, horizonMs)
     } catch (err) {

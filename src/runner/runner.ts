@@ -19,12 +19,19 @@ import { hostname } from 'node:os'
 import type { Db } from '../../sql/db.ts'
 import { isDbUnavailable } from '../../sql/db.ts'
 import * as logs from '../../sql/eventRunLogs.ts'
-import * as runs from '../../sql/eventRuns.ts'
 import type { RunListRow, RunRow } from '../../sql/eventRuns.ts'
+import * as runs from '../../sql/eventRuns.ts'
 import * as steps from '../../sql/eventSteps.ts'
 import * as heartbeats from '../../sql/runnerHeartbeats.ts'
-import { advanceRun, type Clock, type EngineDeps, type RunnerObserver, startRuns, systemClock } from './engine.ts'
 import { advanceBatch } from './batch.ts'
+import {
+  advanceRun,
+  type Clock,
+  type EngineDeps,
+  type RunnerObserver,
+  startRuns,
+  systemClock,
+} from './engine.ts'
 import { materialiseAll } from './materialise.ts'
 import type { StepRegistry } from './steps/registry.ts'
 import type { StepSettings } from './steps/types.ts'
@@ -82,7 +89,9 @@ export class Runner {
   private loopPromise: Promise<void> | null = null
   private sleepAbort: AbortController | null = null
   private readonly hardStop = new AbortController()
-  private readonly opts: Required<Omit<RunnerOptions, 'observer' | 'instanceId'>> & { observer?: RunnerObserver }
+  private readonly opts: Required<Omit<RunnerOptions, 'observer' | 'instanceId'>> & {
+    observer?: RunnerObserver
+  }
   private lastMaterialise = 0
   private materialiseRequested = true
   private lastRetention = 0
@@ -138,7 +147,8 @@ export class Runner {
 
   /** Begin ticking. Calling it twice is an error: a runner is started once. */
   start(): void {
-    if (this.stateValue !== 'created') throw new Error(`Runner ${this.instanceId} cannot start from state ${this.stateValue}.`)
+    if (this.stateValue !== 'created')
+      throw new Error(`Runner ${this.instanceId} cannot start from state ${this.stateValue}.`)
     this.stateValue = 'active'
     this.loopPromise = this.loop()
   }
@@ -196,7 +206,12 @@ export class Runner {
         this.consecutiveErrors++
         this.opts.observer?.tickError?.()
         this.opts.logger.error(
-          { err, instance: this.instanceId, consecutiveErrors: this.consecutiveErrors, databaseUnavailable: isDbUnavailable(err) },
+          {
+            err,
+            instance: this.instanceId,
+            consecutiveErrors: this.consecutiveErrors,
+            databaseUnavailable: isDbUnavailable(err),
+          },
           'tick failed',
         )
       }
@@ -205,7 +220,10 @@ export class Runner {
       if (this.stateValue !== 'active') break
       const wait =
         this.consecutiveErrors > 0
-          ? Math.min(this.opts.tickMs * 2 ** this.consecutiveErrors, Math.max(MAX_ERROR_BACKOFF_MS, this.opts.tickMs))
+          ? Math.min(
+              this.opts.tickMs * 2 ** this.consecutiveErrors,
+              Math.max(MAX_ERROR_BACKOFF_MS, this.opts.tickMs),
+            )
           : Math.max(0, this.opts.tickMs - elapsed)
       if (this.nudged && this.consecutiveErrors === 0) {
         this.nudged = false
@@ -245,7 +263,10 @@ export class Runner {
       this.materialiseRequested = false
       this.lastMaterialise = now.getTime()
       await materialiseAll(db, now, this.opts.horizonMs, (def, err) =>
-        this.opts.logger.error({ err, definitionId: def.id, slug: def.slug }, 'materialisation failed for a definition'),
+        this.opts.logger.error(
+          { err, definitionId: def.id, slug: def.slug },
+          'materialisation failed for a definition',
+        ),
       )
     }
     await this.markMissed(clock.now())
@@ -272,7 +293,9 @@ export class Runner {
       const missed = await runs.findMissed(db, now, 500)
       if (missed.length === 0) return
       const ids = missed.map((r) => r.id)
-      await runs.transitionMany(db, ids, 'scheduled', 'missed', { error: 'not started within its grace window' })
+      await runs.transitionMany(db, ids, 'scheduled', 'missed', {
+        error: 'not started within its grace window',
+      })
       const entries = await Promise.all(
         missed.map(async (r) => {
           const holder = r.concurrencyKey ? await runs.concurrencyHolder(db, r.concurrencyKey, r.id) : null
@@ -301,8 +324,12 @@ export class Runner {
     const token = `${this.instanceId}:${++this.tickSeq}`
     const claimFrom = Date.now()
     let claimed: RunRow[] = []
-    claimed.push(...(await runs.claimTickBatch(db, this.instanceId, `${token}:t`, leaseUntil, now, batchSize)))
-    claimed.push(...(await runs.claimStartBatch(db, this.instanceId, `${token}:s`, leaseUntil, now, batchSize)))
+    claimed.push(
+      ...(await runs.claimTickBatch(db, this.instanceId, `${token}:t`, leaseUntil, now, batchSize)),
+    )
+    claimed.push(
+      ...(await runs.claimStartBatch(db, this.instanceId, `${token}:s`, leaseUntil, now, batchSize)),
+    )
     // Keyed scheduled runs: each needs its key lock, taken with its claim.
     const due = await runs.findDue(db, now, batchSize)
     // A key found held (or just taken) stays held for the rest of this pass, so
@@ -337,7 +364,12 @@ export class Runner {
     // rest, or two instances would start the same run.
     if (Date.now() - claimFrom > this.opts.leaseMs / 3) {
       const renewedUntil = new Date(clock.now().getTime() + this.opts.leaseMs)
-      const mine = await runs.renewClaims(db, claimed.map((r) => r.id), this.instanceId, renewedUntil)
+      const mine = await runs.renewClaims(
+        db,
+        claimed.map((r) => r.id),
+        this.instanceId,
+        renewedUntil,
+      )
       claimed = claimed.filter((r) => mine.has(r.id))
       if (claimed.length === 0) return
     }
@@ -346,7 +378,10 @@ export class Runner {
     try {
       ready = await startRuns(engine, claimed)
     } catch (err) {
-      await this.releaseAll(claimed.map((r) => r.id), now)
+      await this.releaseAll(
+        claimed.map((r) => r.id),
+        now,
+      )
       throw err
     }
     // Inline steps of the whole batch go together; the rest run one by one.
@@ -357,7 +392,10 @@ export class Runner {
       await runs.releaseClaims(db, batch.release, this.instanceId, clock.now())
     } catch (err) {
       const pending = new Set(handOff.map((r) => r.id))
-      await this.releaseAll(ready.filter((r) => !pending.has(r.id)).map((r) => r.id), clock.now())
+      await this.releaseAll(
+        ready.filter((r) => !pending.has(r.id)).map((r) => r.id),
+        clock.now(),
+      )
       throw err
     }
     await this.forEachLimited(handOff, (run) => this.advanceClaimed(engine, run))
@@ -387,7 +425,10 @@ export class Runner {
       wakeAt = 'stop' in answer ? clock.now() : answer.wakeAt
     } catch (err) {
       this.opts.observer?.tickError?.()
-      logger.error({ err, runId: run.id, instance: this.instanceId }, 'advancing a run failed; it will be retried')
+      logger.error(
+        { err, runId: run.id, instance: this.instanceId },
+        'advancing a run failed; it will be retried',
+      )
       // Come back after a tick rather than at once, so a persistent error does not spin.
       wakeAt = new Date(clock.now().getTime() + this.opts.tickMs)
     } finally {
@@ -404,7 +445,10 @@ export class Runner {
       try {
         await runs.releaseClaim(this.opts.db, id, this.instanceId, { wakeAt: now })
       } catch (err) {
-        this.opts.logger.warn({ err, runId: id }, 'could not release a claim; it will expire and be reclaimed')
+        this.opts.logger.warn(
+          { err, runId: id },
+          'could not release a claim; it will expire and be reclaimed',
+        )
       }
     }
   }
@@ -442,7 +486,10 @@ export class Runner {
       const ids = await runs.terminalBefore(this.opts.db, cutoff, 500, { withLogsOnly: true })
       if (ids.length === 0) return
       const deleted = await logs.deleteForRuns(this.opts.db, ids)
-      this.opts.logger.info({ runs: ids.length, lines: deleted }, 'log retention: deleted logs of finished runs')
+      this.opts.logger.info(
+        { runs: ids.length, lines: deleted },
+        'log retention: deleted logs of finished runs',
+      )
       if (ids.length < 500) return
     }
   }
