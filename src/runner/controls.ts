@@ -96,6 +96,13 @@ export async function startRun(deps: ControlDeps, input: StartRunInput): Promise
   }
   const existing = await runs.findOccurrence(deps.db, def.id, scope, scheduledFor, rehearsal)
   if (!existing) throw conflict('The run was created and removed concurrently; retry.')
+  // Idempotent, but still an action someone took: record it on the run.
+  await logs.append(deps.db, {
+    runId: existing.id,
+    message: `${rehearsal ? 'rehearsal' : 'run'} requested again by ${input.actor}: it already exists`,
+    actor: input.actor,
+    data: { scope, rehearsal, applied: false },
+  })
   return existing
 }
 
