@@ -173,6 +173,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
             claimConflict: () => metrics.claimConflicts.inc(),
             tickDuration: (ms) => metrics.tickDuration.observe(ms / 1000),
             tickError: () => metrics.tickErrors.inc(),
+            tickLag: (ms) => metrics.tickLagMs.set(ms),
           },
         })
       : null

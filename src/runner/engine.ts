@@ -36,6 +36,8 @@ export interface RunnerObserver {
   claimConflict?(): void
   tickDuration?(ms: number): void
   tickError?(): void
+  /** How late this tick started against its schedule, in ms (0 when on time). */
+  tickLag?(ms: number): void
 }
 
 export interface EngineDeps {

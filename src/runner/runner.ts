@@ -277,6 +277,7 @@ export class Runner {
       await this.retention(after)
     }
     const lag = this.lastTickAt ? Math.max(0, Date.now() - this.lastTickAt.getTime() - this.opts.tickMs) : 0
+    this.opts.observer?.tickLag?.(lag)
     await heartbeats.beat(db, {
       instanceId: this.instanceId,
       host: hostname(),
