@@ -3,10 +3,10 @@
  * stays SCHEDULED and its log names the holder; it starts when the holder ends,
  * or turns MISSED after its grace window; a rehearsal never takes the key.
  */
-import { afterAll, beforeAll, expect, it } from 'vitest'
+import { expect, it } from 'vitest'
 import { resolveCue, startRun } from '../src/runner/controls.ts'
 import { Runner } from '../src/runner/runner.ts'
-import { createTestDb, type TestDb } from './helpers/db.ts'
+import { useTestDb } from './helpers/db.ts'
 import {
   controlDeps,
   defineEvent,
@@ -19,13 +19,7 @@ import {
   TestClock,
 } from './helpers/runnerHarness.ts'
 
-let t: TestDb
-beforeAll(async () => {
-  t = await createTestDb()
-})
-afterAll(async () => {
-  await t?.drop()
-})
+const t = useTestDb()
 
 const TICK_MS = 1000
 const CUE = program(['main', [{ kind: 'core.cue', params: { prompt: 'Go?' } }]])

@@ -8,19 +8,18 @@
 import { type ChildProcess, spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { fileURLToPath } from 'node:url'
-import { afterAll, beforeAll, expect, it } from 'vitest'
+import { afterAll, expect, it } from 'vitest'
 import * as runsSql from '../sql/eventRuns.ts'
 import { systemClock } from '../src/runner/engine.ts'
 import { Runner } from '../src/runner/runner.ts'
 import { parseAllowList } from '../src/runner/steps/allowList.ts'
-import { createTestDb, type TestDb } from './helpers/db.ts'
+import { useTestDb } from './helpers/db.ts'
 import {
   defineEvent,
   makeRegistry,
   program,
-  startReceiver,
   statusCounts,
-  type WebhookReceiver,
+  useReceiver,
   waitFor,
 } from './helpers/runnerHarness.ts'
 
@@ -34,17 +33,12 @@ const LEASE_MS = 1500
 const repoRoot = fileURLToPath(new URL('..', import.meta.url))
 const fixture = fileURLToPath(new URL('./fixtures/crashRunner.ts', import.meta.url))
 
-let t: TestDb
-let receiver: WebhookReceiver
+const t = useTestDb()
+const receiver = useReceiver()
 let child: ChildProcess | null = null
-beforeAll(async () => {
-  t = await createTestDb()
-  receiver = await startReceiver()
-})
-afterAll(async () => {
+// Registered after the two above, so it runs before them: the child dies before the receiver closes.
+afterAll(() => {
   if (child && child.exitCode === null && child.signalCode === null) child.kill('SIGKILL')
-  await receiver?.close()
-  await t?.drop()
 })
 
 it('SIGKILL mid-batch: another instance finishes every run after the lease; only in-flight steps run twice', async () => {

@@ -3,13 +3,13 @@
  * parked cues versus timers, leases between ticks, the ending phase; then a
  * pause or cancel from inside a batch, and the per-step timeout.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import * as runsSql from '../sql/eventRuns.ts'
 import * as stepsSql from '../sql/eventSteps.ts'
 import { cancelRun, pauseRun, resolveCue, resumeRun, startRun } from '../src/runner/controls.ts'
 import { Runner } from '../src/runner/runner.ts'
 import type { AnyStepKind } from '../src/runner/steps/registry.ts'
-import { createTestDb, type TestDb } from './helpers/db.ts'
+import { useTestDb } from './helpers/db.ts'
 import {
   controlDeps,
   customKind,
@@ -23,13 +23,7 @@ import {
   TestClock,
 } from './helpers/runnerHarness.ts'
 
-let t: TestDb
-beforeAll(async () => {
-  t = await createTestDb()
-})
-afterAll(async () => {
-  await t?.drop()
-})
+const t = useTestDb()
 
 /** Counters the custom kinds below bump, by kind. */
 const executed = new Map<string, number>()

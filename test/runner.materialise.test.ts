@@ -4,12 +4,12 @@
  * occurrence per scope, idempotent repeats, paused/archived definitions, and a
  * schedule change that cancels the runs the new schedule no longer produces.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import * as definitionsSql from '../sql/eventDefinitions.ts'
 import { setDefinitionState, updateDefinition } from '../src/definitions.ts'
 import { materialiseDefinition } from '../src/runner/materialise.ts'
 import { Runner } from '../src/runner/runner.ts'
-import { createTestDb, type TestDb } from './helpers/db.ts'
+import { useTestDb } from './helpers/db.ts'
 import {
   defineEvent,
   definitionDeps,
@@ -22,12 +22,14 @@ import {
 const HORIZON_MS = 6 * 3600_000
 const LOG_ONLY = program(['main', [{ kind: 'core.log', params: { message: 'hi' } }]])
 
-let t: TestDb
-beforeAll(async () => {
-  t = await createTestDb()
-})
-afterAll(async () => {
-  await t?.drop()
+const t = useTestDb()
+
+/** A definition that logs every half hour, New York time, in each of `scopes`. */
+const halfHourlyInNewYork = (scopes: string[]) => ({
+  schedule: '*/30 * * * *',
+  timezone: 'America/New_York',
+  scopes,
+  program: LOG_ONLY,
 })
 
 function setup(start: string) {
@@ -81,12 +83,7 @@ describe('materialisation across DST (America/New_York, */30)', () => {
   it('spring forward: 02:00 and 02:30 (skipped) fire once, at 03:00 EDT = 07:00Z; one run per occurrence per scope', async () => {
     // 2027-03-14 02:00 EST → 03:00 EDT, i.e. 07:00Z. Clock at 23:10 EST the day before.
     const { env, runner } = setup('2027-03-14T04:10:00Z')
-    const def = await defineEvent(env, {
-      schedule: '*/30 * * * *',
-      timezone: 'America/New_York',
-      scopes: ['east', 'west'],
-      program: LOG_ONLY,
-    })
+    const def = await defineEvent(env, halfHourlyInNewYork(['east', 'west']))
     await runner.tick()
     const rows = await runsOf(def.id)
     const instants = utc('2027-03-14', [
@@ -117,12 +114,7 @@ describe('materialisation across DST (America/New_York, */30)', () => {
   it('fall back: the repeated 01:00 and 01:30 fire once, at their first (EDT) occurrence; a second pass writes nothing', async () => {
     // 2027-11-07 02:00 EDT → 01:00 EST, i.e. 06:00Z. Clock at 23:10 EDT the day before.
     const { env, runner, clock } = setup('2027-11-07T03:10:00Z')
-    const def = await defineEvent(env, {
-      schedule: '*/30 * * * *',
-      timezone: 'America/New_York',
-      scopes: ['east', 'west'],
-      program: LOG_ONLY,
-    })
+    const def = await defineEvent(env, halfHourlyInNewYork(['east', 'west']))
     await runner.tick()
     const first = await runsOf(def.id)
     const instants = utc('2027-11-07', [
@@ -174,12 +166,7 @@ describe('materialisation across DST (America/New_York, */30)', () => {
 describe('definition state and schedule changes', () => {
   it('PAUSED and ARCHIVED definitions materialise nothing; pausing an active one stops new occurrences', async () => {
     const { env, runner, clock } = setup('2027-06-01T12:00:00Z')
-    const base = {
-      schedule: '*/30 * * * *',
-      timezone: 'America/New_York',
-      scopes: ['a', 'b'],
-      program: LOG_ONLY,
-    }
+    const base = halfHourlyInNewYork(['a', 'b'])
     const paused = await defineEvent(env, { ...base, state: 'paused' })
     const archived = await defineEvent(env, base)
     await setDefinitionState(definitionDeps(env), archived.id, 'archived', 'admin#test')
@@ -209,12 +196,7 @@ describe('definition state and schedule changes', () => {
 
   it('a schedule change cancels future scheduled runs the new schedule no longer produces, and keeps the rest', async () => {
     const { env, runner, clock } = setup('2027-11-07T03:10:00Z')
-    const def = await defineEvent(env, {
-      schedule: '*/30 * * * *',
-      timezone: 'America/New_York',
-      scopes: ['east', 'west'],
-      program: LOG_ONLY,
-    })
+    const def = await defineEvent(env, halfHourlyInNewYork(['east', 'west']))
     await runner.tick()
     const before = await runsOf(def.id)
     expect(before).toHaveLength(20)

@@ -5,38 +5,29 @@
  * by two live runs (sampled every ~10 ms on its own connection), and every run
  * completes.
  */
-import { afterAll, beforeAll, expect, it } from 'vitest'
+import { expect, it } from 'vitest'
 import type { Db } from '../sql/db.ts'
 import * as runsSql from '../sql/eventRuns.ts'
 import { systemClock } from '../src/runner/engine.ts'
 import { Runner } from '../src/runner/runner.ts'
 import { parseAllowList } from '../src/runner/steps/allowList.ts'
-import { createTestDb, type TestDb } from './helpers/db.ts'
+import { useTestDb } from './helpers/db.ts'
 import {
   defineEvent,
   makeRegistry,
   program,
   type RunnerTestEnv,
   sleep,
-  startReceiver,
   statusCounts,
-  type WebhookReceiver,
+  useReceiver,
   waitFor,
 } from './helpers/runnerHarness.ts'
 
 const RUNS = 300
 const KEYS = 10
 
-let t: TestDb
-let receiver: WebhookReceiver
-beforeAll(async () => {
-  t = await createTestDb()
-  receiver = await startReceiver()
-})
-afterAll(async () => {
-  await receiver?.close()
-  await t?.drop()
-})
+const t = useTestDb()
+const receiver = useReceiver()
 
 /** Samples the key invariant on its own connection until stopped; answers the violations seen. */
 function startSampler(db: Db) {

@@ -1,16 +1,10 @@
 /** The runner reports every tick's duration and lag to its observer (what /metrics exposes). */
-import { afterAll, beforeAll, expect, it } from 'vitest'
+import { expect, it } from 'vitest'
 import { Runner } from '../src/runner/runner.ts'
 import { createDefaultRegistry } from '../src/runner/steps/registry.ts'
-import { createTestDb, type TestDb } from './helpers/db.ts'
+import { useTestDb } from './helpers/db.ts'
 
-let t: TestDb
-beforeAll(async () => {
-  t = await createTestDb()
-})
-afterAll(async () => {
-  await t.drop()
-})
+const t = useTestDb()
 
 it('reports tick duration and tick lag on every tick, and errors on failed ticks', async () => {
   const seen = { durations: [] as number[], lags: [] as number[], errors: 0 }

@@ -1,4 +1,4 @@
-import { afterAll, beforeAll, expect, it } from 'vitest'
+import { expect, it } from 'vitest'
 import * as logsSql from '../sql/eventRunLogs.ts'
 import * as runsSql from '../sql/eventRuns.ts'
 import * as stepsSql from '../sql/eventSteps.ts'
@@ -7,15 +7,9 @@ import { resolveCue, startRun } from '../src/runner/controls.ts'
 import { systemClock } from '../src/runner/engine.ts'
 import { Runner } from '../src/runner/runner.ts'
 import { createDefaultRegistry } from '../src/runner/steps/registry.ts'
-import { createTestDb, type TestDb } from './helpers/db.ts'
+import { useTestDb } from './helpers/db.ts'
 
-let t: TestDb
-beforeAll(async () => {
-  t = await createTestDb()
-})
-afterAll(async () => {
-  await t.drop()
-})
+const t = useTestDb()
 
 it('walks log → cue → resolve → wait → ending → completed', async () => {
   const registry = createDefaultRegistry()

@@ -4,12 +4,12 @@
  * due run starts within two ticks, keyed or not; a cue resolved among them is
  * picked up just as fast.
  */
-import { afterAll, beforeAll, expect, it } from 'vitest'
+import { expect, it } from 'vitest'
 import type { NewRun } from '../sql/eventRuns.ts'
 import * as runsSql from '../sql/eventRuns.ts'
 import { resolveCue, startRun } from '../src/runner/controls.ts'
 import { Runner } from '../src/runner/runner.ts'
-import { createTestDb, type TestDb } from './helpers/db.ts'
+import { useTestDb } from './helpers/db.ts'
 import {
   controlDeps,
   defineEvent,
@@ -23,13 +23,7 @@ import {
 const PARKED = 10_000
 const SLEEPING = 2_000
 
-let t: TestDb
-beforeAll(async () => {
-  t = await createTestDb()
-})
-afterAll(async () => {
-  await t?.drop()
-})
+const t = useTestDb()
 
 it(`a due run starts within two ticks while ${PARKED} runs are parked on cues and ${SLEEPING} wait on timers`, async () => {
   const clock = new TestClock()

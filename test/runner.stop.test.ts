@@ -4,13 +4,13 @@
  * either finished or aborted-and-retried; a runner whose database is
  * unreachable keeps running, counts its failed ticks and backs off.
  */
-import { afterAll, beforeAll, beforeEach, expect, it } from 'vitest'
+import { expect, it } from 'vitest'
 import { createDb } from '../sql/db.ts'
 import { startRun } from '../src/runner/controls.ts'
 import { systemClock } from '../src/runner/engine.ts'
 import { Runner } from '../src/runner/runner.ts'
 import { parseAllowList } from '../src/runner/steps/allowList.ts'
-import { createTestDb, type TestDb } from './helpers/db.ts'
+import { useTestDb } from './helpers/db.ts'
 import {
   controlDeps,
   defineEvent,
@@ -20,26 +20,16 @@ import {
   type RunnerTestEnv,
   runOf,
   sleep,
-  startReceiver,
   stepsOf,
-  type WebhookReceiver,
+  useReceiver,
   waitFor,
   waitForStatus,
 } from './helpers/runnerHarness.ts'
 
 const LEASE_MS = 2000
 
-let t: TestDb
-let receiver: WebhookReceiver
-beforeAll(async () => {
-  t = await createTestDb()
-  receiver = await startReceiver()
-})
-afterAll(async () => {
-  await receiver?.close()
-  await t?.drop()
-})
-beforeEach(() => receiver.reset())
+const t = useTestDb()
+const receiver = useReceiver({ resetEach: true })
 
 async function setup(path: string) {
   const registry = makeRegistry()
@@ -57,7 +47,28 @@ async function setup(path: string) {
   const makeRunner = (instanceId: string) =>
     new Runner({ db: t.db, registry, instanceId, tickMs: 20, leaseMs: LEASE_MS, settings })
   const run = () => startRun(controlDeps(env), { definitionId: def.id, actor: 'op#1' })
-  return { makeRunner, run }
+  /** Start `instanceId`, start a run, and stop the runner while the run's webhook is in flight. */
+  const stopDuringWebhook = async (instanceId: string) => {
+    const runner = makeRunner(instanceId)
+    runner.start()
+    const r = await run()
+    runner.nudge()
+    await waitFor(() => receiver.pending().length === 1, { what: 'the webhook to be in flight' })
+    const t0 = Date.now()
+    await runner.stop()
+    return { runner, r, took: Date.now() - t0 }
+  }
+  /** Another instance, `instanceId`, takes the run over and completes it. */
+  const finishElsewhere = async (instanceId: string, runId: number) => {
+    const next = makeRunner(instanceId)
+    next.start()
+    try {
+      await waitForStatus(t.db, runId, 'completed')
+    } finally {
+      await next.stop()
+    }
+  }
+  return { stopDuringWebhook, finishElsewhere }
 }
 
 async function claimsOf(instanceId: string): Promise<number> {
@@ -70,16 +81,8 @@ async function claimsOf(instanceId: string): Promise<number> {
 
 it('stop() during a webhook that never answers: returns within LEASE_MS, no claim left, the step is aborted and retried later', async () => {
   receiver.route('/hooks/hang', (_call, n) => (n === 1 ? { hold: true } : { status: 200 }))
-  const { makeRunner, run } = await setup('/hooks/hang')
-  const runner = makeRunner('stop-abort')
-  runner.start()
-  const r = await run()
-  runner.nudge()
-  await waitFor(() => receiver.pending().length === 1, { what: 'the webhook to be in flight' })
-
-  const t0 = Date.now()
-  await runner.stop()
-  const took = Date.now() - t0
+  const { stopDuringWebhook, finishElsewhere } = await setup('/hooks/hang')
+  const { runner, r, took } = await stopDuringWebhook('stop-abort')
   console.log(`stop() with a hung webhook returned in ${took} ms`)
   expect(took).toBeLessThan(LEASE_MS)
   expect(runner.state).toBe('stopped')
@@ -93,27 +96,14 @@ it('stop() during a webhook that never answers: returns within LEASE_MS, no clai
   expect(await runOf(t.db, r.id)).toMatchObject({ status: 'running', claimedBy: null })
 
   // Another instance retries it, with the same Idempotency-Key, and finishes the run.
-  const next = makeRunner('stop-abort-next')
-  next.start()
-  try {
-    await waitForStatus(t.db, r.id, 'completed')
-  } finally {
-    await next.stop()
-  }
+  await finishElsewhere('stop-abort-next', r.id)
   expect(receiver.calls.map((c) => c.key)).toEqual([`${r.id}-${hook!.id}`, `${r.id}-${hook!.id}`])
 })
 
 it('stop() during a slow webhook that answers within the grace: the step finishes, the next one does not start', async () => {
   receiver.route('/hooks/slow', () => ({ status: 200, delayMs: 300 }))
-  const { makeRunner, run } = await setup('/hooks/slow')
-  const runner = makeRunner('stop-finish')
-  runner.start()
-  const r = await run()
-  runner.nudge()
-  await waitFor(() => receiver.pending().length === 1, { what: 'the webhook to be in flight' })
-  const t0 = Date.now()
-  await runner.stop()
-  const took = Date.now() - t0
+  const { stopDuringWebhook, finishElsewhere } = await setup('/hooks/slow')
+  const { runner, r, took } = await stopDuringWebhook('stop-finish')
   console.log(`stop() with a 300 ms webhook returned in ${took} ms`)
   expect(took).toBeLessThan(LEASE_MS)
   expect(runner.state).toBe('stopped')
@@ -127,13 +117,7 @@ it('stop() during a slow webhook that answers within the grace: the step finishe
   expect(released).toMatchObject({ status: 'running', claimedBy: null })
   expect(released.wakeAt!.getTime()).toBeLessThanOrEqual(Date.now())
 
-  const next = makeRunner('stop-finish-next')
-  next.start()
-  try {
-    await waitForStatus(t.db, r.id, 'completed')
-  } finally {
-    await next.stop()
-  }
+  await finishElsewhere('stop-finish-next', r.id)
   expect(receiver.calls).toHaveLength(1)
 })
 

@@ -4,11 +4,11 @@
  * degrade the run meanwhile; the allow-list refuses before any request;
  * onError "degrade"; rehearsals send nothing.
  */
-import { afterAll, beforeAll, beforeEach, expect, it } from 'vitest'
+import { expect, it } from 'vitest'
 import { startRun } from '../src/runner/controls.ts'
 import { Runner } from '../src/runner/runner.ts'
 import { parseAllowList } from '../src/runner/steps/allowList.ts'
-import { createTestDb, type TestDb } from './helpers/db.ts'
+import { useTestDb } from './helpers/db.ts'
 import {
   controlDeps,
   defineEvent,
@@ -17,23 +17,13 @@ import {
   program,
   type RunnerTestEnv,
   runOf,
-  startReceiver,
   stepsOf,
   TestClock,
-  type WebhookReceiver,
+  useReceiver,
 } from './helpers/runnerHarness.ts'
 
-let t: TestDb
-let receiver: WebhookReceiver
-beforeAll(async () => {
-  t = await createTestDb()
-  receiver = await startReceiver()
-})
-afterAll(async () => {
-  await receiver?.close()
-  await t?.drop()
-})
-beforeEach(() => receiver.reset())
+const t = useTestDb()
+const receiver = useReceiver({ resetEach: true })
 
 function setup(allow = `${receiver.url}/hooks/`) {
   const clock = new TestClock()

@@ -3,7 +3,7 @@
  * the no-starvation due query. Every test starts from empty run tables
  * (definitions stay), because findDue / findMissed / list span every run.
  */
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest'
+import { beforeEach, describe, expect, it } from 'vitest'
 import type { Db } from '../sql/db.ts'
 import * as logs from '../sql/eventRunLogs.ts'
 import type { NewRun, RunRow } from '../sql/eventRuns.ts'
@@ -11,7 +11,7 @@ import * as runs from '../sql/eventRuns.ts'
 import * as steps from '../sql/eventSteps.ts'
 import * as versions from '../sql/eventVersions.ts'
 import type { RunStatus } from '../src/states.ts'
-import { createTestDb, type TestDb } from './helpers/db.ts'
+import { useTestDb } from './helpers/db.ts'
 import {
   at,
   countRows,
@@ -26,16 +26,8 @@ import {
   stepSpecs,
 } from './helpers/fixtures.ts'
 
-let t: TestDb
 let db: Db
-
-beforeAll(async () => {
-  t = await createTestDb()
-  db = t.db
-})
-afterAll(async () => {
-  await t?.drop()
-})
+useTestDb({ ready: (created) => (db = created.db) })
 beforeEach(async () => {
   await resetRuns(db)
 })

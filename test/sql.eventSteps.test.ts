@@ -3,12 +3,12 @@
  * moves of a step, next-step selection, step reclaim (invariant 10) and the
  * waiting counts (invariant 13: parked cues only, never timers or backoffs).
  */
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest'
+import { beforeEach, describe, expect, it } from 'vitest'
 import type { Db } from '../sql/db.ts'
 import * as runs from '../sql/eventRuns.ts'
 import type { StepRow } from '../sql/eventSteps.ts'
 import * as steps from '../sql/eventSteps.ts'
-import { createTestDb, type TestDb } from './helpers/db.ts'
+import { useTestDb } from './helpers/db.ts'
 import {
   at,
   countRows,
@@ -20,16 +20,8 @@ import {
   stepSpecs,
 } from './helpers/fixtures.ts'
 
-let t: TestDb
 let db: Db
-
-beforeAll(async () => {
-  t = await createTestDb()
-  db = t.db
-})
-afterAll(async () => {
-  await t?.drop()
-})
+useTestDb({ ready: (created) => (db = created.db) })
 beforeEach(async () => {
   // waitingSummary / listWaiting span every step.
   await resetRuns(db)

@@ -7,11 +7,11 @@
  *     key-holding runs with one key, and the claimed intervals never overlap.
  */
 import { performance } from 'node:perf_hooks'
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest'
+import { beforeAll, beforeEach, describe, expect, it } from 'vitest'
 import { DB_ERRNO, type Db, isDbErrno } from '../sql/db.ts'
 import type { RunRow } from '../sql/eventRuns.ts'
 import * as runs from '../sql/eventRuns.ts'
-import { createTestDb, type TestDb } from './helpers/db.ts'
+import { useTestDb } from './helpers/db.ts'
 import {
   at,
   countRows,
@@ -24,18 +24,13 @@ import {
   sleepMs,
 } from './helpers/fixtures.ts'
 
-let t: TestDb
 let db: Db
+const t = useTestDb({ ready: (created) => (db = created.db) })
 let fx: DefinitionFixture
 
 beforeAll(async () => {
-  t = await createTestDb()
-  db = t.db
   // A wide grace window: nothing in these races may become "missed".
   fx = await makeDefinition(db, { graceSeconds: 3600 })
-})
-afterAll(async () => {
-  await t?.drop()
 })
 beforeEach(async () => {
   await resetRuns(db)

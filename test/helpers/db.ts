@@ -4,6 +4,7 @@
  */
 import { randomBytes } from 'node:crypto'
 import mysql from 'mysql2/promise'
+import { afterAll, beforeAll } from 'vitest'
 import { createDb, type Db, type DbOptions } from '../../sql/db.ts'
 import { migrate } from '../../sql/migrate.ts'
 
@@ -52,5 +53,42 @@ export async function createTestDb(opts: { migrate?: boolean; pool?: DbOptions }
       await c.query(`DROP DATABASE IF EXISTS \`${name}\``)
       await c.end()
     },
+  }
+}
+
+/**
+ * The file's throwaway database as suite hooks: created in `beforeAll`, dropped in
+ * `afterAll`. Call it at the top level of a test file; the answer stands for the
+ * database once `beforeAll` has run (reading it earlier throws). `ready` runs
+ * right after creation, e.g. to keep the pool in a variable of the file.
+ */
+export function useTestDb(
+  opts: Parameters<typeof createTestDb>[0] & { ready?: (t: TestDb) => void } = {},
+): TestDb {
+  const { ready, ...createOpts } = opts
+  let current: TestDb | undefined
+  const get = (): TestDb => {
+    if (!current) throw new Error('useTestDb: the test database exists only once beforeAll has run')
+    return current
+  }
+  beforeAll(async () => {
+    current = await createTestDb(createOpts)
+    ready?.(current)
+  })
+  afterAll(async () => {
+    await current?.drop()
+  })
+  return {
+    get db() {
+      return get().db
+    },
+    get url() {
+      return get().url
+    },
+    get name() {
+      return get().name
+    },
+    open: (o) => get().open(o),
+    drop: () => get().drop(),
   }
 }

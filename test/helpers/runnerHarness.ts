@@ -10,6 +10,7 @@
 import { once } from 'node:events'
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
 import type { AddressInfo, Socket } from 'node:net'
+import { afterAll, beforeAll, beforeEach } from 'vitest'
 import type { Db, Queryable } from '../../sql/db.ts'
 import type { DefinitionRow } from '../../sql/eventDefinitions.ts'
 import * as logsSql from '../../sql/eventRunLogs.ts'
@@ -185,6 +186,42 @@ export async function startReceiver(): Promise<WebhookReceiver> {
       server.close()
       server.closeAllConnections()
     },
+  }
+}
+
+/**
+ * A receiver for the whole file as suite hooks: started in `beforeAll`, closed in
+ * `afterAll` and, with `resetEach`, reset before every test. Call it at the top
+ * level after {@link useTestDb}, so it starts after the database and closes
+ * before it is dropped. The answer stands for the receiver once `beforeAll` has
+ * run (reading it earlier throws).
+ */
+export function useReceiver(opts: { resetEach?: boolean } = {}): WebhookReceiver {
+  let current: WebhookReceiver | undefined
+  const get = (): WebhookReceiver => {
+    if (!current) throw new Error('useReceiver: the receiver exists only once beforeAll has run')
+    return current
+  }
+  beforeAll(async () => {
+    current = await startReceiver()
+  })
+  afterAll(async () => {
+    await current?.close()
+  })
+  if (opts.resetEach) beforeEach(() => get().reset())
+  return {
+    get url() {
+      return get().url
+    },
+    get calls() {
+      return get().calls
+    },
+    countsByKey: () => get().countsByKey(),
+    pending: () => get().pending(),
+    route: (prefix, rule) => get().route(prefix, rule),
+    releaseHeld: () => get().releaseHeld(),
+    reset: () => get().reset(),
+    close: () => get().close(),
   }
 }
 
