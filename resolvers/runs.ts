@@ -26,7 +26,7 @@ builder.queryFields((t) => ({
         limit: withDefault(args.limit, 100),
       })
       // A step's `run` or a holder in this list is then answered without a query.
-      for (const run of list) ctx.loaders.run.prime(run.id, run)
+      ctx.loaders.rememberRuns(list)
       return list
     },
   }),

@@ -78,7 +78,12 @@ const SELECT_LIST = `
     JOIN event_definitions d ON d.id = r.definition_id
     JOIN event_versions    v ON v.id = r.version_id`
 
-/** Attach parked-step counts to a page of list rows: one grouped query for the whole page. */
+/**
+ * Attach parked-step counts to a page of list rows: one grouped query for the
+ * whole page. Each run object is built once, count included: a page is up to
+ * 500 rows per request, and spreading a copy of every row (then a copy of that)
+ * was a measurable share of the API's allocation and GC under load.
+ */
 async function withWaiting(db: Queryable, rows: Raw[]): Promise<RunListRow[]> {
   if (rows.length === 0) return []
   const ids = rows.map((r) => Number(r.id))
@@ -88,8 +93,13 @@ async function withWaiting(db: Queryable, rows: Raw[]): Promise<RunListRow[]> {
       GROUP BY run_id`,
     ids,
   )
-  const byRun = new Map(counts.map((c) => [Number(c.run_id), Number(c.n)]))
-  return rows.map((row) => hydrateList({ ...row, waiting_steps: byRun.get(Number(row.id)) ?? 0 }))
+  const byRun = new Map<number, number>()
+  for (const c of counts) byRun.set(Number(c.run_id), Number(c.n))
+  const out = new Array<RunListRow>(rows.length)
+  for (let i = 0; i < rows.length; i++) {
+    out[i] = hydrateList(rows[i] as Raw, byRun.get(ids[i] as number) ?? 0)
+  }
+  return out
 }
 
 const SELECT_RUN = `SELECT ${RUN_COLUMNS} FROM event_runs r`
@@ -123,13 +133,37 @@ function hydrate(row: Raw): RunRow {
   }
 }
 
-function hydrateList(row: Raw): RunListRow {
+// One object literal with every field, rather than `{ ...hydrate(row), ... }`:
+// one allocation per row and one hidden class for every list row. Keep its
+// fields in step with hydrate's.
+function hydrateList(row: Raw, waitingSteps: number): RunListRow {
   return {
-    ...hydrate(row),
+    id: Number(row.id),
+    definitionId: Number(row.definition_id),
+    versionId: Number(row.version_id),
+    scope: String(row.scope ?? ''),
+    scheduledFor: row.scheduled_for as Date,
+    timezone: String(row.timezone),
+    concurrencyKey: (row.concurrency_key as string | null) ?? null,
+    params: parseJson<Record<string, unknown> | null>(row.params, null),
+    rehearsal: Boolean(Number(row.rehearsal)),
+    startedBy: (row.started_by as string | null) ?? null,
+    status: row.status as RunStatus,
+    health: row.health as RunHealth,
+    currentPhase: (row.current_phase as string | null) ?? null,
+    lastError: (row.last_error as string | null) ?? null,
+    claimedBy: (row.claimed_by as string | null) ?? null,
+    claimExpiresAt: (row.claim_expires_at as Date | null) ?? null,
+    claimToken: (row.claim_token as string | null) ?? null,
+    wakeAt: (row.wake_at as Date | null) ?? null,
+    startedAt: (row.started_at as Date | null) ?? null,
+    endedAt: (row.ended_at as Date | null) ?? null,
+    createdAt: row.created_at as Date,
+    updatedAt: row.updated_at as Date,
     definitionTitle: String(row.definition_title),
     definitionSlug: String(row.definition_slug),
     versionNumber: Number(row.version_number),
-    waitingSteps: Number(row.waiting_steps ?? 0),
+    waitingSteps,
   }
 }
 

@@ -27,6 +27,7 @@ import { type ApiContext, type ApiServices, createApiContext } from './api/conte
 import { useDocumentNestingLimit } from './api/documentLimits.ts'
 import { API_CODES, createMaskError, useValidationErrorCodes } from './api/errors.ts'
 import { CSRF_HEADER, useAuthGate, useCsrfPrevention } from './api/httpGuards.ts'
+import { useQueryJit } from './api/jit.ts'
 import { StatusPoller } from './api/statusPoller.ts'
 import { attachGraphqlWs, WS_PRINCIPAL, type WsTransport } from './api/ws.ts'
 import { authenticate, type Principal, type TokenEntry, tokenActor } from './auth.ts'
@@ -248,6 +249,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
       }),
       costLimitPlugin({ maxCost: MAX_QUERY_COST, ignoreIntrospection: true, ...armorReports }),
       useValidationErrorCodes(),
+      useQueryJit(),
     ],
   })
 
