@@ -64,7 +64,7 @@ export function generateToken(): string {
   return randomBytes(32).toString('base64url')
 }
 
-/** Shortest token accepted: shorter ones are guessable. */
+/** Tokens shorter than this are accepted with a warning: they are guessable. */
 export const MIN_TOKEN_LENGTH = 16
 /** Column width of `claimed_by` and `runner_heartbeats.instance_id`. */
 const MAX_INSTANCE_ID = 100
@@ -129,10 +129,10 @@ const tokensSchema = optionalString.transform((raw, ctx): TokenEntry[] => {
       problem(`entry ${n} has unknown role ${shown(role)} (roles: ${ROLES.join(', ')})`)
       ok = false
     }
-    if (token.length < MIN_TOKEN_LENGTH) {
-      problem(
-        `entry ${n}: the token is ${token.length} characters; tokens must be at least ${MIN_TOKEN_LENGTH} (generate one with: openssl rand -base64 32)`,
-      )
+    // A short token is allowed (a warning at start says so): refusing to start
+    // would break existing set-ups over a policy the operator may have reasons for.
+    if (token.length === 0) {
+      problem(`entry ${n} has an empty token (expected e.g. admin:<token>)`)
       ok = false
     } else if (/\s/.test(token)) {
       problem(`entry ${n}: the token contains whitespace, which an Authorization header cannot carry`)
@@ -278,6 +278,13 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     if (e.HOST !== undefined && e.HOST !== host) {
       warnings.push(
         `HOST=${e.HOST} ignored: no SHOWRUNNER_TOKENS are configured, so the server binds 127.0.0.1 only. Set SHOWRUNNER_TOKENS to listen on other addresses.`,
+      )
+    }
+  }
+  for (const t of e.SHOWRUNNER_TOKENS) {
+    if (t.token.length < MIN_TOKEN_LENGTH) {
+      warnings.push(
+        `SHOWRUNNER_TOKENS: the ${t.role} token ${t.actor} is only ${t.token.length} characters; use at least ${MIN_TOKEN_LENGTH} (npx showrunner token makes one).`,
       )
     }
   }
