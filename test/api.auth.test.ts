@@ -4,7 +4,9 @@
  * handshake, field-level judgement of mixed documents, and the actor recorded
  * on mutations.
  */
+import { createClient } from 'graphql-ws'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import WebSocket from 'ws'
 import * as audit from '../sql/auditLog.ts'
 import * as logs from '../sql/eventRunLogs.ts'
 import { tokenActor } from '../src/auth.ts'
@@ -261,6 +263,38 @@ describe('auth over WebSocket', () => {
   })
 
   it('refuses a wrong token (4401)', async () => {
+    const e = await closedWith({ raw: 'wrong-token-000000000000' })
+    expect(e.code).toBe(4401)
+  })
+
+  it('reads the token from connectionParams.authorization, Authorization, a bare token or the upgrade header', async () => {
+    const attempts: { params: Record<string, unknown>; headers?: Record<string, string> }[] = [
+      { params: { authorization: `Bearer ${TOKENS.viewer}` } },
+      { params: { Authorization: `Bearer ${TOKENS.viewer}` } },
+      { params: { authorization: TOKENS.viewer } },
+      { params: {}, headers: { authorization: `Bearer ${TOKENS.viewer}` } },
+    ]
+    for (const attempt of attempts) {
+      const client = createClient({
+        url: s.wsUrl,
+        webSocketImpl: class extends WebSocket {
+          constructor(address: string, protocols?: string | string[]) {
+            super(address, protocols, { headers: attempt.headers })
+          }
+        },
+        connectionParams: attempt.params,
+        retryAttempts: 0,
+        lazy: true,
+      })
+      try {
+        const q = wsSubscribe<{ health: { database: boolean } }>(client, '{ health { database } }')
+        await q.done
+        expect(q.events, JSON.stringify(attempt)).toEqual([{ data: { health: { database: true } } }])
+      } finally {
+        await client.dispose()
+      }
+    }
+    // A bare wrong token is still refused.
     const e = await closedWith({ raw: 'wrong-token-000000000000' })
     expect(e.code).toBe(4401)
   })

@@ -34,6 +34,22 @@ export interface WsTransport {
   close(graceMs?: number): Promise<void>
 }
 
+/**
+ * The credential a WebSocket client sent. SPEC §6 names
+ * `connectionParams.authorization: "Bearer TOKEN"`; clients in the wild also
+ * send `Authorization`, a bare token, or the header on the upgrade request
+ * (Node clients can set it), so each of those is read too. The token itself is
+ * still checked by `authenticate` like any HTTP request's.
+ */
+export function wsAuthorization(
+  params: Readonly<Record<string, unknown>> | undefined,
+  request: { headers: IncomingMessage['headers'] },
+): string | null {
+  const raw = params?.authorization ?? params?.Authorization ?? request.headers.authorization
+  if (typeof raw !== 'string' || raw.trim() === '') return null
+  return /^\s*bearer\s/i.test(raw) ? raw : `Bearer ${raw.trim()}`
+}
+
 export function attachGraphqlWs(opts: {
   httpServer: Server
   path: string
@@ -53,8 +69,7 @@ export function attachGraphqlWs(opts: {
       // Never put internal error text into close reasons.
       isProd: true,
       onConnect(ctx) {
-        const auth = ctx.connectionParams?.authorization
-        const principal = authenticate(typeof auth === 'string' ? auth : null, opts.tokens)
+        const principal = authenticate(wsAuthorization(ctx.connectionParams, ctx.extra.request), opts.tokens)
         if (!principal) {
           // 4401 says "your credentials", which clients treat as final (no reconnect loop).
           ctx.extra.socket.close(
