@@ -3,7 +3,8 @@
  * and `token`. It only wires the environment to the pieces that do the work.
  */
 import { Command } from 'commander'
-import { createDb } from '../sql/db.ts'
+import { ensureDatabase, probeServer } from '../sql/bootstrap.ts'
+import { createDb, DB_ERRNO, isDbErrno, poolOptionsFromUrl } from '../sql/db.ts'
 import { migrate } from '../sql/migrate.ts'
 import { type Config, ConfigError, generateToken, loadConfig } from './config.ts'
 import { loadDemo } from './demo.ts'
@@ -29,6 +30,23 @@ function configOrExit(): Config {
 }
 
 /**
+ * A DATABASE_URL naming a database that does not exist yet on a reachable
+ * server: create it (a fresh server is the common first run). Anything else,
+ * an unreachable server included, is left for the server start to report.
+ */
+async function createDatabaseIfMissing(url: string, log: Logger): Promise<void> {
+  try {
+    await probeServer(url, 5000)
+  } catch (err) {
+    if (!isDbErrno(err, DB_ERRNO.BAD_DB)) return
+    const name = poolOptionsFromUrl(url).database
+    if (!name) return
+    await ensureDatabase(url, name)
+    log.info({ database: name }, 'created the database named in DATABASE_URL')
+  }
+}
+
+/**
  * The database to use: DATABASE_URL when set, otherwise a private MariaDB in
  * `dataDir`. Exits with what to install or set when neither is possible.
  */
@@ -37,7 +55,10 @@ async function resolveDatabase(
   log: Logger,
   dataDir: string,
 ): Promise<{ url: string; privateDb: PrivateMariadb | null }> {
-  if (config.databaseUrl) return { url: config.databaseUrl, privateDb: null }
+  if (config.databaseUrl) {
+    await createDatabaseIfMissing(config.databaseUrl, log)
+    return { url: config.databaseUrl, privateDb: null }
+  }
   try {
     log.info({ dir: dataDir }, 'no DATABASE_URL: starting a private MariaDB')
     const privateDb = await startPrivateMariadb({ dir: dataDir, log })

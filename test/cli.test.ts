@@ -8,8 +8,10 @@ import { type ChildProcess, execFileSync, spawn } from 'node:child_process'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import mysql from 'mysql2/promise'
 import { afterAll, describe, expect, it } from 'vitest'
 import { findMariadbBinaries, findMariadbdProcesses } from '../src/privateMariadb.ts'
+import { testServerUrl } from './helpers/db.ts'
 
 function mariadbAvailable(): string | null {
   try {
@@ -151,6 +153,25 @@ describe('showrunner command', () => {
       cwd: ROOT,
       encoding: 'utf8',
     })
+
+  it('migrate creates the database DATABASE_URL names when the server lacks it', async () => {
+    const server = new URL(testServerUrl())
+    const name = `showrunner_test_cli_${process.pid}`
+    const url = new URL(server.toString())
+    url.pathname = `/${name}`
+    try {
+      const out = execFileSync(process.execPath, [join(ROOT, 'bin/showrunner.js'), 'migrate'], {
+        cwd: ROOT,
+        env: { ...process.env, DATABASE_URL: url.toString(), LOG_LEVEL: 'warn' },
+        encoding: 'utf8',
+      })
+      expect(out).toContain('applied: 0001_init.sql')
+    } finally {
+      const admin = await mysql.createConnection({ uri: server.toString() })
+      await admin.query(`DROP DATABASE IF EXISTS \`${name}\``)
+      await admin.end()
+    }
+  })
 
   it('prints a fresh random token each time', () => {
     const a = run('token').trim()
