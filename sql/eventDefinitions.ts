@@ -5,7 +5,7 @@
  */
 import type { DefinitionState } from '../src/states.ts'
 import { NON_TERMINAL } from '../src/states.ts'
-import type { Queryable, SqlValue } from './db.ts'
+import type { Db, Queryable, SqlValue } from './db.ts'
 import { parseJson, placeholders, toJson } from './json.ts'
 
 export interface DefinitionRow {
@@ -163,18 +163,29 @@ export async function listMaterialisable(db: Queryable): Promise<DefinitionRow[]
 }
 
 /**
- * Move a definition to `state`. Archiving is refused, in the same statement,
- * while any of its runs is not terminal. Answers whether the row changed.
+ * Move a definition to `state`. Archiving is refused while any of its runs is
+ * not terminal. Answers whether the row changed.
+ *
+ * Archiving is a short transaction: the definition row is locked first, then the
+ * runs are counted with a locking read (which sees the latest committed rows,
+ * not a snapshot). Everything that creates runs ({@link lockForNewRuns}) takes
+ * a shared lock on the same row first, so a run can never be added between the
+ * count and the archive.
  */
-export async function setState(db: Queryable, id: number, state: DefinitionState): Promise<boolean> {
+export async function setState(db: Db, id: number, state: DefinitionState): Promise<boolean> {
   if (state === 'archived') {
-    const res = await db.run(
-      `UPDATE event_definitions SET state = 'archived'
-        WHERE id = ? AND NOT EXISTS (SELECT 1 FROM event_runs r
-               WHERE r.definition_id = ? AND r.status IN (${placeholders(NON_TERMINAL.length)}))`,
-      [id, id, ...NON_TERMINAL],
-    )
-    return res.affectedRows === 1
+    return db.transaction(async (tx) => {
+      const [row] = await tx.execute<Raw>('SELECT state FROM event_definitions WHERE id = ? FOR UPDATE', [id])
+      if (!row) return false
+      const [live] = await tx.execute<Raw>(
+        `SELECT COUNT(*) AS n FROM event_runs
+          WHERE definition_id = ? AND status IN (${placeholders(NON_TERMINAL.length)}) LOCK IN SHARE MODE`,
+        [id, ...NON_TERMINAL],
+      )
+      if (Number(live?.n ?? 0) > 0) return false
+      const res = await tx.run(`UPDATE event_definitions SET state = 'archived' WHERE id = ?`, [id])
+      return res.affectedRows === 1
+    })
   }
   const res = await db.run(
     // MariaDB assigns left to right and later expressions see earlier new values,
@@ -185,6 +196,19 @@ export async function setState(db: Queryable, id: number, state: DefinitionState
     [state, state, id],
   )
   return res.affectedRows === 1
+}
+
+/**
+ * Inside a transaction that is about to create runs: take a shared lock on the
+ * definition row and answer its current state (null when it does not exist).
+ * Archiving takes the exclusive lock, so it waits for the runs to commit and
+ * then counts them.
+ */
+export async function lockForNewRuns(tx: Queryable, id: number): Promise<DefinitionState | null> {
+  const [row] = await tx.execute<Raw>('SELECT state FROM event_definitions WHERE id = ? LOCK IN SHARE MODE', [
+    id,
+  ])
+  return row ? (row.state as DefinitionState) : null
 }
 
 export async function setCurrentVersion(db: Queryable, id: number, versionId: number): Promise<void> {

@@ -10,7 +10,7 @@ import * as runs from '../sql/eventRuns.ts'
 import * as versions from '../sql/eventVersions.ts'
 import type { RunStatus } from '../src/states.ts'
 import { useTestDb } from './helpers/db.ts'
-import { at, makeDefinition, makeRun, unique } from './helpers/fixtures.ts'
+import { at, makeDefinition, makeRun, newRun, unique } from './helpers/fixtures.ts'
 
 let db: Db
 const t = useTestDb({ ready: (created) => (db = created.db) })
@@ -225,6 +225,42 @@ describe('invariant 15: no archive while a run is not terminal', () => {
     expect(await runs.countActiveForDefinition(db, fx.def.id)).toBe(0)
     expect(await definitions.setState(db, fx.def.id, 'archived')).toBe(true)
     expect((await definitions.getById(db, fx.def.id))?.state).toBe('archived')
+  })
+
+  it('an archive racing the creation of a run waits for it and is then refused (another connection)', async () => {
+    const fx = await makeDefinition(db)
+    const other = t.open()
+    let insert!: () => void
+    const insertNow = new Promise<void>((resolve) => {
+      insert = resolve
+    })
+    let checked!: () => void
+    const stateChecked = new Promise<void>((resolve) => {
+      checked = resolve
+    })
+    // Connection A does what materialisation and startRun do: check the state,
+    // then insert. The archive is attempted between the two.
+    const creator = db.transaction(async (tx) => {
+      expect(await definitions.lockForNewRuns(tx, fx.def.id)).toBe('active')
+      checked()
+      await insertNow
+      await runs.materialise(tx, newRun(fx, { scheduledFor: at(60_000) }))
+    })
+    await stateChecked
+    // Connection B: without the shared lock the archive would succeed here and
+    // the run would then be inserted under an archived definition.
+    let settled = false
+    const archive = definitions.setState(other, fx.def.id, 'archived').then((applied) => {
+      settled = true
+      return applied
+    })
+    await new Promise((r) => setTimeout(r, 300))
+    expect(settled).toBe(false)
+    insert()
+    await creator
+    expect(await archive).toBe(false)
+    expect((await definitions.getById(db, fx.def.id))?.state).toBe('active')
+    expect(await runs.countActiveForDefinition(db, fx.def.id)).toBe(1)
   })
 
   it('pausing and re-activating are always allowed, and re-activating resets the watermark', async () => {

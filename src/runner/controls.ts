@@ -71,18 +71,26 @@ export async function startRun(deps: ControlDeps, input: StartRunInput): Promise
   const scheduledFor = input.at ?? deps.clock.now()
   const rehearsal = input.rehearsal === true
   const typedParams = params as Record<string, unknown> | null
-  const id = await runs.materialise(deps.db, {
-    definitionId: def.id,
-    versionId: def.currentVersionId,
-    scope,
-    scheduledFor,
-    timezone: def.timezone,
-    concurrencyKey: rehearsal
-      ? null
-      : resolveConcurrencyKey(def.concurrencyKey, { scope, scheduledFor, params: typedParams }, def),
-    params: typedParams,
-    rehearsal,
-    startedBy: input.actor,
+  const versionId = def.currentVersionId
+  // Under a shared lock on the definition, so an archive cannot slip in between
+  // the state check above and the insert (see eventDefinitions.setState).
+  const id = await deps.db.transaction(async (tx) => {
+    if ((await definitions.lockForNewRuns(tx, def.id)) === 'archived') {
+      throw conflict(`Definition "${def.slug}" is archived; set it ACTIVE to start runs.`)
+    }
+    return runs.materialise(tx, {
+      definitionId: def.id,
+      versionId,
+      scope,
+      scheduledFor,
+      timezone: def.timezone,
+      concurrencyKey: rehearsal
+        ? null
+        : resolveConcurrencyKey(def.concurrencyKey, { scope, scheduledFor, params: typedParams }, def),
+      params: typedParams,
+      rehearsal,
+      startedBy: input.actor,
+    })
   })
   if (id !== null) {
     await logs.append(deps.db, {

@@ -72,12 +72,18 @@ export async function materialiseDefinition(
   if (from < floor) from = floor
   if (to <= from) return 0
   const rows = occurrenceRuns(def, from, to)
-  let created = 0
-  for (let i = 0; i < rows.length; i += 1000) {
-    created += await runs.materialiseMany(db, rows.slice(i, i + 1000))
-  }
-  await definitions.setWatermark(db, def.id, to)
-  return created
+  // One short transaction under a shared lock on the definition: an archive
+  // racing this pass either waits and then sees these runs, or wins first and
+  // this pass writes nothing.
+  return db.transaction(async (tx) => {
+    if ((await definitions.lockForNewRuns(tx, def.id)) !== 'active') return 0
+    let created = 0
+    for (let i = 0; i < rows.length; i += 1000) {
+      created += await runs.materialiseMany(tx, rows.slice(i, i + 1000))
+    }
+    await definitions.setWatermark(tx, def.id, to)
+    return created
+  })
 }
 
 /**
