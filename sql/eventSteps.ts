@@ -205,20 +205,25 @@ export async function begin(
   return res.affectedRows === 1
 }
 
-/** {@link begin} for many pending first attempts at once (inline kinds in a batch); answers the ids that began. */
+/**
+ * {@link begin} for many pending first attempts at once (inline kinds in a
+ * batch); answers how many began. `now` stamps `started_at`, from the runner's
+ * clock like {@link begin}.
+ */
 export async function beginMany(
   db: Queryable,
   ids: readonly number[],
   owner: string,
   leaseUntil: Date,
+  now: Date,
 ): Promise<number> {
   if (ids.length === 0) return 0
   const res = await db.runQuery(
     `UPDATE event_run_steps
         SET status = 'running', attempts = attempts + 1, claimed_by = ?, claim_expires_at = ?,
-            started_at = COALESCE(started_at, NOW(3)), wake_at = NULL, parked = 0
+            started_at = COALESCE(started_at, ?), wake_at = NULL, parked = 0
       WHERE id IN (${placeholders(ids.length)}) AND status = 'pending' AND wake_at IS NULL AND claim_expires_at IS NULL`,
-    [owner, leaseUntil, ...ids],
+    [owner, leaseUntil, now, ...ids],
   )
   return res.affectedRows
 }

@@ -113,6 +113,7 @@ export async function advanceBatch(deps: EngineDeps, claimed: readonly RunListRo
       inline.map((i) => i.step.id),
       deps.owner,
       leaseUntil,
+      now,
     )
     let entries = inline
     if (begun !== inline.length) {

@@ -54,7 +54,6 @@ export interface EngineDeps {
   stopping: () => boolean
   /** Aborted when a stopping runner's grace runs out: in-flight steps are cut short. */
   hardStop: AbortSignal
-  log: (obj: Record<string, unknown>, msg: string) => void
 }
 
 /**

@@ -348,8 +348,8 @@ export class Runner {
       if (answer.claimed) {
         this.blockedLogged.delete(run.id)
         holderOfKey.set(run.concurrencyKey, run.id)
-        const [fresh] = await runs.getByIds(db, [run.id])
-        if (fresh) claimed.push(fresh)
+        // startRuns re-reads every claimed run, so the claim's own effect is all it needs here.
+        claimed.push({ ...run, status: 'starting', claimedBy: this.instanceId, claimExpiresAt: leaseUntil })
       } else if (answer.blockedBy !== null) {
         this.opts.observer?.claimConflict?.()
         holderOfKey.set(run.concurrencyKey, answer.blockedBy)
@@ -386,15 +386,16 @@ export class Runner {
       throw err
     }
     // Inline steps of the whole batch go together; the rest run one by one.
-    let handOff: RunListRow[] = ready
+    let handOff: RunListRow[]
     try {
       const batch = await advanceBatch(engine, ready)
       handOff = batch.handOff
       await runs.releaseClaims(db, batch.release, this.instanceId, clock.now())
     } catch (err) {
-      const pending = new Set(handOff.map((r) => r.id))
+      // Nothing of this batch will be advanced now: give every claim back rather
+      // than leave the runs waiting out their leases.
       await this.releaseAll(
-        ready.filter((r) => !pending.has(r.id)).map((r) => r.id),
+        ready.map((r) => r.id),
         clock.now(),
       )
       throw err
@@ -442,15 +443,13 @@ export class Runner {
   }
 
   private async releaseAll(ids: number[], now: Date): Promise<void> {
-    for (const id of ids) {
-      try {
-        await runs.releaseClaim(this.opts.db, id, this.instanceId, { wakeAt: now })
-      } catch (err) {
-        this.opts.logger.warn(
-          { err, runId: id },
-          'could not release a claim; it will expire and be reclaimed',
-        )
-      }
+    try {
+      await runs.releaseClaims(this.opts.db, ids, this.instanceId, now)
+    } catch (err) {
+      this.opts.logger.warn(
+        { err, runIds: ids },
+        'could not release claims; they will expire and be reclaimed',
+      )
     }
   }
 
@@ -477,7 +476,6 @@ export class Runner {
       observer: this.opts.observer,
       stopping: () => this.windingDown,
       hardStop: this.hardStop.signal,
-      log: (obj, msg) => this.opts.logger.info(obj, msg),
     }
   }
 
