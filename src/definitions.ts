@@ -95,6 +95,18 @@ function assertValid(problems: string[]): void {
   }
 }
 
+/** Definition mutations are recorded with their actor and outcome in the audit table. */
+function recordAudit(
+  deps: DefinitionDeps,
+  actor: string,
+  action: string,
+  targetId: string,
+  outcome: audit.AuditEntry['outcome'],
+  detail: Record<string, unknown>,
+): Promise<void> {
+  return audit.record(deps.db, { actor, action, targetType: 'definition', targetId, outcome, detail })
+}
+
 async function mustGet(db: Db, id: number): Promise<DefinitionRow> {
   const def = await definitions.getById(db, id)
   if (!def) throw notFound('definition', id)
@@ -131,14 +143,7 @@ export async function createDefinition(
     })
   } catch (err) {
     if (isDbErrno(err, DB_ERRNO.DUP_ENTRY)) {
-      await audit.record(deps.db, {
-        actor,
-        action: 'createDefinition',
-        targetType: 'definition',
-        targetId: input.slug,
-        outcome: 'refused',
-        detail: { reason: 'duplicate slug' },
-      })
+      await recordAudit(deps, actor, 'createDefinition', input.slug, 'refused', { reason: 'duplicate slug' })
       throw conflict(
         `A definition with slug "${input.slug}" already exists; pick another slug or update that one.`,
       )
@@ -146,14 +151,7 @@ export async function createDefinition(
     throw err
   }
   await versions.publish(deps.db, id, program, actor)
-  await audit.record(deps.db, {
-    actor,
-    action: 'createDefinition',
-    targetType: 'definition',
-    targetId: String(id),
-    outcome: 'ok',
-    detail: { slug: input.slug },
-  })
+  await recordAudit(deps, actor, 'createDefinition', String(id), 'ok', { slug: input.slug })
   deps.nudgeMaterialise?.()
   return mustGet(deps.db, id)
 }
@@ -182,13 +180,9 @@ export async function updateDefinition(
     patch.schedule !== undefined || patch.timezone !== undefined || patch.scopes !== undefined
   let cancelled = 0
   if (rescheduled) cancelled = await dropUnscheduledRuns(deps, updated)
-  await audit.record(deps.db, {
-    actor,
-    action: 'updateDefinition',
-    targetType: 'definition',
-    targetId: String(id),
-    outcome: 'ok',
-    detail: { fields: Object.keys(patch), cancelledRuns: cancelled },
+  await recordAudit(deps, actor, 'updateDefinition', String(id), 'ok', {
+    fields: Object.keys(patch),
+    cancelledRuns: cancelled,
   })
   deps.nudgeMaterialise?.()
   return updated
@@ -223,14 +217,7 @@ export async function publishVersion(
     throw conflict(`Definition "${def.slug}" is archived; set it ACTIVE before publishing.`)
   const valid = validateProgram(program, deps.registry)
   const version = await versions.publish(deps.db, definitionId, valid, actor)
-  await audit.record(deps.db, {
-    actor,
-    action: 'publishVersion',
-    targetType: 'definition',
-    targetId: String(definitionId),
-    outcome: 'ok',
-    detail: { version: version.version },
-  })
+  await recordAudit(deps, actor, 'publishVersion', String(definitionId), 'ok', { version: version.version })
   return version
 }
 
@@ -246,28 +233,14 @@ export async function setDefinitionState(
   const changed = await definitions.setState(deps.db, id, state)
   if (!changed && state === 'archived') {
     const active = await runs.countActiveForDefinition(deps.db, id)
-    await audit.record(deps.db, {
-      actor,
-      action: 'setDefinitionState',
-      targetType: 'definition',
-      targetId: String(id),
-      outcome: 'refused',
-      detail: { state, activeRuns: active },
-    })
+    await recordAudit(deps, actor, 'setDefinitionState', String(id), 'refused', { state, activeRuns: active })
     throw new AppError(
       ERROR_CODES.CONFLICT,
       `Definition "${current.slug}" has ${active} run(s) that are not finished; cancel or finish them before archiving.`,
       { details: { activeRuns: active } },
     )
   }
-  await audit.record(deps.db, {
-    actor,
-    action: 'setDefinitionState',
-    targetType: 'definition',
-    targetId: String(id),
-    outcome: 'ok',
-    detail: { from: current.state, state },
-  })
+  await recordAudit(deps, actor, 'setDefinitionState', String(id), 'ok', { from: current.state, state })
   if (state === 'active') deps.nudgeMaterialise?.()
   return mustGet(deps.db, id)
 }
