@@ -13,7 +13,7 @@ import { readdir, readFile } from 'node:fs/promises'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import type { PoolConnection, RowDataPacket } from 'mysql2/promise'
-import { DatabaseError, type Db } from './db.ts'
+import { DatabaseError, DB_ERRNO, type Db, isDbErrno } from './db.ts'
 
 export const MIGRATIONS_DIR = join(dirname(fileURLToPath(import.meta.url)), 'migrations')
 const LOCK_NAME = 'showrunner.migrate'
@@ -38,9 +38,14 @@ export function splitStatements(text: string): string[] {
     .filter((s) => s.length > 0)
 }
 
+/** The names of the migration files, in order (no reading or hashing). */
+async function migrationNames(dir: string): Promise<string[]> {
+  return (await readdir(dir)).filter((f) => /^\d{4}_[\w-]+\.sql$/.test(f)).sort()
+}
+
 /** Every migration file, in order. */
 export async function loadMigrations(dir = MIGRATIONS_DIR): Promise<Migration[]> {
-  const files = (await readdir(dir)).filter((f) => /^\d{4}_[\w-]+\.sql$/.test(f)).sort()
+  const files = await migrationNames(dir)
   return Promise.all(
     files.map(async (name) => {
       const text = await readFile(join(dir, name), 'utf8')
@@ -145,14 +150,15 @@ export async function migrate(
 
 /** Names of migration files not yet applied (for /readyz). */
 export async function pendingMigrations(db: Db, dir = MIGRATIONS_DIR): Promise<string[]> {
-  const migrations = await loadMigrations(dir)
+  // /readyz asks this on every probe: names are enough, no need to read and hash the files.
+  const names = await migrationNames(dir)
   let rows: { name: string }[]
   try {
     rows = await db.query<{ name: string }>('SELECT name FROM schema_migrations')
   } catch (err) {
-    if ((err as DatabaseError).errno === 1146) return migrations.map((m) => m.name)
+    if (isDbErrno(err, DB_ERRNO.NO_SUCH_TABLE)) return names
     throw err
   }
   const done = new Set(rows.map((r) => r.name))
-  return migrations.filter((m) => !done.has(m.name)).map((m) => m.name)
+  return names.filter((name) => !done.has(name))
 }
