@@ -1,6 +1,6 @@
 /** `event_run_logs`: what happened to a run, who did it, and the retention sweep. */
 import type { Queryable, SqlValue } from './db.ts'
-import { clampLimit, parseJson, placeholders, toJson } from './json.ts'
+import { chunkRows, clampLimit, jsonBytes, parseJson, placeholders, toJson } from './json.ts'
 
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error'
 
@@ -59,12 +59,13 @@ export async function append(db: Queryable, entry: NewLog): Promise<void> {
 
 /** Several lines in one statement (a batch of runs). */
 export async function appendMany(db: Queryable, entries: readonly NewLog[]): Promise<void> {
-  if (entries.length === 0) return
-  await db.runQuery(
-    `INSERT INTO event_run_logs (run_id, step_id, level, message, actor, data)
-     VALUES ${entries.map(() => `(${placeholders(6)})`).join(', ')}`,
-    entries.flatMap(values),
-  )
+  for (const chunk of chunkRows(entries, (l) => Math.min(l.message.length, 2000) + jsonBytes(l.data))) {
+    await db.runQuery(
+      `INSERT INTO event_run_logs (run_id, step_id, level, message, actor, data)
+       VALUES ${chunk.map(() => `(${placeholders(6)})`).join(', ')}`,
+      chunk.flatMap(values),
+    )
+  }
 }
 
 /** A run's log, newest first, limit clamped to 1..500. */

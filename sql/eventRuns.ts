@@ -429,30 +429,70 @@ export async function claimStart(
 class ClaimLost extends Error {}
 
 /**
- * Claim up to `limit` due, key-less, scheduled runs in one compare-and-set
- * statement stamped with `token`, then read back what this caller owns. Keyed
- * runs go through {@link claimStart} one at a time, because each needs its lock.
+ * Lock up to `limit` due, key-less, scheduled runs for the caller's start
+ * transaction, oldest due first. `SKIP LOCKED` passes over runs another instance
+ * is starting at this moment instead of waiting for them. The row locks are the
+ * claim: held only until the caller's transaction commits, which moves every
+ * run it starts on with {@link markStarted}, so no transaction outlives it.
+ *
+ * The grace window is the caller's to check: a locking read that joined the
+ * definitions would lock their rows as well, and serialise every starter on them.
  */
-export async function claimStartBatch(
-  db: Queryable,
-  owner: string,
-  token: string,
-  leaseUntil: Date,
-  now: Date,
-  limit: number,
-): Promise<RunRow[]> {
+export async function lockDueToStart(tx: Queryable, now: Date, limit: number): Promise<RunRow[]> {
   const n = clampLimit(limit, 100, 1, 5000)
-  const res = await db.run(
-    `UPDATE event_runs
-        SET status = 'starting', claimed_by = ?, claim_token = ?, claim_expires_at = ?, wake_at = ?,
-            started_at = COALESCE(started_at, NOW(3))
-      WHERE status = 'scheduled' AND wake_at <= ? AND concurrency_key IS NULL AND ${WITHIN_GRACE}
-      ORDER BY wake_at, id
-      LIMIT ${n}`,
-    [owner, token, leaseUntil, leaseUntil, now, now],
+  // Walk the due index in order and stop at the limit. A plan that sorted
+  // instead (the optimiser's pick on a small table) would lock every due row it
+  // read before sorting, and a second instance would then find nothing to start.
+  const rows = await tx.query<Raw>(
+    `${SELECT_RUN} FORCE INDEX (idx_evrun_wake)
+      WHERE r.wake_at <= ? AND r.status = 'scheduled' AND r.concurrency_key IS NULL
+      ORDER BY r.wake_at, r.id
+      LIMIT ${n}
+      FOR UPDATE SKIP LOCKED`,
+    [now],
   )
-  if (res.affectedRows === 0) return []
-  return findByClaimToken(db, token)
+  return rows.map(hydrate)
+}
+
+/** Where {@link markStarted} leaves runs: finished, or claimed by the starter for what remains. */
+export type StartedAs =
+  | { status: 'completed'; phase: string | null }
+  | { status: 'running' | 'ending'; phase: string | null; owner: string; token: string; leaseUntil: Date }
+  /** In flight without a claim, due at `wakeAt` (the starter spent its step budget). */
+  | { status: 'running' | 'ending'; phase: string | null; owner?: undefined; wakeAt: Date }
+
+/**
+ * The start transaction's guarded move out of `scheduled`, for runs that
+ * {@link lockDueToStart} locked: straight to `completed` when every step ran in
+ * that transaction, otherwise to `running`/`ending` under the starter's lease.
+ * Answers how many moved; the caller holds their locks, so anything short of
+ * all of them is a bug it must roll back.
+ */
+export async function markStarted(tx: Queryable, ids: readonly number[], as: StartedAs): Promise<number> {
+  if (ids.length === 0) return 0
+  const res =
+    as.status === 'completed'
+      ? await tx.runQuery(
+          `UPDATE event_runs
+              SET status = 'completed', current_phase = ?, started_at = NOW(3), ended_at = NOW(3),
+                  wake_at = NULL, claimed_by = NULL, claim_expires_at = NULL, claim_token = NULL
+            WHERE id IN (${placeholders(ids.length)}) AND status = 'scheduled'`,
+          [as.phase, ...ids],
+        )
+      : as.owner === undefined
+        ? await tx.runQuery(
+            `UPDATE event_runs SET status = ?, current_phase = ?, started_at = NOW(3), wake_at = ?
+              WHERE id IN (${placeholders(ids.length)}) AND status = 'scheduled'`,
+            [as.status, as.phase, as.wakeAt, ...ids],
+          )
+        : await tx.runQuery(
+            `UPDATE event_runs
+                SET status = ?, current_phase = ?, started_at = NOW(3), claimed_by = ?, claim_token = ?,
+                    claim_expires_at = ?, wake_at = ?
+              WHERE id IN (${placeholders(ids.length)}) AND status = 'scheduled'`,
+            [as.status, as.phase, as.owner, as.token, as.leaseUntil, as.leaseUntil, ...ids],
+          )
+  return res.affectedRows
 }
 
 /**

@@ -15,7 +15,7 @@ import type { Queryable, SqlValue } from './db.ts'
 
 export type { StepSpec }
 
-import { clampLimit, parseJson, placeholders, toJson } from './json.ts'
+import { chunkRows, clampLimit, jsonBytes, parseJson, placeholders, toJson } from './json.ts'
 
 export interface StepRow {
   id: number
@@ -104,12 +104,11 @@ export async function expand(
   db: Queryable,
   items: readonly { runId: number; specs: readonly StepSpec[] }[],
 ): Promise<number> {
-  const rows = items.flatMap((i) => i.specs.map((s) => specValues(i.runId, s)))
-  if (rows.length === 0) return 0
+  const rows = items.flatMap((i) => i.specs.map((s) => ({ values: specValues(i.runId, s), spec: s })))
   let inserted = 0
   // Bounded statements: a very large batch is split so one packet stays small.
-  for (let i = 0; i < rows.length; i += 2000) {
-    const chunk = rows.slice(i, i + 2000)
+  for (const rowsOfChunk of chunkRows(rows, (r) => jsonBytes(r.spec.params))) {
+    const chunk = rowsOfChunk.map((r) => r.values)
     const res = await db.runQuery(
       `INSERT IGNORE INTO event_run_steps
          (run_id, seq, phase_index, phase, ending, kind, params, max_attempts, backoff_ms, timeout_ms, on_error)
@@ -119,6 +118,86 @@ export async function expand(
     inserted += res.affectedRows
   }
   return inserted
+}
+
+/** One step row of a run being started: its spec, and whether the start transaction ran it. */
+export interface StartedStep {
+  runId: number
+  spec: StepSpec
+  /** Ran to completion inside the start transaction (one attempt). */
+  done: boolean
+}
+
+/**
+ * Insert the step rows of runs being started, each already in the state the
+ * start transaction leaves it (`completed` after one attempt, or `pending`), and
+ * answer their ids in input order. Plain INSERT: the run was `scheduled` and
+ * locked, so it has no rows yet, and a duplicate would be a bug worth failing on.
+ *
+ * The ids come from the statement's first id when the server hands out
+ * consecutive ids to a multi-row INSERT (`innodb_autoinc_lock_mode` 0 or 1, the
+ * default); under mode 2 (Galera) they are read back.
+ */
+export async function insertStarted(
+  tx: Queryable,
+  rows: readonly StartedStep[],
+  at: Date,
+): Promise<number[]> {
+  if (rows.length === 0) return []
+  const [mode] = await tx.query<{ mode: number; step: number }>(
+    'SELECT @@innodb_autoinc_lock_mode AS mode, @@auto_increment_increment AS step',
+  )
+  const consecutive = Number(mode?.mode) < 2
+  const step = Number(mode?.step ?? 1)
+  const ids: number[] = []
+  for (const chunk of chunkRows(rows, (r) => jsonBytes(r.spec.params))) {
+    const res = await tx.runQuery(
+      `INSERT INTO event_run_steps
+         (run_id, seq, phase_index, phase, ending, kind, params, max_attempts, backoff_ms, timeout_ms, on_error,
+          status, attempts, started_at, ended_at)
+       VALUES ${chunk.map(() => `(${placeholders(15)})`).join(', ')}`,
+      chunk.flatMap((r) => [
+        ...specValues(r.runId, r.spec),
+        r.done ? 'completed' : 'pending',
+        r.done ? 1 : 0,
+        r.done ? at : null,
+        r.done ? at : null,
+      ]),
+    )
+    if (res.affectedRows !== chunk.length)
+      throw new Error(`inserted ${res.affectedRows} of ${chunk.length} step rows`)
+    if (consecutive) {
+      for (let i = 0; i < chunk.length; i++) ids.push(res.insertId + i * step)
+    } else {
+      const runIds = [...new Set(chunk.map((r) => r.runId))]
+      const found = await tx.query<Raw>(
+        `SELECT id, run_id, seq FROM event_run_steps WHERE run_id IN (${placeholders(runIds.length)})`,
+        runIds,
+      )
+      const byKey = new Map(found.map((f) => [`${f.run_id}:${f.seq}`, Number(f.id)]))
+      for (const r of chunk) {
+        const id = byKey.get(`${r.runId}:${r.spec.seq}`)
+        if (id === undefined) throw new Error(`step ${r.spec.seq} of run ${r.runId} was not inserted`)
+        ids.push(id)
+      }
+    }
+  }
+  return ids
+}
+
+/**
+ * Undo {@link insertStarted}'s `completed` for steps whose attempt inside the start
+ * transaction failed after all: back to `pending` with no attempt counted, for
+ * the engine to run with its retries.
+ */
+export async function reopenStarted(tx: Queryable, ids: readonly number[]): Promise<number> {
+  if (ids.length === 0) return 0
+  const res = await tx.runQuery(
+    `UPDATE event_run_steps SET status = 'pending', attempts = 0, started_at = NULL, ended_at = NULL
+      WHERE id IN (${placeholders(ids.length)}) AND status = 'completed'`,
+    [...ids],
+  )
+  return res.affectedRows
 }
 
 export async function getById(db: Queryable, id: number): Promise<StepRow | null> {

@@ -42,3 +42,43 @@ export function clampLimit(value: unknown, fallback: number, min = 1, max = 500)
 export function placeholders(n: number): string {
   return Array.from({ length: n }, () => '?').join(', ')
 }
+
+/** Rows per multi-row statement, at most. */
+const MAX_ROWS_PER_STATEMENT = 2000
+/**
+ * Bytes of values per multi-row statement, at most: well under MariaDB's
+ * default `max_allowed_packet` (16 MiB), whatever the rows carry.
+ */
+const MAX_BYTES_PER_STATEMENT = 4 * 1024 * 1024
+
+/** Rough size of a JSON value as stored (its text). */
+export function jsonBytes(value: unknown): number {
+  if (value === null || value === undefined) return 4
+  return typeof value === 'string' ? value.length : (JSON.stringify(value)?.length ?? 4)
+}
+
+/**
+ * Split rows for multi-row statements so each stays within a row count and a
+ * byte budget; `size` estimates a row's variable part (a long log message, a
+ * large step's params). A single row over the budget still gets a chunk of its own.
+ */
+export function chunkRows<T>(rows: readonly T[], size: (row: T) => number): T[][] {
+  const chunks: T[][] = []
+  let current: T[] = []
+  let bytes = 0
+  for (const row of rows) {
+    const b = size(row) + 64
+    if (
+      current.length > 0 &&
+      (current.length >= MAX_ROWS_PER_STATEMENT || bytes + b > MAX_BYTES_PER_STATEMENT)
+    ) {
+      chunks.push(current)
+      current = []
+      bytes = 0
+    }
+    current.push(row)
+    bytes += b
+  }
+  if (current.length > 0) chunks.push(current)
+  return chunks
+}

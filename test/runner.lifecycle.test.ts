@@ -238,7 +238,7 @@ describe('a run walks its program', () => {
     const log = await logLines(t.db, run.id)
     expect(log).toContain('hello Test event in hall')
     expect(log).toContain('waiting on a person: Open the gates')
-    expect(log.at(-1)).toBe('run completed')
+    expect(log.at(-1)).toBe('done')
   })
 })
 

@@ -140,7 +140,7 @@ it('3 instances, 300 runs, 10 keys: each step exactly once, one holder per key t
   expect(attempts.map((a) => [Number(a.attempts), Number(a.n)])).toEqual([[1, RUNS * 2]])
   // The work was shared, and no claim or key lock is left behind.
   const owners = await t.db.query<{ owner: string }>(
-    `SELECT DISTINCT actor AS owner FROM event_run_logs WHERE message = 'run started'`,
+    `SELECT DISTINCT actor AS owner FROM event_run_logs WHERE message = 'logged'`,
   )
   expect(owners.length).toBeGreaterThanOrEqual(2)
   const leftovers = await t.db.query<{ n: number }>(

@@ -181,7 +181,7 @@ describe('invariant 2: claims are compare-and-set', () => {
     expect(ids(await runs.findDue(db, at(3_600_000, now), 500))).toEqual([scheduled.id])
   })
 
-  it('claimStartBatch claims due key-less runs by token and answers only the caller’s rows', async () => {
+  it('lockDueToStart locks due key-less scheduled runs oldest first and skips rows another start holds; markStarted moves them on', async () => {
     const fx = await makeDefinition(db)
     const base = Date.now()
     const due: number[] = []
@@ -189,31 +189,66 @@ describe('invariant 2: claims are compare-and-set', () => {
       due.push((await makeRun(db, { definition: fx, scheduledFor: at(-10_000 + i, base) })).id)
     const keyed = await makeRun(db, { definition: fx, concurrencyKey: 'k', scheduledFor: at(-20_000, base) })
     const future = await makeRun(db, { definition: fx, scheduledFor: at(60_000, base) })
-    const tooLate = await makeRun(db, { definition: fx, scheduledFor: at(-3_600_000, base) })
-    // In flight with an expired lease (due again): claimTick's business, not a start claim's.
+    // In flight with an expired lease (due again): claimTick's business, not a start's.
     const crashed = await makeRun(db, { definition: fx, scheduledFor: at(-30_000, base) })
     expect((await runs.claimStart(db, crashed, 'dead', at(-5_000, base), new Date(base))).claimed).toBe(true)
     const now = new Date(base)
     const lease = at(30_000, base)
 
-    const a = await runs.claimStartBatch(db, 'A', 'tok-A', lease, now, 4)
-    expect(ids(a)).toEqual(due.slice(0, 4)) // oldest wake first
-    for (const r of a) {
-      expect(r).toMatchObject({ status: 'starting', claimedBy: 'A', claimToken: 'tok-A' })
-      expect(r.claimExpiresAt?.getTime()).toBe(lease.getTime())
+    // Two start transactions open at once, as two instances would have them.
+    let second: number[] = []
+    const first = await db.transaction(
+      async (a) => {
+        const mine = await runs.lockDueToStart(a, now, 4)
+        expect(ids(mine)).toEqual(due.slice(0, 4)) // oldest wake first
+        second = await db.transaction(
+          async (b) => {
+            // A's rows are passed over, not waited on.
+            const rows = await runs.lockDueToStart(b, now, 100)
+            expect(await runs.markStarted(b, ids(rows), { status: 'completed', phase: 'main' })).toBe(
+              rows.length,
+            )
+            return ids(rows)
+          },
+          { isolation: 'READ COMMITTED' },
+        )
+        const as = {
+          status: 'running',
+          phase: 'main',
+          owner: 'A',
+          token: 'tok-A',
+          leaseUntil: lease,
+        } as const
+        expect(await runs.markStarted(a, ids(mine), as)).toBe(4)
+        return ids(mine)
+      },
+      { isolation: 'READ COMMITTED' },
+    )
+    expect(second).toEqual(due.slice(4))
+    for (const id of first) {
+      const r = await runs.getById(db, id)
+      expect(r).toMatchObject({
+        status: 'running',
+        currentPhase: 'main',
+        claimedBy: 'A',
+        claimToken: 'tok-A',
+      })
+      expect(r?.startedAt).not.toBeNull()
+      expect(r?.wakeAt?.getTime()).toBe(lease.getTime())
     }
-    const b = await runs.claimStartBatch(db, 'B', 'tok-B', lease, now, 100)
-    expect(ids(b)).toEqual(due.slice(4))
-    for (const r of b) expect(r).toMatchObject({ status: 'starting', claimedBy: 'B', claimToken: 'tok-B' })
-    expect(await runs.claimStartBatch(db, 'C', 'tok-C', lease, now, 100)).toEqual([])
-    expect(ids(await runs.findByClaimToken(db, 'tok-A'))).toEqual(due.slice(0, 4))
-    // The keyed, the future and the past-grace runs were not touched.
-    for (const r of [keyed, future, tooLate]) expect(await runs.statusOf(db, r.id)).toBe('scheduled')
-    expect(await runs.getById(db, crashed.id)).toMatchObject({
-      status: 'starting',
-      claimedBy: 'dead',
-      claimToken: null,
-    })
+    for (const id of second) {
+      const r = await runs.getById(db, id)
+      expect(r).toMatchObject({ status: 'completed', claimedBy: null, wakeAt: null })
+      expect(r?.endedAt).not.toBeNull()
+    }
+    // Nothing is left to lock; the keyed, the future and the in-flight runs were not touched.
+    expect(await db.transaction((tx) => runs.lockDueToStart(tx, now, 100))).toEqual([])
+    for (const r of [keyed, future]) expect(await runs.statusOf(db, r.id)).toBe('scheduled')
+    expect(await runs.getById(db, crashed.id)).toMatchObject({ status: 'starting', claimedBy: 'dead' })
+    // The move is guarded: a run no longer scheduled does not move again.
+    expect(
+      await db.transaction((tx) => runs.markStarted(tx, first, { status: 'completed', phase: null })),
+    ).toBe(0)
   })
 
   it('claimTickBatch leases due in-flight runs by token, skipping live leases, and answers only the caller’s rows', async () => {
@@ -462,10 +497,6 @@ describe('invariant 8: missed is per-definition grace, and only for scheduled ru
     })
     expect(await runs.statusOf(db, a1.id)).toBe('scheduled')
     expect((await runs.claimStart(db, b1, 'w1', at(60_000, T), new Date(T))).claimed).toBe(true)
-    // And the batch claim refuses it too.
-    expect(ids(await runs.claimStartBatch(db, 'w2', 'tok-late', at(60_000, T), new Date(T), 100))).toEqual([
-      a2.id,
-    ])
   })
 
   it('at the grace boundary a run is claimable and not missed; one millisecond later the reverse', async () => {

@@ -2,14 +2,14 @@
  * Claims under real concurrency: several pools on one database, each pool an
  * "instance" with its own connections, racing the same rows.
  *
- * (a) every due run is claimed exactly once, by claimStart and by claimStartBatch;
+ * (a) every due run is claimed exactly once, by claimStart and by start transactions
+ *     (lockDueToStart + markStarted, what src/runner/start.ts runs);
  * (b) concurrency keys hold across instances: a sampler connection never sees two
  *     key-holding runs with one key, and the claimed intervals never overlap.
  */
 import { performance } from 'node:perf_hooks'
 import { beforeAll, beforeEach, describe, expect, it } from 'vitest'
 import { DB_ERRNO, type Db, isDbErrno } from '../sql/db.ts'
-import type { RunRow } from '../sql/eventRuns.ts'
 import * as runs from '../sql/eventRuns.ts'
 import { useTestDb } from './helpers/db.ts'
 import {
@@ -92,10 +92,10 @@ describe('race (a): every due run is claimed exactly once', () => {
     )
   })
 
-  it('8 instances × claimStartBatch in batches of 5 over the same 300 runs: every run owned by exactly one token', async () => {
+  it('8 instances × start transactions of 5 over the same 300 runs: every run started by exactly one', async () => {
     const ids = await dueRuns(300)
     const pools = instances(8, 1)
-    const byToken = new Map<string, { owner: string; rows: RunRow[] }>()
+    const byBatch = new Map<string, { owner: string; ids: number[] }>()
     let deadlocks = 0
     const started = performance.now()
     await Promise.all(
@@ -103,29 +103,41 @@ describe('race (a): every due run is claimed exactly once', () => {
         const owner = `inst-${i}`
         for (let k = 0; ; k++) {
           const token = `${owner}-b${k}`
-          let rows: RunRow[]
+          let mine: number[]
           try {
-            rows = await runs.claimStartBatch(pool, owner, token, at(60_000), new Date(), 5)
+            mine = await pool.transaction(
+              async (tx) => {
+                const rows = await runs.lockDueToStart(tx, new Date(), 5)
+                const as = { status: 'running', phase: 'main', owner, token, leaseUntil: at(60_000) } as const
+                // Held locks make the guarded move total: all or a bug.
+                expect(
+                  await runs.markStarted(
+                    tx,
+                    rows.map((r) => r.id),
+                    as,
+                  ),
+                ).toBe(rows.length)
+                return rows.map((r) => r.id)
+              },
+              { isolation: 'READ COMMITTED' },
+            )
           } catch (err) {
-            // Two batch UPDATEs walking one index may deadlock; InnoDB rolled the
-            // victim back whole, so retrying is safe (sql/db.ts already retries
-            // autocommit victims a few times; this counts any that got through).
+            // InnoDB may still pick a victim among writers of one index; it rolled
+            // it back whole, so starting again is safe (the runner retries too).
             if (isDbErrno(err, DB_ERRNO.LOCK_DEADLOCK)) {
               deadlocks++
               continue
             }
             throw err
           }
-          if (rows.length === 0) return
-          expect(rows.length).toBeLessThanOrEqual(5)
-          for (const r of rows)
-            expect(r).toMatchObject({ claimToken: token, claimedBy: owner, status: 'starting' })
-          byToken.set(token, { owner, rows })
+          if (mine.length === 0) return
+          expect(mine.length).toBeLessThanOrEqual(5)
+          byBatch.set(token, { owner, ids: mine })
         }
       }),
     )
     const ms = performance.now() - started
-    const claimed = [...byToken.values()].flatMap((b) => b.rows.map((r) => r.id))
+    const claimed = [...byBatch.values()].flatMap((b) => b.ids)
     expect(claimed).toHaveLength(300)
     expect(new Set(claimed).size).toBe(300)
     expect([...claimed].sort((a, b) => a - b)).toEqual(ids)
@@ -133,15 +145,15 @@ describe('race (a): every due run is claimed exactly once', () => {
       'SELECT id, status, claimed_by, claim_token FROM event_runs ORDER BY id',
     )
     for (const r of rows) {
-      expect(r.status).toBe('starting')
-      const batch = byToken.get(r.claim_token)
+      expect(r.status).toBe('running')
+      const batch = byBatch.get(r.claim_token)
       expect(batch?.owner).toBe(r.claimed_by)
-      expect(batch?.rows.map((x) => x.id)).toContain(Number(r.id))
+      expect(batch?.ids).toContain(Number(r.id))
     }
-    const owners = new Set([...byToken.values()].map((b) => b.owner))
+    const owners = new Set([...byBatch.values()].map((b) => b.owner))
     expect(owners.size).toBeGreaterThan(1)
     console.info(
-      `race a/claimStartBatch: ${byToken.size} batches in ${ms.toFixed(0)} ms across ${owners.size} instances, ${deadlocks} deadlock retries`,
+      `race a/start: ${byBatch.size} batches in ${ms.toFixed(0)} ms across ${owners.size} instances, ${deadlocks} deadlock retries`,
     )
   })
 })

@@ -13,15 +13,21 @@
 
 import type { NewLog } from '../../sql/eventRunLogs.ts'
 import * as logs from '../../sql/eventRunLogs.ts'
-import type { RunListRow } from '../../sql/eventRuns.ts'
 import * as runs from '../../sql/eventRuns.ts'
 import type { StepRow } from '../../sql/eventSteps.ts'
 import * as steps from '../../sql/eventSteps.ts'
-import { type EngineDeps, handleFailure, recordOutcome, stepContext, withTimeout } from './engine.ts'
+import {
+  type ClaimedRun,
+  type EngineDeps,
+  handleFailure,
+  recordOutcome,
+  stepContext,
+  withTimeout,
+} from './engine.ts'
 
 export interface BatchOutcome {
   /** Runs whose next step needs the per-run engine, with their fresh status and phase. */
-  handOff: RunListRow[]
+  handOff: ClaimedRun[]
   /** Runs this batch is done with: release them (due now if still in flight). */
   release: number[]
 }
@@ -32,10 +38,10 @@ function group<K>(pairs: [K, number][]): Map<K, number[]> {
   return out
 }
 
-export async function advanceBatch(deps: EngineDeps, claimed: readonly RunListRow[]): Promise<BatchOutcome> {
+export async function advanceBatch(deps: EngineDeps, claimed: readonly ClaimedRun[]): Promise<BatchOutcome> {
   const { db, registry } = deps
   const byId = new Map(claimed.map((r) => [r.id, r]))
-  const handOff: RunListRow[] = []
+  const handOff: ClaimedRun[] = []
   const release: number[] = []
   let active = claimed.map((r) => r.id)
   const budget = deps.maxStepsPerClaim ?? 25
@@ -53,12 +59,12 @@ export async function advanceBatch(deps: EngineDeps, claimed: readonly RunListRo
     }
     const next = await steps.nextSteps(db, [...live.keys()])
     const finished: number[] = []
-    const inline: { run: RunListRow; step: StepRow }[] = []
+    const inline: { run: ClaimedRun; step: StepRow }[] = []
     const phaseMoves: [string, number][] = []
     const endingMoves: [string, number][] = []
     for (const [id, snap] of live) {
-      const base = byId.get(id) as RunListRow
-      const run: RunListRow = {
+      const base = byId.get(id) as ClaimedRun
+      const run: ClaimedRun = {
         ...base,
         status: snap.status,
         currentPhase: snap.currentPhase,
@@ -86,16 +92,8 @@ export async function advanceBatch(deps: EngineDeps, claimed: readonly RunListRo
     }
 
     if (finished.length > 0) {
-      const moved = await runs.transitionMany(db, finished, ['running', 'ending'], 'completed')
-      // Only log the runs that really completed (a cancel may have won for some).
-      const completed =
-        moved === finished.length
-          ? finished
-          : (await runs.statusesOf(db, finished)).filter((s) => s.status === 'completed').map((s) => s.id)
-      await logs.appendMany(
-        db,
-        completed.map((runId) => ({ runId, message: 'run completed', actor: deps.owner })),
-      )
+      // Guarded: where a cancel won the race, the run stays cancelled.
+      await runs.transitionMany(db, finished, ['running', 'ending'], 'completed')
       release.push(...finished)
     }
     for (const [phase, ids] of group(endingMoves))
@@ -133,12 +131,12 @@ export async function advanceBatch(deps: EngineDeps, claimed: readonly RunListRo
     }
     const lines: NewLog[] = []
     const succeeded: number[] = []
-    const failures: { run: RunListRow; step: StepRow; err: unknown }[] = []
+    const failures: { run: ClaimedRun; step: StepRow; err: unknown }[] = []
     for (const { run, step } of entries) {
       const current: StepRow = { ...step, status: 'running', attempts: step.attempts + 1 }
       const ctx = stepContext(deps, run, current, run.definitionTitle, false, deps.hardStop)
       ctx.log = async (level, message, data) => {
-        lines.push({ runId: run.id, stepId: step.id, level, message, data })
+        lines.push({ runId: run.id, stepId: step.id, level, message, data, actor: deps.owner })
       }
       try {
         const kind = registry.get(step.kind)

@@ -40,6 +40,9 @@ export interface RunnerObserver {
   tickLag?(ms: number): void
 }
 
+/** A run this instance holds a claim on, with what its steps' templates need. */
+export type ClaimedRun = RunRow & { definitionTitle: string }
+
 export interface EngineDeps {
   db: Db
   registry: StepRegistry
@@ -63,7 +66,7 @@ export interface EngineDeps {
  */
 const expansionCache = new WeakMap<Db, Map<number, Promise<StepSpec[]>>>()
 
-function specsForVersion(db: Db, versionId: number): Promise<StepSpec[]> {
+export function specsForVersion(db: Db, versionId: number): Promise<StepSpec[]> {
   let perDb = expansionCache.get(db)
   if (!perDb) {
     perDb = new Map()
@@ -107,27 +110,10 @@ export async function startRuns(deps: EngineDeps, claimed: readonly RunRow[]): P
   }
   // Re-read (with the definition's title): a cancel may have landed between the
   // claim and the transition, or (after a lease expired) another instance may
-  // have moved the run; only the runs still ours and moved on are logged as started.
+  // have moved the run on; the batch path re-reads statuses before each step.
   const fresh = await runs.getByIds(
     deps.db,
     claimed.map((r) => r.id),
-  )
-  const startingIds = new Set(starting.map((r) => r.id))
-  await logs.appendMany(
-    deps.db,
-    fresh
-      .filter(
-        (r) =>
-          startingIds.has(r.id) &&
-          r.claimedBy === deps.owner &&
-          r.status !== 'starting' &&
-          r.status !== 'cancelled',
-      )
-      .map((r) => ({
-        runId: r.id,
-        message: r.rehearsal ? 'rehearsal started' : 'run started',
-        actor: deps.owner,
-      })),
   )
   return fresh
 }
@@ -146,7 +132,7 @@ type StepVerdict =
  */
 export async function advanceRun(
   deps: EngineDeps,
-  run: RunListRow,
+  run: ClaimedRun,
 ): Promise<{ wakeAt: Date | null } | { stop: true }> {
   const budget = deps.maxStepsPerClaim ?? 25
   let phase = run.currentPhase
@@ -158,8 +144,7 @@ export async function advanceRun(
     if (status !== 'running' && status !== 'ending') return { stop: true }
     const step = await steps.nextStep(deps.db, run.id)
     if (!step) {
-      const done = await runs.transition(deps.db, run.id, ['running', 'ending'], 'completed')
-      if (done) await logs.append(deps.db, { runId: run.id, message: 'run completed', actor: deps.owner })
+      await runs.transition(deps.db, run.id, ['running', 'ending'], 'completed')
       return { stop: true }
     }
     if (step.phase !== phase) {
@@ -220,7 +205,7 @@ export function stepContext(
     signal,
     settings: deps.settings,
     log: (level, message, data) =>
-      logs.append(deps.db, { runId: run.id, stepId: step.id, level, message, data }),
+      logs.append(deps.db, { runId: run.id, stepId: step.id, level, message, data, actor: deps.owner }),
   }
 }
 
@@ -296,7 +281,7 @@ export async function withTimeout<T>(
 
 async function executeStep(
   deps: EngineDeps,
-  run: RunListRow,
+  run: ClaimedRun,
   step: StepRow,
   runStatus: RunStatus,
 ): Promise<StepVerdict> {

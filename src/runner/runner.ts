@@ -19,13 +19,14 @@ import { hostname } from 'node:os'
 import type { Db } from '../../sql/db.ts'
 import { isDbUnavailable } from '../../sql/db.ts'
 import * as logs from '../../sql/eventRunLogs.ts'
-import type { RunListRow, RunRow } from '../../sql/eventRuns.ts'
+import type { RunRow } from '../../sql/eventRuns.ts'
 import * as runs from '../../sql/eventRuns.ts'
 import * as steps from '../../sql/eventSteps.ts'
 import * as heartbeats from '../../sql/runnerHeartbeats.ts'
 import { advanceBatch } from './batch.ts'
 import {
   advanceRun,
+  type ClaimedRun,
   type Clock,
   type EngineDeps,
   type RunnerObserver,
@@ -33,6 +34,7 @@ import {
   systemClock,
 } from './engine.ts'
 import { materialiseAll } from './materialise.ts'
+import { startDueBatch } from './start.ts'
 import type { StepRegistry } from './steps/registry.ts'
 import type { StepSettings } from './steps/types.ts'
 
@@ -82,6 +84,13 @@ const noopLogger: RunnerLogger = { info() {}, warn() {}, error() {}, debug() {} 
  * restarted database within seconds, long enough not to hammer one that is down.
  */
 const MAX_ERROR_BACKOFF_MS = 5_000
+/**
+ * Start transactions per tick, at most: a backlog drains over a few ticks
+ * instead of one pass that starves the claims of runs already in flight.
+ */
+const MAX_START_BATCHES_PER_TICK = 10
+/** Start transactions in flight at once while a backlog drains (each holds one pooled connection). */
+const START_CONCURRENCY = 2
 
 export class Runner {
   readonly instanceId: string
@@ -328,9 +337,16 @@ export class Runner {
     claimed.push(
       ...(await runs.claimTickBatch(db, this.instanceId, `${token}:t`, leaseUntil, now, batchSize)),
     )
-    claimed.push(
-      ...(await runs.claimStartBatch(db, this.instanceId, `${token}:s`, leaseUntil, now, batchSize)),
-    )
+    let started: ClaimedRun[]
+    try {
+      started = await this.startDue(`${token}:s`)
+    } catch (err) {
+      await this.releaseAll(
+        claimed.map((r) => r.id),
+        now,
+      )
+      throw err
+    }
     // Keyed scheduled runs: each needs its key lock, taken with its claim.
     const due = await runs.findDue(db, now, batchSize)
     // A key found held (or just taken) stays held for the rest of this pass, so
@@ -358,7 +374,7 @@ export class Runner {
         this.opts.observer?.claimConflict?.()
       }
     }
-    if (claimed.length === 0) return
+    if (claimed.length === 0 && started.length === 0) return
     // The keyed loop can be long (a transaction per due keyed run). Past a third
     // of the lease, the claims taken at its start may have expired and been
     // taken over by another instance: renew what is still ours and drop the
@@ -367,26 +383,26 @@ export class Runner {
       const renewedUntil = new Date(clock.now().getTime() + this.opts.leaseMs)
       const mine = await runs.renewClaims(
         db,
-        claimed.map((r) => r.id),
+        [...claimed, ...started].map((r) => r.id),
         this.instanceId,
         renewedUntil,
       )
       claimed = claimed.filter((r) => mine.has(r.id))
-      if (claimed.length === 0) return
+      started = started.filter((r) => mine.has(r.id))
     }
     const engine = this.engineDeps()
-    let ready: RunListRow[]
+    let ready: ClaimedRun[]
     try {
-      ready = await startRuns(engine, claimed)
+      ready = [...(await startRuns(engine, claimed)), ...started]
     } catch (err) {
       await this.releaseAll(
-        claimed.map((r) => r.id),
+        [...claimed, ...started].map((r) => r.id),
         now,
       )
       throw err
     }
     // Inline steps of the whole batch go together; the rest run one by one.
-    let handOff: RunListRow[]
+    let handOff: ClaimedRun[]
     try {
       const batch = await advanceBatch(engine, ready)
       handOff = batch.handOff
@@ -401,6 +417,43 @@ export class Runner {
       throw err
     }
     await this.forEachLimited(handOff, (run) => this.advanceClaimed(engine, run))
+  }
+
+  /**
+   * Start due key-less runs, a batch per transaction (start.ts), until none is
+   * left or the pass has started {@link MAX_START_BATCHES_PER_TICK} batches.
+   * Answers the runs claimed for the rest of their program.
+   */
+  private async startDue(token: string): Promise<ClaimedRun[]> {
+    const engine = this.engineDeps()
+    const handOff: ClaimedRun[] = []
+    let batches = 0
+    let drained = false
+    // One batch; only a full one (a backlog) is followed by more, then
+    // START_CONCURRENCY at a time, so one batch's statements overlap another's work.
+    const startOne = async () => {
+      const batch = await startDueBatch(engine, `${token}:${batches++}`, this.opts.batchSize)
+      handOff.push(...batch.handOff)
+      // A short batch means the due index is drained (or holds only runs past their grace).
+      if (batch.locked < this.opts.batchSize || batch.started === 0) drained = true
+    }
+    const more = () => !drained && !this.windingDown && batches < MAX_START_BATCHES_PER_TICK
+    try {
+      await startOne()
+      await Promise.all(
+        Array.from({ length: START_CONCURRENCY }, async () => {
+          while (more()) await startOne()
+        }),
+      )
+    } catch (err) {
+      // The batches that committed hold claims: give them back rather than let them wait out their leases.
+      await this.releaseAll(
+        handOff.map((r) => r.id),
+        this.opts.clock.now(),
+      )
+      throw err
+    }
+    return handOff
   }
 
   private async noteBlocked(run: RunRow, holderId: number, now: Date): Promise<void> {
@@ -419,7 +472,7 @@ export class Runner {
     })
   }
 
-  private async advanceClaimed(engine: EngineDeps, run: RunListRow): Promise<void> {
+  private async advanceClaimed(engine: EngineDeps, run: ClaimedRun): Promise<void> {
     const { db, clock, logger } = this.opts
     let wakeAt: Date | null = clock.now()
     try {

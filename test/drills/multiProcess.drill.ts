@@ -218,16 +218,26 @@ it('4 processes, 2,000 runs, 20 keys, one SIGKILLed midway: all terminal, key in
   const unknown = [...perKey.keys()].filter((k) => !expectedKeys.has(k))
   const repeated = [...perKey.entries()].filter(([, n]) => n > 1)
   const repeatedOutsideInFlight = repeated.filter(([k]) => !inFlightKeys.has(k))
-  const startedBy = await t.db.query<{ actor: string; n: number }>(
+  // Step lines carry the instance that ran the step: who worked, and whether a
+  // run's last step ran twice (only allowed for a step in flight at the kill).
+  const loggedBy = await t.db.query<{ actor: string; n: number }>(
     `SELECT l.actor, COUNT(*) AS n FROM event_run_logs l JOIN event_runs r ON r.id = l.run_id
-      WHERE r.definition_id = ? AND l.message = 'run started' GROUP BY l.actor ORDER BY l.actor`,
+      WHERE r.definition_id = ? AND l.message = 'logged' GROUP BY l.actor ORDER BY l.actor`,
     [defId],
   )
-  // A run started by two owners (its claim expired before the first got to it) logs 'run started' twice.
-  const startedTwice = await t.db.query<{ run_id: number; actors: string }>(
-    `SELECT l.run_id, GROUP_CONCAT(l.actor ORDER BY l.id) AS actors FROM event_run_logs l
-       JOIN event_runs r ON r.id = l.run_id
-      WHERE r.definition_id = ? AND l.message = 'run started' GROUP BY l.run_id HAVING COUNT(*) > 1`,
+  const inFlightSteps = new Set(inFlight.map((s) => Number(s.id)))
+  const loggedTwice = (
+    await t.db.query<{ run_id: number; step_id: number; actors: string }>(
+      `SELECT l.run_id, l.step_id, GROUP_CONCAT(l.actor ORDER BY l.id) AS actors FROM event_run_logs l
+         JOIN event_runs r ON r.id = l.run_id
+        WHERE r.definition_id = ? AND l.message = 'logged' GROUP BY l.run_id, l.step_id HAVING COUNT(*) > 1`,
+      [defId],
+    )
+  ).filter((r) => !inFlightSteps.has(Number(r.step_id)))
+  // Every run holds exactly its two step rows: none lost, none expanded twice.
+  const badlyExpanded = await t.db.query<{ run_id: number; n: number }>(
+    `SELECT s.run_id, COUNT(*) AS n FROM event_run_steps s JOIN event_runs r ON r.id = s.run_id
+      WHERE r.definition_id = ? GROUP BY s.run_id HAVING COUNT(*) <> 2`,
     [defId],
   )
   // What the survivors' own metrics say about their ticks (the keyed claim pass dominates them).
@@ -269,9 +279,10 @@ it('4 processes, 2,000 runs, 20 keys, one SIGKILLed midway: all terminal, key in
     totalMs: doneAt - createdFrom,
     throughputRunsPerS: Math.round((RUNS / (doneAt - createdFrom)) * 10_000) / 10,
     runsByStatus: finalCounts,
-    runsStartedBy: Object.fromEntries(startedBy.map((r) => [r.actor, Number(r.n)])),
-    runsStartedTwice: startedTwice.length,
-    runsStartedTwiceSample: startedTwice.slice(0, 5).map((r) => `${r.run_id}:${r.actors}`),
+    runsFinishedBy: Object.fromEntries(loggedBy.map((r) => [r.actor, Number(r.n)])),
+    logStepsRunTwiceOutsideInFlight: loggedTwice.length,
+    logStepsRunTwiceSample: loggedTwice.slice(0, 5).map((r) => `${r.run_id}:${r.actors}`),
+    runsBadlyExpanded: badlyExpanded.length,
     webhookCalls: receiver.calls.length,
     distinctKeys: perKey.size,
     keysCalledTwiceOrMore: repeated.length,
@@ -299,8 +310,9 @@ it('4 processes, 2,000 runs, 20 keys, one SIGKILLed midway: all terminal, key in
   expect(terminalAtKill).toBeLessThan(RUNS) // it really was midway
   expect(victimCall).toBeGreaterThan(0) // …with a webhook of the victim in flight
   expect(finalCounts).toEqual({ completed: RUNS })
-  // No run started twice (two owners each logging 'run started'): what showrunner exists to prevent.
-  expect(startedTwice).toEqual([])
+  // No run started twice, no step run twice outside the kill: what showrunner exists to prevent.
+  expect(badlyExpanded).toEqual([])
+  expect(loggedTwice).toEqual([])
   expect(sampler.violations).toEqual([])
   expect(sampler.samples).toBeGreaterThan((doneAt - createdFrom) / 50 / 4)
   // Each step's webhook was called; only the victim's in-flight steps more than once, and at most twice.
@@ -309,7 +321,7 @@ it('4 processes, 2,000 runs, 20 keys, one SIGKILLed midway: all terminal, key in
   expect(repeatedOutsideInFlight).toEqual([])
   expect(repeated.every(([, n]) => n <= 2)).toBe(true)
   // Every surviving process was working, and each stopped cleanly.
-  for (const s of survivors) expect(figures.runsStartedBy[s.instanceId] ?? 0, s.name).toBeGreaterThan(0)
+  for (const s of survivors) expect(figures.runsFinishedBy[s.instanceId] ?? 0, s.name).toBeGreaterThan(0)
   expect(survivorExits).toEqual(survivors.map(() => ({ code: 0, signal: null })))
   expect(leftovers[0]).toEqual({ claims: 0, locks: 0 })
 }, 300_000)

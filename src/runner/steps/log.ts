@@ -17,6 +17,7 @@ export const logStep: StepKind<LogParams> = {
   kind: 'core.log',
   sideEffects: false,
   inline: true,
+  pure: true,
   validate: (params) => schemaProblems(schema, params, ['message', 'level']),
   async execute(ctx) {
     const { message, level = 'info' } = parseParams(schema, ctx.params, 'core.log')

@@ -30,6 +30,11 @@ export class StepRegistry {
     if (typeof kind.sideEffects !== 'boolean') {
       throw new TypeError(`Step kind ${kind.kind} must declare sideEffects (true or false).`)
     }
+    if (kind.pure === true && (kind.sideEffects || kind.inline !== true)) {
+      throw new TypeError(
+        `Step kind ${kind.kind} cannot be pure: a pure kind is inline and has no side effects.`,
+      )
+    }
     if (this.#kinds.has(kind.kind)) throw new Error(`Step kind ${kind.kind} is already registered.`)
     this.#kinds.set(kind.kind, kind)
   }

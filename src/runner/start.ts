@@ -1,0 +1,332 @@
+/**
+ * Starting due key-less runs, a batch per short transaction.
+ *
+ * One transaction locks the batch (`FOR UPDATE SKIP LOCKED`, so two instances
+ * never wait on each other's batch), expands each run's program into step rows,
+ * runs the leading *pure* steps (`core.log`: computation and a log line, see
+ * `StepKind.pure`), and moves each run out of `scheduled` with a guarded UPDATE:
+ * to `completed` when every step ran, otherwise to `running`/`ending` under this
+ * instance's lease for the engine to take on after the commit. Everything the
+ * start did commits together or not at all, so a crash or a lost connection
+ * leaves the run `scheduled`, to be started again whole; pure steps change
+ * nothing outside that transaction, so running one twice that way is harmless.
+ *
+ * The cost is what makes a single-step run cheap: per batch, one locking read,
+ * one INSERT per table (steps, log lines) and one UPDATE per outcome group,
+ * instead of a claim, a status move, a step begin and end and a release per run.
+ *
+ * The locks are the claim, and they last only as long as the transaction: no
+ * transaction outlives the start, and nothing in it waits on a person or the
+ * network. A person's cancel or pause of a run in the batch waits for the
+ * commit (milliseconds), then finds the run `completed` (applied: false) or
+ * `running`, where it lands before the engine's next step.
+ *
+ * Runs with a concurrency key are not started here: each needs its key lock,
+ * taken with its claim (`claimStart`).
+ */
+import { DB_ERRNO, isDbErrno, isDbUnavailable, type Queryable } from '../../sql/db.ts'
+import * as definitions from '../../sql/eventDefinitions.ts'
+import type { NewLog } from '../../sql/eventRunLogs.ts'
+import * as logs from '../../sql/eventRunLogs.ts'
+import type { RunRow, StartedAs } from '../../sql/eventRuns.ts'
+import * as runs from '../../sql/eventRuns.ts'
+import type { StartedStep, StepRow, StepSpec } from '../../sql/eventSteps.ts'
+import * as steps from '../../sql/eventSteps.ts'
+import { type ClaimedRun, type EngineDeps, specsForVersion, stepContext, withTimeout } from './engine.ts'
+
+/** What one start transaction did. */
+export interface StartBatchOutcome {
+  /** Runs the batch locked, including any left `scheduled` because their grace window had passed. */
+  locked: number
+  /** Runs started (moved out of `scheduled`). */
+  started: number
+  /** Runs that also finished in the same transaction. */
+  completed: number
+  /** Runs claimed by this instance for the rest of their program, to advance now. */
+  handOff: ClaimedRun[]
+}
+
+/** Deadlocks with another writer roll the whole start back; it is then tried again from scratch. */
+const DEADLOCK_ATTEMPTS = 3
+
+/**
+ * Start up to `limit` due key-less runs in one transaction. `token` marks the
+ * claims of the runs handed off (unique per call).
+ *
+ * A batch the database refuses for a reason that waiting will not cure (a
+ * value it rejects, a program that cannot be expanded) is started again one
+ * run per transaction, so the run at fault is found and *fails* with the reason
+ * as its `last_error`, and the others start. Without that, one such run would
+ * stop every run behind it in the due index from ever starting.
+ */
+export async function startDueBatch(
+  deps: EngineDeps,
+  token: string,
+  limit: number,
+): Promise<StartBatchOutcome> {
+  try {
+    return await startOnce(deps, token, limit, [])
+  } catch (err) {
+    if (isTransient(err)) throw err
+    const total: StartBatchOutcome = { locked: 0, started: 0, completed: 0, handOff: [] }
+    for (let i = 0; i < limit; i++) {
+      const seen: number[] = []
+      try {
+        const one = await startOnce(deps, `${token}:${i}`, 1, seen)
+        if (one.locked === 0) break
+        total.locked += one.locked
+        total.started += one.started
+        total.completed += one.completed
+        total.handOff.push(...one.handOff)
+      } catch (oneErr) {
+        const runId = seen[0]
+        if (isTransient(oneErr) || runId === undefined) throw oneErr
+        await failStart(deps, runId, oneErr)
+        total.locked++
+      }
+    }
+    return total
+  }
+}
+
+/** Errors that another try may not meet: the database is away, or lost a lock race. */
+function isTransient(err: unknown): boolean {
+  return (
+    isDbUnavailable(err) ||
+    isDbErrno(err, DB_ERRNO.LOCK_DEADLOCK) ||
+    isDbErrno(err, DB_ERRNO.LOCK_WAIT_TIMEOUT)
+  )
+}
+
+/** One start transaction, retried whole when InnoDB picks it as a deadlock victim. */
+async function startOnce(
+  deps: EngineDeps,
+  token: string,
+  limit: number,
+  seen: number[],
+): Promise<StartBatchOutcome> {
+  for (let attempt = 1; ; attempt++) {
+    try {
+      const { outcome, finished } = await deps.db.transaction(
+        (tx) => startInTransaction(deps, tx, token, limit, seen),
+        { isolation: 'READ COMMITTED' },
+      )
+      for (const kind of finished) deps.observer?.stepFinished?.(kind, 'completed')
+      return outcome
+    } catch (err) {
+      if (attempt >= DEADLOCK_ATTEMPTS || !isDbErrno(err, DB_ERRNO.LOCK_DEADLOCK)) throw err
+      await new Promise((r) => setTimeout(r, Math.random() * 10 * attempt))
+    }
+  }
+}
+
+/** A run that cannot be started at all fails, saying why, instead of blocking the runs behind it. */
+async function failStart(deps: EngineDeps, runId: number, err: unknown): Promise<void> {
+  const reason = err instanceof Error ? err.message : String(err)
+  const moved = await runs.transition(deps.db, runId, 'scheduled', 'failed', {
+    error: `could not be started: ${reason}`,
+  })
+  if (!moved) return
+  await logs.append(deps.db, {
+    runId,
+    level: 'error',
+    message: `could not be started: ${reason}`,
+    actor: deps.owner,
+  })
+}
+
+/** One run's plan: its steps, how many lead with pure kinds, and how far they got. */
+interface Plan {
+  run: RunRow
+  title: string
+  specs: StepSpec[]
+  /** Leading steps of pure kinds: inserted as completed, run in the transaction. */
+  pure: number
+  /** Index of the first step not completed (== specs.length when the run is finished). */
+  reached: number
+  lines: NewLog[]
+}
+
+async function startInTransaction(
+  deps: EngineDeps,
+  tx: Queryable,
+  token: string,
+  limit: number,
+  seen: number[],
+): Promise<{ outcome: StartBatchOutcome; finished: string[] }> {
+  const empty = { outcome: { locked: 0, started: 0, completed: 0, handOff: [] }, finished: [] }
+  if (deps.stopping()) return empty
+  const now = deps.clock.now()
+  const budget = deps.maxStepsPerClaim ?? 25
+  const locked = await runs.lockDueToStart(tx, now, limit)
+  if (locked.length === 0) return empty
+  seen.push(...locked.map((r) => r.id))
+
+  // A plain (non-locking) read: READ COMMITTED sees the definitions as committed now.
+  const defs = new Map(
+    (await definitions.getByIds(tx, [...new Set(locked.map((r) => r.definitionId))])).map((d) => [d.id, d]),
+  )
+  // Past its grace window a run is `missed`, not started; the missed sweep takes it.
+  const startable = locked.filter((r) => {
+    const def = defs.get(r.definitionId)
+    return def !== undefined && r.scheduledFor.getTime() + def.graceSeconds * 1000 >= now.getTime()
+  })
+  const plans: Plan[] = await Promise.all(
+    startable.map(async (run) => {
+      const specs = await specsForVersion(deps.db, run.versionId)
+      // Pure steps count against the run's step budget like any other.
+      let pure = 0
+      while (pure < Math.min(specs.length, budget) && deps.registry.get((specs[pure] as StepSpec).kind)?.pure)
+        pure++
+      return { run, title: defs.get(run.definitionId)?.title ?? '', specs, pure, reached: pure, lines: [] }
+    }),
+  )
+
+  const rows: StartedStep[] = plans.flatMap((p) =>
+    p.specs.map((spec, i) => ({ runId: p.run.id, spec, done: i < p.pure })),
+  )
+  const ids = await steps.insertStarted(tx, rows, now)
+  const leaseUntil = new Date(now.getTime() + deps.leaseMs)
+  const finished: string[] = []
+  const reopen: number[] = []
+  let offset = 0
+  for (const plan of plans) {
+    const stepIds = ids.slice(offset, offset + plan.specs.length)
+    offset += plan.specs.length
+    for (let i = 0; i < plan.pure; i++) {
+      const spec = plan.specs[i] as StepSpec
+      const step = stepRowOf(spec, stepIds[i] as number, plan.run.id, deps.owner, now, leaseUntil)
+      const lines: NewLog[] = []
+      const ok = await runPure(deps, plan, step, lines)
+      if (!ok) {
+        // Not completed after all: this step and the pure ones after it go back
+        // to `pending`, and the engine runs it with its retries.
+        plan.reached = i
+        reopen.push(...stepIds.slice(i, plan.pure))
+        break
+      }
+      plan.lines.push(...lines)
+      finished.push(spec.kind)
+    }
+  }
+  await steps.reopenStarted(tx, reopen)
+  await logs.appendMany(
+    tx,
+    plans.flatMap((p) => p.lines),
+  )
+
+  // One guarded UPDATE per outcome: (status, phase) groups, in practice one or two.
+  const groups = new Map<string, { as: StartedAs; plans: Plan[] }>()
+  for (const plan of plans) {
+    const as = startedAs(plan, deps.owner, token, leaseUntil, budget, now)
+    const claimed = 'owner' in as && as.owner !== undefined
+    const key = `${as.status}\u0000${claimed}\u0000${as.phase ?? ''}\u0000${as.phase === null}`
+    const group = groups.get(key) ?? { as, plans: [] }
+    group.plans.push(plan)
+    groups.set(key, group)
+  }
+  let completed = 0
+  const handOff: ClaimedRun[] = []
+  for (const { as, plans: members } of groups.values()) {
+    const moved = await runs.markStarted(
+      tx,
+      members.map((p) => p.run.id),
+      as,
+    )
+    // The rows are locked by this transaction: anything short is a bug, and the rollback undoes the batch.
+    if (moved !== members.length) throw new Error(`start moved ${moved} of ${members.length} locked runs`)
+    if (as.status === 'completed') {
+      completed += moved
+      continue
+    }
+    if (as.owner === undefined) continue // released, due now
+    for (const p of members) {
+      handOff.push({
+        ...p.run,
+        status: as.status,
+        currentPhase: as.phase,
+        claimedBy: as.owner,
+        claimToken: as.token,
+        claimExpiresAt: as.leaseUntil,
+        wakeAt: as.leaseUntil,
+        startedAt: now,
+        definitionTitle: p.title,
+      })
+    }
+  }
+  return { outcome: { locked: locked.length, started: plans.length, completed, handOff }, finished }
+}
+
+function startedAs(
+  plan: Plan,
+  owner: string,
+  token: string,
+  leaseUntil: Date,
+  budget: number,
+  now: Date,
+): StartedAs {
+  if (plan.reached >= plan.specs.length)
+    return { status: 'completed', phase: plan.specs.at(-1)?.phase ?? null }
+  // `current_phase` is the phase being run: the last step's that ran, else the
+  // first step's. The engine moves it on when it begins a step of the next phase.
+  const current = plan.specs[Math.max(0, plan.reached - 1)] as StepSpec
+  const status = current.ending ? 'ending' : 'running'
+  // Budget spent on pure steps: due again at once, unclaimed, so other runs get a turn first.
+  if (plan.reached >= budget) return { status, phase: current.phase, wakeAt: now }
+  return { status, phase: current.phase, owner, token, leaseUntil }
+}
+
+/** Run one pure step; its log lines go to `lines`. False when the attempt failed. */
+async function runPure(deps: EngineDeps, plan: Plan, step: StepRow, lines: NewLog[]): Promise<boolean> {
+  const kind = deps.registry.get(step.kind)
+  if (!kind) return false
+  try {
+    const ctx = stepContext(deps, plan.run, step, plan.title, false, deps.hardStop)
+    ctx.log = async (level, message, data) => {
+      lines.push({ runId: plan.run.id, stepId: step.id, level, message, data, actor: deps.owner })
+    }
+    const outcome = await withTimeout(step.timeoutMs, deps.hardStop, (signal) =>
+      kind.execute({ ...ctx, signal }),
+    )
+    // A result would need the row written again; pure kinds log instead.
+    return outcome?.type === 'completed' && (outcome.result === undefined || outcome.result === null)
+  } catch {
+    // The engine runs the step again with its retries and records the error there.
+    return false
+  }
+}
+
+function stepRowOf(
+  spec: StepSpec,
+  id: number,
+  runId: number,
+  owner: string,
+  now: Date,
+  leaseUntil: Date,
+): StepRow {
+  return {
+    id,
+    runId,
+    seq: spec.seq,
+    phaseIndex: spec.phaseIndex,
+    phase: spec.phase,
+    ending: spec.ending,
+    kind: spec.kind,
+    params: spec.params,
+    maxAttempts: spec.maxAttempts,
+    backoffMs: spec.backoffMs,
+    timeoutMs: spec.timeoutMs,
+    onError: spec.onError,
+    status: 'running',
+    parked: false,
+    attempts: 1,
+    wakeAt: null,
+    claimedBy: owner,
+    claimExpiresAt: leaseUntil,
+    startedAt: now,
+    endedAt: null,
+    lastError: null,
+    result: null,
+    updatedAt: now,
+  }
+}

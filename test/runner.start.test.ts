@@ -1,0 +1,276 @@
+/**
+ * Starting key-less runs a batch per transaction (src/runner/start.ts): what one
+ * transaction writes, what it leaves for the engine, and that it is all or
+ * nothing. The races between instances are in sql.races.test.ts and
+ * runner.multiInstance.test.ts.
+ */
+import { beforeEach, describe, expect, it } from 'vitest'
+import * as runsSql from '../sql/eventRuns.ts'
+import { cancelRun, startRun } from '../src/runner/controls.ts'
+import type { EngineDeps } from '../src/runner/engine.ts'
+import { Runner } from '../src/runner/runner.ts'
+import { startDueBatch } from '../src/runner/start.ts'
+import type { AnyStepKind } from '../src/runner/steps/registry.ts'
+import { StepFailure } from '../src/runner/steps/types.ts'
+import { useTestDb } from './helpers/db.ts'
+import { resetRuns } from './helpers/fixtures.ts'
+import {
+  controlDeps,
+  defineEvent,
+  logLines,
+  makeRegistry,
+  program,
+  type RunnerTestEnv,
+  runOf,
+  sleep,
+  stepsOf,
+  TestClock,
+} from './helpers/runnerHarness.ts'
+
+const t = useTestDb()
+beforeEach(() => resetRuns(t.db))
+
+let flakyCalls = 0
+const kinds: AnyStepKind[] = [
+  // Pure, but its first attempt fails: the start must not count it as done.
+  {
+    kind: 'test.flaky-pure',
+    sideEffects: false,
+    inline: true,
+    pure: true,
+    validate: () => [],
+    async execute(ctx) {
+      flakyCalls++
+      if (flakyCalls === 1) throw new StepFailure('first attempt fails')
+      await ctx.log('info', 'flaky succeeded')
+      return { type: 'completed' }
+    },
+  },
+  // Pure, and writes a line the database refuses (a level longer than its column).
+  {
+    kind: 'test.bad-line',
+    sideEffects: false,
+    inline: true,
+    pure: true,
+    validate: () => [],
+    async execute(ctx) {
+      await ctx.log('x'.repeat(50) as 'info', 'refused')
+      return { type: 'completed' }
+    },
+  },
+]
+
+function setup(start: Date | number = Date.now()) {
+  const clock = new TestClock(start)
+  const env: RunnerTestEnv = { db: t.db, registry: makeRegistry(kinds), clock }
+  return { clock, env }
+}
+
+function engineDeps(env: RunnerTestEnv, owner = 'starter'): EngineDeps {
+  return {
+    db: env.db,
+    registry: env.registry,
+    clock: env.clock,
+    owner,
+    leaseMs: 30_000,
+    settings: { webhookAllow: [] },
+    stopping: () => false,
+    hardStop: new AbortController().signal,
+  }
+}
+
+describe('a run made only of pure steps', () => {
+  it('is started and finished by one transaction per batch: steps, log lines and status together', async () => {
+    const { clock, env } = setup()
+    const def = await defineEvent(env, {
+      program: program(
+        ['announce', [{ kind: 'core.log', params: { message: 'hello {{run.scope}}' } }]],
+        ['wrap-up', [{ kind: 'core.log', params: { message: 'bye', level: 'warn' } }], true],
+      ),
+    })
+    const ids: number[] = []
+    for (let i = 0; i < 30; i++)
+      ids.push((await startRun(controlDeps(env), { definitionId: def.id, scope: `s${i}`, actor: 'op#1' })).id)
+    const runner = new Runner({ db: t.db, registry: env.registry, clock, instanceId: 'one-tx' })
+    const before = t.db.stats.statements
+    await runner.tick()
+    // A tick's sweeps plus one start transaction: nothing per run.
+    expect(t.db.stats.statements - before).toBeLessThan(30)
+    for (const id of ids) {
+      const run = await runOf(t.db, id)
+      expect(run).toMatchObject({
+        status: 'completed',
+        currentPhase: 'wrap-up',
+        claimedBy: null,
+        claimToken: null,
+        wakeAt: null,
+      })
+      expect(run.startedAt).not.toBeNull()
+      expect(run.endedAt).not.toBeNull()
+      const steps = await stepsOf(t.db, id)
+      expect(steps.map((s) => [s.status, s.attempts, s.claimedBy])).toEqual([
+        ['completed', 1, null],
+        ['completed', 1, null],
+      ])
+      for (const s of steps) expect(s.endedAt).not.toBeNull()
+    }
+    const [first] = ids
+    expect((await logLines(t.db, first as number)).slice(1)).toEqual(['hello s0', 'bye'])
+    const lines = await t.db.query<{ actor: string | null; level: string; step_id: number | null }>(
+      'SELECT actor, level, step_id FROM event_run_logs WHERE run_id = ? AND step_id IS NOT NULL ORDER BY id',
+      [first as number],
+    )
+    expect(lines.map((l) => [l.actor, l.level])).toEqual([
+      ['one-tx', 'info'],
+      ['one-tx', 'warn'],
+    ])
+  })
+
+  it('past its grace window it is not started: it stays scheduled, without steps, for the missed sweep', async () => {
+    const { clock, env } = setup()
+    const def = await defineEvent(env, {
+      graceSeconds: 60,
+      program: program(['main', [{ kind: 'core.log', params: { message: 'late' } }]]),
+    })
+    const run = await startRun(controlDeps(env), { definitionId: def.id, actor: 'op#1' })
+    clock.advance(61_000)
+    const outcome = await startDueBatch(engineDeps(env), 'tok-late', 100)
+    expect(outcome).toMatchObject({ locked: 1, started: 0, completed: 0, handOff: [] })
+    expect(await runOf(t.db, run.id)).toMatchObject({ status: 'scheduled', startedAt: null })
+    expect(await stepsOf(t.db, run.id)).toEqual([])
+    expect((await runsSql.findMissed(t.db, clock.now())).map((r) => r.id)).toEqual([run.id])
+  })
+
+  it('is all or nothing, and a run the database refuses fails alone while the rest of its batch starts', async () => {
+    const { clock, env } = setup()
+    const good = await defineEvent(env, {
+      program: program(['main', [{ kind: 'core.log', params: { message: 'fine' } }]]),
+    })
+    const poisoned = await defineEvent(env, {
+      program: program([
+        'main',
+        [
+          { kind: 'core.log', params: { message: 'written?' } },
+          { kind: 'test.bad-line', params: {} },
+        ],
+      ]),
+    })
+    const before = await startRun(controlDeps(env), { definitionId: good.id, scope: 'a', actor: 'op#1' })
+    clock.advance(1)
+    const bad = await startRun(controlDeps(env), { definitionId: poisoned.id, actor: 'op#1' })
+    clock.advance(1)
+    const after = await startRun(controlDeps(env), { definitionId: good.id, scope: 'b', actor: 'op#1' })
+    const outcome = await startDueBatch(engineDeps(env), 'tok-refused', 100)
+    expect(outcome).toMatchObject({ locked: 3, started: 2, completed: 2 })
+    for (const r of [before, after]) expect((await runOf(t.db, r.id)).status).toBe('completed')
+    // Nothing of the refused start was kept: no step rows, no line from its first step.
+    const failed = await runOf(t.db, bad.id)
+    expect(failed).toMatchObject({ status: 'failed', claimedBy: null })
+    expect(failed.lastError).toMatch(/^could not be started: The database refused a write \(ER_DATA_TOO_LONG/)
+    expect(failed.lastError).not.toMatch(/INSERT|event_run_logs/)
+    expect(await stepsOf(t.db, bad.id)).toEqual([])
+    const lines = await logLines(t.db, bad.id)
+    expect(lines).toHaveLength(2)
+    expect(lines[1]).toMatch(/^could not be started/)
+  })
+})
+
+describe('a run whose program goes on after its pure steps', () => {
+  it('is claimed in running for the engine, which runs the next step in the same tick', async () => {
+    const { clock, env } = setup()
+    const def = await defineEvent(env, {
+      program: program(
+        ['announce', [{ kind: 'core.log', params: { message: 'hello' } }]],
+        ['main', [{ kind: 'core.cue', params: { prompt: 'Open the gates' } }]],
+      ),
+    })
+    const run = await startRun(controlDeps(env), { definitionId: def.id, actor: 'op#1' })
+    const outcome = await startDueBatch(engineDeps(env, 'starter'), 'tok-cue', 100)
+    expect(outcome).toMatchObject({ locked: 1, started: 1, completed: 0 })
+    expect(outcome.handOff.map((r) => [r.id, r.status, r.currentPhase])).toEqual([
+      [run.id, 'running', 'announce'],
+    ])
+    // Claimed by the starter, with the phase being run: the engine moves it on.
+    expect(await runOf(t.db, run.id)).toMatchObject({
+      status: 'running',
+      currentPhase: 'announce',
+      claimedBy: 'starter',
+      claimToken: 'tok-cue',
+    })
+    expect((await stepsOf(t.db, run.id)).map((s) => s.status)).toEqual(['completed', 'pending'])
+
+    // Through a runner, the same start is followed by the cue parking in that tick.
+    const other = await startRun(controlDeps(env), { definitionId: def.id, scope: 'b', actor: 'op#1' })
+    await new Runner({ db: t.db, registry: env.registry, clock, instanceId: 'r' }).tick()
+    expect(await runOf(t.db, other.id)).toMatchObject({
+      status: 'running',
+      currentPhase: 'main',
+      waitingSteps: 1,
+      claimedBy: null,
+    })
+  })
+
+  it('a pure step whose attempt fails is not recorded as done: the engine runs it again with its retries', async () => {
+    flakyCalls = 0
+    const { clock, env } = setup()
+    const def = await defineEvent(env, {
+      program: program([
+        'main',
+        [
+          { kind: 'core.log', params: { message: 'first' } },
+          { kind: 'test.flaky-pure', params: {} },
+          { kind: 'core.log', params: { message: 'last' } },
+        ],
+      ]),
+    })
+    const run = await startRun(controlDeps(env), { definitionId: def.id, actor: 'op#1' })
+    await new Runner({ db: t.db, registry: env.registry, clock, instanceId: 'flaky' }).tick()
+    expect(flakyCalls).toBe(2)
+    expect(await runOf(t.db, run.id)).toMatchObject({ status: 'completed', health: 'ok' })
+    expect((await stepsOf(t.db, run.id)).map((s) => [s.status, s.attempts])).toEqual([
+      ['completed', 1],
+      ['completed', 1],
+      ['completed', 1],
+    ])
+    // The failed attempt's outcome was never written; the successful one's was, once.
+    expect((await logLines(t.db, run.id)).slice(1)).toEqual(['first', 'flaky succeeded', 'last'])
+  })
+})
+
+describe('a person racing the start transaction', () => {
+  it('a cancel waits for the start to commit, then answers applied: false on the finished run', async () => {
+    const { env } = setup()
+    const def = await defineEvent(env, {
+      program: program(['main', [{ kind: 'core.log', params: { message: 'x' } }]]),
+    })
+    const run = await startRun(controlDeps(env), { definitionId: def.id, actor: 'op#1' })
+    let cancel: Promise<{ applied: boolean }> | undefined
+    await t.db.transaction(
+      async (tx) => {
+        const locked = await runsSql.lockDueToStart(tx, new Date(), 10)
+        expect(locked.map((r) => r.id)).toEqual([run.id])
+        // The cancel is sent while the row is locked; it must wait, not win.
+        cancel = cancelRun(controlDeps(env), run.id, 'op#2', 'too late')
+        await sleep(200)
+        expect(await runsSql.markStarted(tx, [run.id], { status: 'completed', phase: 'main' })).toBe(1)
+      },
+      { isolation: 'READ COMMITTED' },
+    )
+    expect((await cancel)?.applied).toBe(false)
+    expect(await runOf(t.db, run.id)).toMatchObject({ status: 'completed' })
+  })
+})
+
+describe('pure step kinds', () => {
+  it('must be inline and free of side effects', () => {
+    const bad: AnyStepKind = {
+      kind: 'test.impure',
+      sideEffects: true,
+      inline: true,
+      pure: true,
+      validate: () => [],
+      execute: async () => ({ type: 'completed' }),
+    }
+    expect(() => makeRegistry([bad])).toThrow(/cannot be pure/)
+  })
+})
