@@ -27,7 +27,7 @@ import {
 import { measurePeer } from './peer.ts'
 
 const RUNS = Number(process.env.BENCH_RUNS ?? 20_000)
-const BATCH = Number(process.env.BENCH_BATCH ?? 1000)
+const BATCH = Number(process.env.BENCH_BATCH ?? 2500)
 /** No run is left after this: a stuck runner fails the benchmark instead of hanging it. */
 const TIMEOUT_MS = 300_000
 

@@ -38,9 +38,17 @@ export function clampLimit(value: unknown, fallback: number, min = 1, max = 500)
   return Math.min(Math.max(n, min), max)
 }
 
+const placeholderCache = new Map<number, string>()
+
 /** `?, ?, ?` for an IN list of `n` values (n ≥ 1). */
 export function placeholders(n: number): string {
-  return Array.from({ length: n }, () => '?').join(', ')
+  let text = placeholderCache.get(n)
+  if (text === undefined) {
+    text = n > 0 ? `?${', ?'.repeat(n - 1)}` : ''
+    // Batches repeat a few shapes (IN lists of a batch size, a row's columns).
+    if (placeholderCache.size < 256) placeholderCache.set(n, text)
+  }
+  return text
 }
 
 /** Rows per multi-row statement, at most. */

@@ -46,6 +46,15 @@ const kinds: AnyStepKind[] = [
       return { type: 'completed' }
     },
   },
+  // Claims to be pure, but never finishes.
+  {
+    kind: 'test.hang-pure',
+    sideEffects: false,
+    inline: true,
+    pure: true,
+    validate: () => [],
+    execute: () => new Promise(() => {}),
+  },
   // Pure, and writes a line the database refuses (a level longer than its column).
   {
     kind: 'test.bad-line',
@@ -172,6 +181,40 @@ describe('a run made only of pure steps', () => {
     const lines = await logLines(t.db, bad.id)
     expect(lines).toHaveLength(2)
     expect(lines[1]).toMatch(/^could not be started/)
+  })
+
+  it('a pure step that never finishes fails its own run at its timeout; the rest of the batch starts', async () => {
+    const { clock, env } = setup()
+    const good = await defineEvent(env, {
+      program: program(['main', [{ kind: 'core.log', params: { message: 'fine' } }]]),
+    })
+    const hangs = await defineEvent(env, {
+      program: program(['main', [{ kind: 'test.hang-pure', params: {}, timeoutSeconds: 1 }]]),
+    })
+    const stuck = await startRun(controlDeps(env), { definitionId: hangs.id, actor: 'op#1' })
+    clock.advance(1)
+    const fine = await startRun(controlDeps(env), { definitionId: good.id, actor: 'op#1' })
+    const outcome = await startDueBatch(engineDeps(env), 'tok-hang', 100)
+    expect(outcome).toMatchObject({ locked: 2, started: 1, completed: 1 })
+    expect((await runOf(t.db, fine.id)).status).toBe('completed')
+    const failed = await runOf(t.db, stuck.id)
+    expect(failed.status).toBe('failed')
+    expect(failed.lastError).toMatch(/could not be started: timed out after 1000 ms/)
+  })
+
+  it('a start cut short by the runner’s stop grace fails nothing: the runs stay scheduled', async () => {
+    const { env } = setup()
+    const hangs = await defineEvent(env, {
+      program: program(['main', [{ kind: 'test.hang-pure', params: {} }]]),
+    })
+    const run = await startRun(controlDeps(env), { definitionId: hangs.id, actor: 'op#1' })
+    const stop = new AbortController()
+    setTimeout(() => stop.abort(), 200)
+    await expect(
+      startDueBatch({ ...engineDeps(env), hardStop: stop.signal }, 'tok-stop', 100),
+    ).rejects.toThrow(/shutting down/)
+    expect(await runOf(t.db, run.id)).toMatchObject({ status: 'scheduled', lastError: null })
+    expect(await stepsOf(t.db, run.id)).toEqual([])
   })
 })
 

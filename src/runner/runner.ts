@@ -3,8 +3,11 @@
  * terminal status. States: created → active → stopping → stopped.
  *
  * Each tick: reclaim expired leases → materialise (throttled; at once after a
- * definition changed) → mark missed runs → claim and advance due runs → log
- * retention (throttled) → heartbeat.
+ * definition changed) → mark missed runs → lease due in-flight runs → start
+ * due key-less runs, a batch per transaction (start.ts) → claim due keyed runs
+ * one by one, each with its key lock → advance what is held (inline steps
+ * together in batch.ts, the rest run by run in engine.ts) → log retention
+ * (throttled) → heartbeat.
  *
  * Be careful about which parts can throw. `tick()` may throw only database
  * errors from its sweeps; the loop catches them, counts them, logs them and
@@ -66,7 +69,11 @@ export interface RunnerOptions {
   logRetentionMs?: number
   /** Minimum time between retention sweeps. @default 1 h */
   retentionEveryMs?: number
-  /** Runs claimed per tick. @default 200 */
+  /**
+   * Runs per start transaction, and in-flight runs leased per claim statement.
+   * A tick runs up to 10 start transactions while a backlog lasts, then ticks
+   * again at once. @default 200
+   */
   batchSize?: number
   /** Runs advanced at once (each uses one pooled connection at a time). @default 8 */
   parallelism?: number
@@ -440,11 +447,14 @@ export class Runner {
     const more = () => !drained && !this.windingDown && batches < MAX_START_BATCHES_PER_TICK
     try {
       await startOne()
-      await Promise.all(
+      // allSettled: a failed worker must not leave the other still starting runs after the release below.
+      const workers = await Promise.allSettled(
         Array.from({ length: START_CONCURRENCY }, async () => {
           while (more()) await startOne()
         }),
       )
+      const failed = workers.find((w) => w.status === 'rejected')
+      if (failed) throw failed.reason
     } catch (err) {
       // The batches that committed hold claims: give them back rather than let them wait out their leases.
       await this.releaseAll(
@@ -453,6 +463,8 @@ export class Runner {
       )
       throw err
     }
+    // A backlog is left: tick again at once rather than after TICK_MS.
+    if (!drained && !this.windingDown) this.nudged = true
     return handOff
   }
 

@@ -33,6 +33,7 @@ import * as runs from '../../sql/eventRuns.ts'
 import type { StartedStep, StepRow, StepSpec } from '../../sql/eventSteps.ts'
 import * as steps from '../../sql/eventSteps.ts'
 import { type ClaimedRun, type EngineDeps, specsForVersion, stepContext, withTimeout } from './engine.ts'
+import { STEP_DEFAULTS } from './program.ts'
 
 /** What one start transaction did. */
 export interface StartBatchOutcome {
@@ -67,7 +68,8 @@ export async function startDueBatch(
   try {
     return await startOnce(deps, token, limit, [])
   } catch (err) {
-    if (isTransient(err)) throw err
+    // A runner cut short by its stop grace is not a run's fault: nothing fails for it.
+    if (isTransient(err) || deps.hardStop.aborted) throw err
     const total: StartBatchOutcome = { locked: 0, started: 0, completed: 0, handOff: [] }
     for (let i = 0; i < limit; i++) {
       const seen: number[] = []
@@ -80,7 +82,7 @@ export async function startDueBatch(
         total.handOff.push(...one.handOff)
       } catch (oneErr) {
         const runId = seen[0]
-        if (isTransient(oneErr) || runId === undefined) throw oneErr
+        if (isTransient(oneErr) || deps.hardStop.aborted || runId === undefined) throw oneErr
         await failStart(deps, runId, oneErr)
         total.locked++
       }
@@ -189,26 +191,36 @@ async function startInTransaction(
   const leaseUntil = new Date(now.getTime() + deps.leaseMs)
   const finished: string[] = []
   const reopen: number[] = []
-  let offset = 0
-  for (const plan of plans) {
-    const stepIds = ids.slice(offset, offset + plan.specs.length)
-    offset += plan.specs.length
-    for (let i = 0; i < plan.pure; i++) {
-      const spec = plan.specs[i] as StepSpec
-      const step = stepRowOf(spec, stepIds[i] as number, plan.run.id, deps.owner, now, leaseUntil)
-      const lines: NewLog[] = []
-      const ok = await runPure(deps, plan, step, lines)
-      if (!ok) {
-        // Not completed after all: this step and the pure ones after it go back
-        // to `pending`, and the engine runs it with its retries.
-        plan.reached = i
-        reopen.push(...stepIds.slice(i, plan.pure))
-        break
+  // Pure steps finish at once (a batch of thousands takes milliseconds), so one
+  // deadline covers them all, the shortest timeout among them, rather than a
+  // timer per step. A batch that overruns it rolls back and is started one run
+  // at a time, each under its own steps' timeouts, where the run whose step
+  // hangs fails alone.
+  const deadline = Math.min(
+    STEP_DEFAULTS.timeoutSeconds * 1000,
+    ...plans.flatMap((p) => p.specs.slice(0, p.pure).map((s) => s.timeoutMs)),
+  )
+  await withTimeout(deadline, deps.hardStop, async (signal) => {
+    let offset = 0
+    for (const plan of plans) {
+      const stepIds = ids.slice(offset, offset + plan.specs.length)
+      offset += plan.specs.length
+      for (let i = 0; i < plan.pure; i++) {
+        const spec = plan.specs[i] as StepSpec
+        const step = stepRowOf(spec, stepIds[i] as number, plan.run.id, deps.owner, now, leaseUntil)
+        const lines: NewLog[] = []
+        if (!(await runPure(deps, plan, step, lines, signal))) {
+          // Not completed after all: this step and the pure ones after it go back
+          // to `pending`, and the engine runs it with its retries.
+          plan.reached = i
+          reopen.push(...stepIds.slice(i, plan.pure))
+          break
+        }
+        plan.lines.push(...lines)
+        finished.push(spec.kind)
       }
-      plan.lines.push(...lines)
-      finished.push(spec.kind)
     }
-  }
+  })
   await steps.reopenStarted(tx, reopen)
   await logs.appendMany(
     tx,
@@ -277,17 +289,21 @@ function startedAs(
 }
 
 /** Run one pure step; its log lines go to `lines`. False when the attempt failed. */
-async function runPure(deps: EngineDeps, plan: Plan, step: StepRow, lines: NewLog[]): Promise<boolean> {
+async function runPure(
+  deps: EngineDeps,
+  plan: Plan,
+  step: StepRow,
+  lines: NewLog[],
+  signal: AbortSignal,
+): Promise<boolean> {
   const kind = deps.registry.get(step.kind)
   if (!kind) return false
   try {
-    const ctx = stepContext(deps, plan.run, step, plan.title, false, deps.hardStop)
+    const ctx = stepContext(deps, plan.run, step, plan.title, false, signal)
     ctx.log = async (level, message, data) => {
       lines.push({ runId: plan.run.id, stepId: step.id, level, message, data, actor: deps.owner })
     }
-    const outcome = await withTimeout(step.timeoutMs, deps.hardStop, (signal) =>
-      kind.execute({ ...ctx, signal }),
-    )
+    const outcome = await kind.execute(ctx)
     // A result would need the row written again; pure kinds log instead.
     return outcome?.type === 'completed' && (outcome.result === undefined || outcome.result === null)
   } catch {
