@@ -280,6 +280,27 @@ describe('a run whose program goes on after its pure steps', () => {
   })
 })
 
+describe('a program that opens with its ending phase', () => {
+  it.each([
+    ['key-less (start transaction)', null],
+    ['keyed (claimStart)', 'stage:{{run.scope}}'],
+  ])('is ENDING from its start: %s', async (_, concurrencyKey) => {
+    const { clock, env } = setup()
+    const def = await defineEvent(env, {
+      concurrencyKey,
+      program: program(['wrap-up', [{ kind: 'core.cue', params: { prompt: 'Lights off' } }], true]),
+    })
+    const run = await startRun(controlDeps(env), { definitionId: def.id, actor: 'op#1' })
+    await new Runner({ db: t.db, registry: env.registry, clock, instanceId: 'ending' }).tick()
+    expect(await runOf(t.db, run.id)).toMatchObject({
+      status: 'ending',
+      currentPhase: 'wrap-up',
+      waitingSteps: 1,
+      claimedBy: null,
+    })
+  })
+})
+
 describe('a person racing the start transaction', () => {
   it('a cancel waits for the start to commit, then answers applied: false on the finished run', async () => {
     const { env } = setup()

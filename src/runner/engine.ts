@@ -100,13 +100,20 @@ export async function startRuns(deps: EngineDeps, claimed: readonly RunRow[]): P
   )
   await steps.expand(deps.db, items)
   // Group by first phase so each group is one guarded multi-row transition.
-  const byPhase = new Map<string, number[]>()
+  const byPhase = new Map<string, { phase: string; ending: boolean; ids: number[] }>()
   for (const item of items) {
-    const phase = item.specs[0]?.phase ?? ''
-    byPhase.set(phase, [...(byPhase.get(phase) ?? []), item.runId])
+    const first = item.specs[0]
+    const phase = first?.phase ?? ''
+    const ending = first?.ending ?? false
+    const key = `${ending}\u0000${phase}`
+    const group = byPhase.get(key) ?? { phase, ending, ids: [] }
+    group.ids.push(item.runId)
+    byPhase.set(key, group)
   }
-  for (const [phase, ids] of byPhase) {
+  for (const { phase, ending, ids } of byPhase.values()) {
     await runs.transitionMany(deps.db, ids, 'starting', 'running', { phase })
+    // A program that opens with its ending phase is ending from its first step.
+    if (ending) await runs.transitionMany(deps.db, ids, 'running', 'ending', { phase })
   }
   // Re-read (with the definition's title): a cancel may have landed between the
   // claim and the transition, or (after a lease expired) another instance may
