@@ -107,6 +107,33 @@ function recordAudit(
   return audit.record(deps.db, { actor, action, targetType: 'definition', targetId, outcome, detail })
 }
 
+/**
+ * Run a definition mutation so that a refusal (invalid input, a conflict, an
+ * unknown id) is audited with its code and reason before it reaches the
+ * caller: "what was refused, to whom" matters as much as what was done.
+ */
+async function auditingRefusals<T>(
+  deps: DefinitionDeps,
+  actor: string,
+  action: string,
+  targetId: string,
+  mutate: () => Promise<T>,
+): Promise<T> {
+  try {
+    return await mutate()
+  } catch (err) {
+    if (err instanceof AppError) {
+      const details = JSON.stringify(err.details ?? {}).length <= 4000 ? err.details : undefined
+      await recordAudit(deps, actor, action, targetId.slice(0, 100), 'refused', {
+        code: err.code,
+        reason: err.message.slice(0, 1000),
+        ...details,
+      })
+    }
+    throw err
+  }
+}
+
 async function mustGet(db: Db, id: number): Promise<DefinitionRow> {
   const def = await definitions.getById(db, id)
   if (!def) throw notFound('definition', id)
@@ -114,7 +141,17 @@ async function mustGet(db: Db, id: number): Promise<DefinitionRow> {
 }
 
 /** Create a definition and publish `program` as its version 1. */
-export async function createDefinition(
+export function createDefinition(
+  deps: DefinitionDeps,
+  input: CreateDefinitionInput,
+  actor: string,
+): Promise<DefinitionRow> {
+  return auditingRefusals(deps, actor, 'createDefinition', String(input.slug), () =>
+    create(deps, input, actor),
+  )
+}
+
+async function create(
   deps: DefinitionDeps,
   input: CreateDefinitionInput,
   actor: string,
@@ -143,7 +180,6 @@ export async function createDefinition(
     })
   } catch (err) {
     if (isDbErrno(err, DB_ERRNO.DUP_ENTRY)) {
-      await recordAudit(deps, actor, 'createDefinition', input.slug, 'refused', { reason: 'duplicate slug' })
       throw conflict(
         `A definition with slug "${input.slug}" already exists; pick another slug or update that one.`,
       )
@@ -161,7 +197,16 @@ export async function createDefinition(
  * zone or scopes change, scheduled runs that the new schedule no longer asks for
  * are cancelled, and the horizon is materialised again.
  */
-export async function updateDefinition(
+export function updateDefinition(
+  deps: DefinitionDeps,
+  id: number,
+  patch: DefinitionPatch,
+  actor: string,
+): Promise<DefinitionRow> {
+  return auditingRefusals(deps, actor, 'updateDefinition', String(id), () => update(deps, id, patch, actor))
+}
+
+async function update(
   deps: DefinitionDeps,
   id: number,
   patch: DefinitionPatch,
@@ -206,7 +251,18 @@ async function dropUnscheduledRuns(deps: DefinitionDeps, def: DefinitionRow): Pr
 }
 
 /** Publish a new immutable version; new runs pin it, existing runs keep theirs. */
-export async function publishVersion(
+export function publishVersion(
+  deps: DefinitionDeps,
+  definitionId: number,
+  program: unknown,
+  actor: string,
+): Promise<VersionRow> {
+  return auditingRefusals(deps, actor, 'publishVersion', String(definitionId), () =>
+    publish(deps, definitionId, program, actor),
+  )
+}
+
+async function publish(
   deps: DefinitionDeps,
   definitionId: number,
   program: unknown,
@@ -222,7 +278,18 @@ export async function publishVersion(
 }
 
 /** ACTIVE, PAUSED or ARCHIVED; archiving is refused while any run is not terminal. */
-export async function setDefinitionState(
+export function setDefinitionState(
+  deps: DefinitionDeps,
+  id: number,
+  state: DefinitionState,
+  actor: string,
+): Promise<DefinitionRow> {
+  return auditingRefusals(deps, actor, 'setDefinitionState', String(id), () =>
+    setState(deps, id, state, actor),
+  )
+}
+
+async function setState(
   deps: DefinitionDeps,
   id: number,
   state: DefinitionState,
@@ -233,11 +300,10 @@ export async function setDefinitionState(
   const changed = await definitions.setState(deps.db, id, state)
   if (!changed && state === 'archived') {
     const active = await runs.countActiveForDefinition(deps.db, id)
-    await recordAudit(deps, actor, 'setDefinitionState', String(id), 'refused', { state, activeRuns: active })
     throw new AppError(
       ERROR_CODES.CONFLICT,
       `Definition "${current.slug}" has ${active} run(s) that are not finished; cancel or finish them before archiving.`,
-      { details: { activeRuns: active } },
+      { details: { state, activeRuns: active } },
     )
   }
   await recordAudit(deps, actor, 'setDefinitionState', String(id), 'ok', { from: current.state, state })

@@ -237,6 +237,26 @@ describe('auth matrix over HTTP', () => {
     const everything = JSON.stringify([lines, entries])
     for (const token of Object.values(TOKENS)) expect(everything).not.toContain(token)
   })
+
+  it('audits refused definition changes too, with the actor, the code and the reason', async () => {
+    const admin = tokenActor('admin', TOKENS.admin)
+    const bad = await s.gql(
+      `mutation { createDefinition(input: { slug: "refused-doc", title: "x",
+         program: { phases: [{ name: "p", steps: [{ kind: "core.nope" }] }] } }) { id } }`,
+    )
+    expect(bad.body.errors?.[0]?.extensions?.code).toBe('BAD_USER_INPUT')
+    const unknown = await s.gql('mutation { publishVersion(definitionId: "987654", program: {}) { id } }')
+    expect(unknown.body.errors?.[0]?.extensions?.code).toBe('NOT_FOUND')
+    const refusedCreate = (await audit.list(s.t.db, { targetType: 'definition', targetId: 'refused-doc' }))[0]
+    expect(refusedCreate).toMatchObject({ actor: admin, action: 'createDefinition', outcome: 'refused' })
+    expect(refusedCreate?.detail).toMatchObject({
+      code: 'BAD_USER_INPUT',
+      reason: expect.stringMatching(/core\.nope/),
+    })
+    const refusedPublish = (await audit.list(s.t.db, { targetType: 'definition', targetId: '987654' }))[0]
+    expect(refusedPublish).toMatchObject({ actor: admin, action: 'publishVersion', outcome: 'refused' })
+    expect(refusedPublish?.detail).toMatchObject({ code: 'NOT_FOUND' })
+  })
 })
 
 describe('auth over WebSocket', () => {
