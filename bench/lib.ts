@@ -3,6 +3,7 @@
  * the results file. Benchmarks never run inside `npm test`.
  */
 import { randomBytes } from 'node:crypto'
+import { readdirSync, readFileSync } from 'node:fs'
 import { readFile, writeFile } from 'node:fs/promises'
 import mysql from 'mysql2/promise'
 import { createDb, type Db } from '../sql/db.ts'
@@ -166,6 +167,35 @@ export async function globalStatus(name: string): Promise<number> {
     return Number(row?.Value ?? Number.NaN)
   } finally {
     await c.end()
+  }
+}
+
+/**
+ * CPU time (ms) used so far by every local process named `comm` (`mariadbd`;
+ * `postgres`, whose backends are one process per connection), read from /proc;
+ * null when there is none (the server is elsewhere) or this is not Linux. Two
+ * readings around a benchmark tell how much of its cost was the database's.
+ * A process that exits between the readings takes its share with it.
+ */
+export function serverCpuMs(comm: string): number | null {
+  try {
+    let ticks = 0
+    let found = false
+    for (const pid of readdirSync('/proc')) {
+      if (!/^\d+$/.test(pid)) continue
+      try {
+        if (readFileSync(`/proc/${pid}/comm`, 'utf8').trim() !== comm) continue
+        // Fields after "(comm) ": state is [0], utime [11], stime [12], in clock ticks (100 Hz on Linux).
+        const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.split(' ') ?? []
+        ticks += Number(fields[11]) + Number(fields[12])
+        found = true
+      } catch {
+        // The process ended while being read.
+      }
+    }
+    return found && Number.isFinite(ticks) ? ticks * 10 : null
+  } catch {
+    return null
   }
 }
 

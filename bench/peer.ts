@@ -7,7 +7,7 @@
  */
 import { randomBytes } from 'node:crypto'
 import pg from 'pg'
-import { runMain, sleep } from './lib.ts'
+import { runMain, serverCpuMs, sleep } from './lib.ts'
 
 export const PEER_SERVER = process.env.BENCH_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres'
 const JOBS = Number(process.env.BENCH_RUNS ?? 20_000)
@@ -16,6 +16,8 @@ export interface PeerMeasure {
   jobsPerSecond: number
   seconds: number
   jobs: number
+  /** CPU per job, in µs, of this process (the worker) and of the local PostgreSQL (null if not local). */
+  cpuPerJob: { workerUs: number; databaseUs: number | null }
 }
 
 async function withAdmin<T>(fn: (c: pg.Client) => Promise<T>): Promise<T> {
@@ -52,6 +54,8 @@ export async function measurePeer(jobs = JOBS): Promise<PeerMeasure> {
     await probe.connect()
     let executed = 0
     const started = performance.now()
+    const cpuFrom = process.cpuUsage()
+    const dbCpuFrom = serverCpuMs('postgres')
     const runner = await run({
       connectionString,
       logger,
@@ -65,6 +69,8 @@ export async function measurePeer(jobs = JOBS): Promise<PeerMeasure> {
       executed++
     })
     let seconds = Number.NaN
+    let cpu: NodeJS.CpuUsage = { user: 0, system: 0 }
+    let dbCpuTo: number | null = null
     try {
       // Bounded: at worst 5 minutes. Cheap waits until the handlers ran, then
       // a tight check for the completions to be committed.
@@ -79,11 +85,18 @@ export async function measurePeer(jobs = JOBS): Promise<PeerMeasure> {
         await sleep(2)
       }
     } finally {
+      cpu = process.cpuUsage(cpuFrom)
+      dbCpuTo = serverCpuMs('postgres')
       await runner.stop()
       await probe.end()
     }
     if (Number.isNaN(seconds)) throw new Error(`graphile-worker did not finish ${jobs} jobs within 5 minutes`)
-    return { jobsPerSecond: jobs / seconds, seconds, jobs }
+    const cpuPerJob = {
+      workerUs: Math.round(((cpu.user + cpu.system) / jobs) * 10) / 10,
+      databaseUs:
+        dbCpuFrom === null || dbCpuTo === null ? null : Math.round(((dbCpuTo - dbCpuFrom) * 1000) / jobs),
+    }
+    return { jobsPerSecond: jobs / seconds, seconds, jobs, cpuPerJob }
   } finally {
     await withAdmin((c) => c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`))
   }

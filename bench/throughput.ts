@@ -22,6 +22,7 @@ import {
   printResults,
   runMain,
   saveResult,
+  serverCpuMs,
   sleep,
 } from './lib.ts'
 import { measurePeer } from './peer.ts'
@@ -72,6 +73,8 @@ export interface ThroughputMeasure {
   /** Statements the runners sent, per run. */
   statementsPerRun: number
   failed: number
+  /** CPU per run, in µs, of this process (the runners) and of the local MariaDB (null if not local). */
+  cpuPerRun: { runnerUs: number; databaseUs: number | null }
 }
 
 /** 20,000 due runs through `instances` runners on one fresh database (each runner its own pool). */
@@ -95,6 +98,8 @@ export async function measure(instances: number): Promise<ThroughputMeasure> {
         }),
     )
     const startedAt = Date.now()
+    const cpuFrom = process.cpuUsage()
+    const dbCpuFrom = serverCpuMs('mariadbd')
     for (const r of runners) r.start()
     let counts = await runs.countByStatus(b.db)
     while (counts.completed + counts.failed < RUNS) {
@@ -102,6 +107,9 @@ export async function measure(instances: number): Promise<ThroughputMeasure> {
       await sleep(100)
       counts = await runs.countByStatus(b.db)
     }
+    // Before the runners stop: their stop is not part of the work measured.
+    const cpu = process.cpuUsage(cpuFrom)
+    const dbCpuTo = serverCpuMs('mariadbd')
     await Promise.all(runners.map((r) => r.stop()))
     const [last] = await b.db.query<{ at: Date | null }>('SELECT MAX(ended_at) AS at FROM event_runs')
     if (!last?.at) throw new Error('no run has ended')
@@ -112,6 +120,12 @@ export async function measure(instances: number): Promise<ThroughputMeasure> {
       seconds,
       statementsPerRun: statements / RUNS,
       failed: counts.failed,
+      cpuPerRun: {
+        // The progress poll (one cheap COUNT per 100 ms) is counted in, a few µs at most.
+        runnerUs: Math.round(((cpu.user + cpu.system) / RUNS) * 10) / 10,
+        databaseUs:
+          dbCpuFrom === null || dbCpuTo === null ? null : Math.round(((dbCpuTo - dbCpuFrom) * 1000) / RUNS),
+      },
     }
   } finally {
     await b.drop()
@@ -124,7 +138,8 @@ export async function run(): Promise<Record<string, BenchResult>> {
   const one = await measure(1)
   console.log(
     `throughput: 1 instance  ${one.runsPerSecond.toFixed(0)} runs/s (${RUNS} runs in ${one.seconds.toFixed(2)} s, ` +
-      `${one.statementsPerRun.toFixed(3)} statements/run)`,
+      `${one.statementsPerRun.toFixed(3)} statements/run; CPU per run: runner ${one.cpuPerRun.runnerUs} µs, ` +
+      `MariaDB ${one.cpuPerRun.databaseUs ?? 'n/a'} µs)`,
   )
   const three = await measure(3)
   console.log(
@@ -133,7 +148,8 @@ export async function run(): Promise<Record<string, BenchResult>> {
   )
   const peer = await measurePeer(RUNS)
   console.log(
-    `throughput: graphile-worker ${peer.jobsPerSecond.toFixed(0)} jobs/s (${peer.jobs} jobs in ${peer.seconds.toFixed(2)} s); ` +
+    `throughput: graphile-worker ${peer.jobsPerSecond.toFixed(0)} jobs/s (${peer.jobs} jobs in ${peer.seconds.toFixed(2)} s; ` +
+      `CPU per job: worker ${peer.cpuPerJob.workerUs} µs, PostgreSQL ${peer.cpuPerJob.databaseUs ?? 'n/a'} µs); ` +
       `ours ÷ theirs = ${(one.runsPerSecond / peer.jobsPerSecond).toFixed(3)}`,
   )
   const results: Record<string, BenchResult> = {
@@ -150,6 +166,7 @@ export async function run(): Promise<Record<string, BenchResult>> {
         statementsPerRun: one.statementsPerRun,
         failed: one.failed,
         batchSize: BATCH,
+        cpuPerRunUs: one.cpuPerRun,
         baselineUnit: 'durable single-row UPDATEs/s over 16 connections',
       },
     },
@@ -179,6 +196,8 @@ export async function run(): Promise<Record<string, BenchResult>> {
         oursRunsPerSecond: one.runsPerSecond,
         theirsJobsPerSecond: peer.jobsPerSecond,
         theirsSeconds: peer.seconds,
+        oursCpuPerRunUs: one.cpuPerRun,
+        theirsCpuPerJobUs: peer.cpuPerJob,
         jobs: peer.jobs,
         baselineUnit: 'graphile-worker no-op jobs/s on PostgreSQL 15, same machine, same run',
       },
