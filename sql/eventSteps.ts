@@ -15,7 +15,7 @@ import type { Queryable, SqlValue } from './db.ts'
 
 export type { StepSpec }
 
-import { chunkRows, clampLimit, jsonBytes, parseJson, placeholders, toJson } from './json.ts'
+import { chunkRows, clampLimit, parseJson, placeholders, toJson } from './json.ts'
 
 export interface StepRow {
   id: number
@@ -79,6 +79,20 @@ function hydrate(row: Raw): StepRow {
   }
 }
 
+/**
+ * A spec's params as stored. Specs are cached per version (the engine expands a
+ * program once), so a batch of runs of one version serialises them once.
+ */
+const paramsJson = new WeakMap<StepSpec, string | null>()
+function specParams(s: StepSpec): string | null {
+  let text = paramsJson.get(s)
+  if (text === undefined) {
+    text = toJson(s.params)
+    paramsJson.set(s, text)
+  }
+  return text
+}
+
 function specValues(runId: number, s: StepSpec): SqlValue[] {
   return [
     runId,
@@ -87,7 +101,7 @@ function specValues(runId: number, s: StepSpec): SqlValue[] {
     s.phase,
     s.ending ? 1 : 0,
     s.kind,
-    toJson(s.params),
+    specParams(s),
     s.maxAttempts,
     s.backoffMs,
     s.timeoutMs,
@@ -107,7 +121,7 @@ export async function expand(
   const rows = items.flatMap((i) => i.specs.map((s) => ({ values: specValues(i.runId, s), spec: s })))
   let inserted = 0
   // Bounded statements: a very large batch is split so one packet stays small.
-  for (const rowsOfChunk of chunkRows(rows, (r) => jsonBytes(r.spec.params))) {
+  for (const rowsOfChunk of chunkRows(rows, (r) => specParams(r.spec)?.length ?? 4)) {
     const chunk = rowsOfChunk.map((r) => r.values)
     const res = await db.runQuery(
       `INSERT IGNORE INTO event_run_steps
@@ -150,7 +164,7 @@ export async function insertStarted(
   const consecutive = Number(mode?.mode) < 2
   const step = Number(mode?.step ?? 1)
   const ids: number[] = []
-  for (const chunk of chunkRows(rows, (r) => jsonBytes(r.spec.params))) {
+  for (const chunk of chunkRows(rows, (r) => specParams(r.spec)?.length ?? 4)) {
     const res = await tx.runQuery(
       `INSERT INTO event_run_steps
          (run_id, seq, phase_index, phase, ending, kind, params, max_attempts, backoff_ms, timeout_ms, on_error,
