@@ -6,7 +6,7 @@
  */
 import { beforeEach, describe, expect, it } from 'vitest'
 import * as runsSql from '../sql/eventRuns.ts'
-import { cancelRun, startRun } from '../src/runner/controls.ts'
+import { cancelRun, pauseRun, resumeRun, startRun } from '../src/runner/controls.ts'
 import type { EngineDeps } from '../src/runner/engine.ts'
 import { Runner } from '../src/runner/runner.ts'
 import { startDueBatch } from '../src/runner/start.ts'
@@ -31,6 +31,23 @@ const t = useTestDb()
 beforeEach(() => resetRuns(t.db))
 
 let flakyCalls = 0
+const gate = (() => {
+  const g = {
+    entered: () => {},
+    open: () => {},
+    opened: Promise.resolve(),
+    reached: Promise.resolve(),
+    reset() {
+      g.reached = new Promise<void>((r) => {
+        g.entered = r
+      })
+      g.opened = new Promise<void>((r) => {
+        g.open = r
+      })
+    },
+  }
+  return g
+})()
 const kinds: AnyStepKind[] = [
   // Pure, but its first attempt fails: the start must not count it as done.
   {
@@ -54,6 +71,19 @@ const kinds: AnyStepKind[] = [
     pure: true,
     validate: () => [],
     execute: () => new Promise(() => {}),
+  },
+  // Pure, but holds its start transaction open until the test opens the gate.
+  {
+    kind: 'test.gate-pure',
+    sideEffects: false,
+    inline: true,
+    pure: true,
+    validate: () => [],
+    async execute() {
+      gate.entered()
+      await gate.opened
+      return { type: 'completed' }
+    },
   },
   // Pure, and writes a line the database refuses (a level longer than its column).
   {
@@ -302,6 +332,36 @@ describe('a program that opens with its ending phase', () => {
 })
 
 describe('a person racing the start transaction', () => {
+  it('a pause sent while a run is being started lands before its next step', async () => {
+    gate.reset()
+    const { clock, env } = setup()
+    const def = await defineEvent(env, {
+      program: program([
+        'main',
+        [
+          { kind: 'test.gate-pure', params: {} },
+          { kind: 'core.cue', params: { prompt: 'Open the gates' } },
+        ],
+      ]),
+    })
+    const run = await startRun(controlDeps(env), { definitionId: def.id, actor: 'op#1' })
+    const runner = new Runner({ db: t.db, registry: env.registry, clock, instanceId: 'gated' })
+    const tick = runner.tick()
+    await gate.reached
+    // The run's row is locked by the start: the pause waits for it.
+    const pause = pauseRun(controlDeps(env), run.id, 'op#2')
+    await sleep(150)
+    gate.open()
+    await tick
+    expect((await pause).applied).toBe(true)
+    expect(await runOf(t.db, run.id)).toMatchObject({ status: 'paused', waitingSteps: 0, claimedBy: null })
+    expect((await stepsOf(t.db, run.id)).map((st) => st.status)).toEqual(['completed', 'pending'])
+    // Resumed, the cue parks at the next tick.
+    expect((await resumeRun(controlDeps(env), run.id, 'op#2')).applied).toBe(true)
+    await runner.tick()
+    expect(await runOf(t.db, run.id)).toMatchObject({ status: 'running', waitingSteps: 1 })
+  })
+
   it('a cancel waits for the start to commit, then answers applied: false on the finished run', async () => {
     const { env } = setup()
     const def = await defineEvent(env, {
