@@ -29,6 +29,7 @@ import { measurePeer } from './peer.ts'
 
 const RUNS = Number(process.env.BENCH_RUNS ?? 20_000)
 const BATCH = Number(process.env.BENCH_BATCH ?? 2500)
+const START_CONCURRENCY = Number(process.env.BENCH_START_CONCURRENCY ?? 2)
 /** No run is left after this: a stuck runner fails the benchmark instead of hanging it. */
 const TIMEOUT_MS = 300_000
 
@@ -93,6 +94,7 @@ export async function measure(instances: number): Promise<ThroughputMeasure> {
           leaseMs: 30_000,
           batchSize: BATCH,
           parallelism: 16,
+          startConcurrency: START_CONCURRENCY,
           instanceId: `bench-${i}`,
           logger: process.env.BENCH_DEBUG ? debugLogger : undefined,
         }),

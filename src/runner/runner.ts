@@ -77,6 +77,11 @@ export interface RunnerOptions {
   batchSize?: number
   /** Runs advanced at once (each uses one pooled connection at a time). @default 8 */
   parallelism?: number
+  /**
+   * Start transactions in flight at once while a backlog of due runs drains
+   * (each holds one pooled connection; one batch at a time otherwise). @default 2
+   */
+  startConcurrency?: number
   /** Steps per run per claim before it is given back. @default 25 */
   maxStepsPerClaim?: number
   settings?: StepSettings
@@ -96,8 +101,6 @@ const MAX_ERROR_BACKOFF_MS = 5_000
  * instead of one pass that starves the claims of runs already in flight.
  */
 const MAX_START_BATCHES_PER_TICK = 10
-/** Start transactions in flight at once while a backlog drains (each holds one pooled connection). */
-const START_CONCURRENCY = 2
 
 export class Runner {
   readonly instanceId: string
@@ -134,6 +137,7 @@ export class Runner {
       retentionEveryMs: options.retentionEveryMs ?? 3600_000,
       batchSize: options.batchSize ?? 200,
       parallelism: options.parallelism ?? 8,
+      startConcurrency: Math.max(1, options.startConcurrency ?? 2),
       maxStepsPerClaim: options.maxStepsPerClaim ?? 25,
       settings: options.settings ?? { webhookAllow: [] },
       clock: options.clock ?? systemClock,
@@ -437,7 +441,7 @@ export class Runner {
     let batches = 0
     let drained = false
     // One batch; only a full one (a backlog) is followed by more, then
-    // START_CONCURRENCY at a time, so one batch's statements overlap another's work.
+    // `startConcurrency` at a time, so one batch's statements overlap another's work.
     const startOne = async () => {
       const batch = await startDueBatch(engine, `${token}:${batches++}`, this.opts.batchSize)
       handOff.push(...batch.handOff)
@@ -449,7 +453,7 @@ export class Runner {
       await startOne()
       // allSettled: a failed worker must not leave the other still starting runs after the release below.
       const workers = await Promise.allSettled(
-        Array.from({ length: START_CONCURRENCY }, async () => {
+        Array.from({ length: this.opts.startConcurrency }, async () => {
           while (more()) await startOne()
         }),
       )
