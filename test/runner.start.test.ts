@@ -48,55 +48,37 @@ const gate = (() => {
   }
   return g
 })()
+/** A kind that declares itself pure, whatever `execute` really does. */
+const pureKind = (kind: string, execute: AnyStepKind['execute']): AnyStepKind => ({
+  kind,
+  sideEffects: false,
+  inline: true,
+  pure: true,
+  validate: () => [],
+  execute,
+})
+
 const kinds: AnyStepKind[] = [
-  // Pure, but its first attempt fails: the start must not count it as done.
-  {
-    kind: 'test.flaky-pure',
-    sideEffects: false,
-    inline: true,
-    pure: true,
-    validate: () => [],
-    async execute(ctx) {
-      flakyCalls++
-      if (flakyCalls === 1) throw new StepFailure('first attempt fails')
-      await ctx.log('info', 'flaky succeeded')
-      return { type: 'completed' }
-    },
-  },
-  // Claims to be pure, but never finishes.
-  {
-    kind: 'test.hang-pure',
-    sideEffects: false,
-    inline: true,
-    pure: true,
-    validate: () => [],
-    execute: () => new Promise(() => {}),
-  },
-  // Pure, but holds its start transaction open until the test opens the gate.
-  {
-    kind: 'test.gate-pure',
-    sideEffects: false,
-    inline: true,
-    pure: true,
-    validate: () => [],
-    async execute() {
-      gate.entered()
-      await gate.opened
-      return { type: 'completed' }
-    },
-  },
-  // Pure, and writes a line the database refuses (a level longer than its column).
-  {
-    kind: 'test.bad-line',
-    sideEffects: false,
-    inline: true,
-    pure: true,
-    validate: () => [],
-    async execute(ctx) {
-      await ctx.log('x'.repeat(50) as 'info', 'refused')
-      return { type: 'completed' }
-    },
-  },
+  // Its first attempt fails: the start must not count it as done.
+  pureKind('test.flaky-pure', async (ctx) => {
+    flakyCalls++
+    if (flakyCalls === 1) throw new StepFailure('first attempt fails')
+    await ctx.log('info', 'flaky succeeded')
+    return { type: 'completed' }
+  }),
+  // Never finishes.
+  pureKind('test.hang-pure', () => new Promise(() => {})),
+  // Holds its start transaction open until the test opens the gate.
+  pureKind('test.gate-pure', async () => {
+    gate.entered()
+    await gate.opened
+    return { type: 'completed' }
+  }),
+  // Writes a line the database refuses (a level longer than its column).
+  pureKind('test.bad-line', async (ctx) => {
+    await ctx.log('x'.repeat(50) as 'info', 'refused')
+    return { type: 'completed' }
+  }),
 ]
 
 function setup(start: Date | number = Date.now()) {
@@ -387,14 +369,9 @@ describe('a person racing the start transaction', () => {
 
 describe('pure step kinds', () => {
   it('must be inline and free of side effects', () => {
-    const bad: AnyStepKind = {
-      kind: 'test.impure',
-      sideEffects: true,
-      inline: true,
-      pure: true,
-      validate: () => [],
-      execute: async () => ({ type: 'completed' }),
-    }
-    expect(() => makeRegistry([bad])).toThrow(/cannot be pure/)
+    const withEffects = { ...pureKind('test.impure', async () => ({ type: 'completed' })), sideEffects: true }
+    expect(() => makeRegistry([withEffects])).toThrow(/cannot be pure/)
+    const notInline = { ...pureKind('test.slow', async () => ({ type: 'completed' })), inline: false }
+    expect(() => makeRegistry([notInline])).toThrow(/cannot be pure/)
   })
 })
