@@ -249,7 +249,13 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
       }),
       costLimitPlugin({ maxCost: MAX_QUERY_COST, ignoreIntrospection: true, ...armorReports }),
       useValidationErrorCodes(),
-      useQueryJit(),
+      useQueryJit({
+        onCompileError: (operationName, errors) =>
+          yogaLog.warn(
+            { operationName, errors: errors.map(String).slice(0, 3) },
+            'graphql-jit could not compile a query; it runs on graphql-js',
+          ),
+      }),
     ],
   })
 

@@ -53,6 +53,27 @@ describe('GraphQL over HTTP', () => {
     expect(refused.status).toBe(405)
   })
 
+  it('runs the operation operationName names, each time, in a document that holds several', async () => {
+    const document = 'query Health { health { database } } query Defs { definitions { id } }'
+    const post = async (operationName: string) => {
+      const r = await fetch(s.graphqlUrl, {
+        method: 'POST',
+        headers: { authorization: `Bearer ${TOKENS.viewer}`, 'content-type': 'application/json' },
+        body: JSON.stringify({ query: document, operationName }),
+      })
+      return r.json()
+    }
+    // In turn and again: compiled queries are cached, per operation and not per document.
+    for (let i = 0; i < 2; i++) {
+      expect(await post('Health')).toEqual({ data: { health: { database: true } } })
+      expect(await post('Defs')).toEqual({ data: { definitions: [] } })
+    }
+    const get = await fetch(`${s.graphqlUrl}?query=${encodeURIComponent(document)}&operationName=Defs`, {
+      headers: { authorization: `Bearer ${TOKENS.viewer}`, accept: 'application/json' },
+    })
+    expect(await get.json()).toEqual({ data: { definitions: [] } })
+  })
+
   it('serves GraphiQL to browsers without a token, with a headers editor for one', async () => {
     const res = await fetch(s.graphqlUrl, { headers: { accept: 'text/html' } })
     expect(res.status).toBe(200)

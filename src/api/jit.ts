@@ -4,18 +4,27 @@
  * A list page is 500 runs × a dozen fields, and graphql-js's interpreter spent
  * more CPU walking that result (and allocating promises per object) than the
  * database did reading it; the compiled query is several times cheaper per
- * request (bench/apiLatency.ts). Resolvers are the schema's own, so the root
- * fields' role checks (authz.ts) run exactly as before.
+ * request (bench/apiLatency.ts), and so is its compiled JSON serialiser.
+ * Resolvers are the schema's own, so the root fields' role checks (authz.ts)
+ * run exactly as before.
  *
  * Only where graphql-jit behaves like graphql-js as far as the tests pin it:
  * - queries only: subscriptions and mutations keep graphql-js (the JIT's
  *   subscribe reports errors differently, and mutations are not hot);
  * - variables are coerced by graphql-js first, and an operation whose
  *   variables are invalid is left to graphql-js, whose error carries the
- *   scalar's own message (the JIT answers only "Expected type DateTime.").
+ *   scalar's own message (the JIT answers only "Expected type DateTime.");
+ * - a document graphql-jit cannot compile is executed by graphql-js.
+ *
+ * This is a few lines of our own rather than @envelop/graphql-jit, whose cache
+ * is keyed by the document alone: a document holding two operations answered
+ * the second with the first one's result, whatever `operationName` said.
  */
-import { useGraphQlJit } from '@envelop/graphql-jit'
-import { type ExecutionArgs, getOperationAST, getVariableValues } from 'graphql'
+
+import type { DocumentNode, ExecutionArgs, ExecutionResult } from 'graphql'
+import { getOperationAST, getVariableValues } from 'graphql'
+import { type CompiledQuery, compileQuery, isCompiledQuery } from 'graphql-jit'
+import type { Plugin } from 'graphql-yoga'
 
 function jitApplies(args: ExecutionArgs): boolean {
   const op = getOperationAST(args.document, args.operationName)
@@ -26,6 +35,53 @@ function jitApplies(args: ExecutionArgs): boolean {
   return coerced.errors === undefined
 }
 
-export function useQueryJit() {
-  return useGraphQlJit({}, { enableIf: jitApplies })
+/** Options of {@link useQueryJit}. */
+export interface QueryJitOptions {
+  /** Told once per document and operation that graphql-jit could not compile (it then runs on graphql-js). */
+  onCompileError?: (operationName: string | null, errors: readonly unknown[]) => void
+}
+
+export function useQueryJit(opts: QueryJitOptions = {}): Plugin {
+  // Per parsed document (yoga caches those), per operation: compiled, or null
+  // when graphql-jit refused it. Documents that are dropped take theirs along.
+  const compiled = new WeakMap<DocumentNode, Map<string, CompiledQuery | null>>()
+
+  function compiledFor(args: ExecutionArgs): CompiledQuery | null {
+    let perDocument = compiled.get(args.document)
+    if (!perDocument) {
+      perDocument = new Map()
+      compiled.set(args.document, perDocument)
+    }
+    const name = args.operationName ?? ''
+    let entry = perDocument.get(name)
+    if (entry === undefined) {
+      const result = compileQuery(args.schema, args.document, args.operationName ?? undefined)
+      if (isCompiledQuery(result)) {
+        entry = result
+      } else {
+        entry = null
+        opts.onCompileError?.(args.operationName ?? null, result.errors ?? [])
+      }
+      perDocument.set(name, entry)
+    }
+    return entry
+  }
+
+  return {
+    onExecute({ args, setExecuteFn }) {
+      if (!jitApplies(args)) return
+      const query = compiledFor(args)
+      if (!query) return
+      setExecuteFn((async (execArgs: ExecutionArgs) => {
+        const result = (await query.query(
+          execArgs.rootValue,
+          execArgs.contextValue,
+          execArgs.variableValues,
+        )) as ExecutionResult & { stringify?: (r: unknown) => string }
+        // yoga serialises with `result.stringify` when there is one: the compiled, faster one.
+        result.stringify = query.stringify
+        return result
+      }) as Parameters<typeof setExecuteFn>[0])
+    },
+  }
 }
