@@ -624,14 +624,14 @@ export async function releaseClaims(
   return res.affectedRows
 }
 
-/** Release every claim `owner` holds (a stopping runner); answers how many. */
-export async function releaseAllClaims(db: Queryable, owner: string): Promise<number> {
+/** Release every claim `owner` holds (a stopping runner), in-flight runs due again at `now` (the runner's clock); answers how many. */
+export async function releaseAllClaims(db: Queryable, owner: string, now: Date): Promise<number> {
   const res = await db.run(
     `UPDATE event_runs
         SET claimed_by = NULL, claim_expires_at = NULL, claim_token = NULL,
-            wake_at = IF(status IN (${placeholders(IN_FLIGHT.length)}), NOW(3), wake_at)
+            wake_at = IF(status IN (${placeholders(IN_FLIGHT.length)}), ?, wake_at)
       WHERE claimed_by = ?`,
-    [...IN_FLIGHT, owner],
+    [...IN_FLIGHT, now, owner],
   )
   return res.affectedRows
 }

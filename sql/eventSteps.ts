@@ -407,6 +407,21 @@ export async function scheduleRetry(
   return res.affectedRows === 1
 }
 
+/**
+ * `running → pending` for an attempt its runner cut short while shutting down:
+ * the attempt is taken back (not counted against the step's retries) and the
+ * step is due again at `wakeAt`.
+ */
+export async function interrupt(db: Queryable, id: number, reason: string, wakeAt: Date): Promise<boolean> {
+  const res = await db.run(
+    `UPDATE event_run_steps SET status = 'pending', attempts = GREATEST(attempts, 1) - 1, last_error = ?,
+            wake_at = ?, claimed_by = NULL, claim_expires_at = NULL, parked = 0
+      WHERE id = ? AND status = 'running'`,
+    [reason.slice(0, 1000), wakeAt, id],
+  )
+  return res.affectedRows === 1
+}
+
 /** `running → failed`: the attempts are spent or the failure is not retryable. */
 export async function fail(db: Queryable, id: number, error: string): Promise<boolean> {
   const res = await db.run(

@@ -386,6 +386,23 @@ export async function handleFailure(
   const message = describeError(err).slice(0, 900)
   const retryable = !(err instanceof StepFailure) || err.retryable
   const now = deps.clock.now()
+  if (deps.hardStop.aborted) {
+    // Cut short by this runner's shutdown (a deploy), not failed by the step:
+    // the attempt is not counted, the run is not degraded, and the step runs
+    // again (same idempotency key) as soon as another instance takes the run.
+    const givenBack = await recordOutcome(deps.hardStop, () =>
+      steps.interrupt(deps.db, step.id, message, now),
+    )
+    if (!givenBack) return { next: true }
+    await logs.append(deps.db, {
+      runId: run.id,
+      stepId: step.id,
+      level: 'info',
+      message: `${step.kind} attempt ${step.attempts} interrupted (${message}); it will run again`,
+    })
+    deps.observer?.stepFinished?.(step.kind, 'retry')
+    return { next: false, wakeAt: now }
+  }
   if (retryable && step.attempts < step.maxAttempts) {
     const wakeAt = new Date(now.getTime() + retryDelayMs(step.attempts, step.backoffMs))
     if (!(await recordOutcome(deps.hardStop, () => steps.scheduleRetry(deps.db, step.id, message, wakeAt))))

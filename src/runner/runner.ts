@@ -207,7 +207,7 @@ export class Runner {
       clearTimeout(timer)
     }
     try {
-      await runs.releaseAllClaims(this.opts.db, this.instanceId)
+      await runs.releaseAllClaims(this.opts.db, this.instanceId, this.opts.clock.now())
       await heartbeats.markStopped(this.opts.db, this.instanceId)
     } catch (err) {
       // The leases expire by themselves; another instance will reclaim them.
