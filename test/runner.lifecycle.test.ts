@@ -337,11 +337,11 @@ describe.each([
     let [step] = await stepsOf(t.db, run.id)
     expect(step).toMatchObject({ status: 'pending', attempts: 1, claimedBy: null })
     expect(step!.lastError).toMatch(/timed out after 1000 ms/)
-    expect(await runOf(t.db, run.id)).toMatchObject({
-      status: 'running',
-      health: 'degraded',
-      claimedBy: null,
-    })
+    const waiting = await runOf(t.db, run.id)
+    expect(waiting).toMatchObject({ status: 'running', health: 'degraded', claimedBy: null })
+    // Due again when the retry is, not at once.
+    expect(waiting.wakeAt?.getTime()).toBe(step!.wakeAt?.getTime())
+    expect(waiting.wakeAt!.getTime()).toBeGreaterThan(clock.now().getTime())
 
     clock.advance(1000) // the backoff (0.5–1 s)
     await runner.tick()

@@ -30,6 +30,8 @@ export interface BatchOutcome {
   handOff: ClaimedRun[]
   /** Runs this batch is done with: release them (due now if still in flight). */
   release: number[]
+  /** Runs to release due at a given time (a failed attempt's retry; null: when a person acts). */
+  releaseAt: { id: number; wakeAt: Date | null }[]
 }
 
 function group<K>(pairs: [K, number][]): Map<K, number[]> {
@@ -43,6 +45,7 @@ export async function advanceBatch(deps: EngineDeps, claimed: readonly ClaimedRu
   const byId = new Map(claimed.map((r) => [r.id, r]))
   const handOff: ClaimedRun[] = []
   const release: number[] = []
+  const releaseAt: { id: number; wakeAt: Date | null }[] = []
   let active = claimed.map((r) => r.id)
   const budget = deps.maxStepsPerClaim ?? 25
 
@@ -162,11 +165,14 @@ export async function advanceBatch(deps: EngineDeps, claimed: readonly ClaimedRu
     const failedRuns = new Set<number>()
     for (const f of failures) {
       failedRuns.add(f.run.id)
-      await handleFailure(deps, f.run, f.step, f.err, f.run.status)
-      release.push(f.run.id)
+      const verdict = await handleFailure(deps, f.run, f.step, f.err, f.run.status)
+      // In retry backoff: due again when the retry is, not at once (which would
+      // cost a claim that finds nothing to do yet).
+      if ('wakeAt' in verdict) releaseAt.push({ id: f.run.id, wakeAt: verdict.wakeAt })
+      else release.push(f.run.id)
     }
     active = entries.map((e) => e.run.id).filter((id) => !failedRuns.has(id))
   }
   release.push(...active)
-  return { handOff, release }
+  return { handOff, release, releaseAt }
 }

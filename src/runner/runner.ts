@@ -418,6 +418,8 @@ export class Runner {
       const batch = await advanceBatch(engine, ready)
       handOff = batch.handOff
       await runs.releaseClaims(db, batch.release, this.instanceId, clock.now())
+      for (const { id, wakeAt } of batch.releaseAt)
+        await runs.releaseClaim(db, id, this.instanceId, { wakeAt })
     } catch (err) {
       // Nothing of this batch will be advanced now: give every claim back rather
       // than leave the runs waiting out their leases.
