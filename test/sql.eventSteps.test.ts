@@ -100,6 +100,55 @@ describe('expand', () => {
   })
 })
 
+describe('insertStarted / reopenStarted (the start transaction)', () => {
+  it.each([
+    ['from the INSERT’s first id', false],
+    ['read back', true],
+  ])('inserts steps in their final state and answers their ids in input order (%s)', async (_, readBack) => {
+    const a = await makeRun(db)
+    const b = await makeRun(db)
+    const at = new Date(Date.now() - 1000)
+    const [s0, s1, s2] = stepSpecs(3)
+    const rows = [
+      { runId: a.id, spec: s0!, done: true },
+      { runId: a.id, spec: s1!, done: true },
+      { runId: a.id, spec: s2!, done: false },
+      { runId: b.id, spec: s0!, done: false },
+    ]
+    // More rows than one statement carries, so ids span several INSERTs.
+    const many = await makeRun(db)
+    const bulk = stepSpecs(2500).map((spec) => ({ runId: many.id, spec, done: true }))
+    const ids = await db.transaction((tx) => steps.insertStarted(tx, [...rows, ...bulk], at, { readBack }))
+    expect(ids).toHaveLength(rows.length + bulk.length)
+    expect(new Set(ids).size).toBe(ids.length)
+    const byId = new Map((await steps.listForRuns(db, [a.id, b.id, many.id])).map((st) => [st.id, st]))
+    ;[...rows, ...bulk].forEach((row, i) => {
+      const st = byId.get(ids[i] as number)
+      expect(st).toMatchObject({ runId: row.runId, seq: row.spec.seq })
+      expect(st).toMatchObject(
+        row.done
+          ? { status: 'completed', attempts: 1, startedAt: at, endedAt: at }
+          : { status: 'pending', attempts: 0, startedAt: null, endedAt: null },
+      )
+    })
+    // A start whose attempt failed after all takes its "completed" back; only completed rows move.
+    expect(await db.transaction((tx) => steps.reopenStarted(tx, [ids[1] as number, ids[2] as number]))).toBe(
+      1,
+    )
+    expect(await get(ids[1] as number)).toMatchObject({ status: 'pending', attempts: 0, startedAt: null })
+  })
+
+  it('refuses a second expansion of a run: the start transaction never expands twice', async () => {
+    const run = await makeRun(db)
+    const [spec] = stepSpecs(1)
+    const row = { runId: run.id, spec: spec!, done: false }
+    await db.transaction((tx) => steps.insertStarted(tx, [row], new Date()))
+    await expect(db.transaction((tx) => steps.insertStarted(tx, [row], new Date()))).rejects.toThrow(
+      /DUP_ENTRY/,
+    )
+  })
+})
+
 describe('begin', () => {
   it('starts an attempt: running, leased, attempts + 1', async () => {
     const s = nth(await fresh(1), 0)
