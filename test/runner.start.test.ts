@@ -183,6 +183,7 @@ describe('a run made only of pure steps', () => {
     const after = await startRun(controlDeps(env), { definitionId: good.id, scope: 'b', actor: 'op#1' })
     const outcome = await startDueBatch(engineDeps(env), 'tok-refused', 100)
     expect(outcome).toMatchObject({ locked: 3, started: 2, completed: 2 })
+    expect(outcome.failed).toEqual([{ runId: bad.id, reason: expect.stringMatching(/ER_DATA_TOO_LONG/) }])
     for (const r of [before, after]) expect((await runOf(t.db, r.id)).status).toBe('completed')
     // Nothing of the refused start was kept: no step rows, no line from its first step.
     const failed = await runOf(t.db, bad.id)

@@ -447,6 +447,11 @@ export class Runner {
     const startOne = async () => {
       const batch = await startDueBatch(engine, `${token}:${batches++}`, this.opts.batchSize)
       handOff.push(...batch.handOff)
+      for (const { runId, reason } of batch.failed)
+        this.opts.logger.error(
+          { runId, instance: this.instanceId, reason },
+          'a run could not be started; it failed',
+        )
       // A short batch means the due index is drained (or holds only runs past their grace).
       if (batch.locked < this.opts.batchSize || batch.started === 0) drained = true
     }

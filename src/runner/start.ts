@@ -45,6 +45,8 @@ export interface StartBatchOutcome {
   completed: number
   /** Runs claimed by this instance for the rest of their program, to advance now. */
   handOff: ClaimedRun[]
+  /** Runs that could not be started at all and failed, with the reason (for the process log). */
+  failed: { runId: number; reason: string }[]
 }
 
 /** Deadlocks with another writer roll the whole start back; it is then tried again from scratch. */
@@ -70,7 +72,7 @@ export async function startDueBatch(
   } catch (err) {
     // A runner cut short by its stop grace is not a run's fault: nothing fails for it.
     if (isTransient(err) || deps.hardStop.aborted) throw err
-    const total: StartBatchOutcome = { locked: 0, started: 0, completed: 0, handOff: [] }
+    const total: StartBatchOutcome = { locked: 0, started: 0, completed: 0, handOff: [], failed: [] }
     for (let i = 0; i < limit; i++) {
       const seen: number[] = []
       try {
@@ -83,7 +85,8 @@ export async function startDueBatch(
       } catch (oneErr) {
         const runId = seen[0]
         if (isTransient(oneErr) || deps.hardStop.aborted || runId === undefined) throw oneErr
-        await failStart(deps, runId, oneErr)
+        const reason = await failStart(deps, runId, oneErr)
+        if (reason !== null) total.failed.push({ runId, reason })
         total.locked++
       }
     }
@@ -123,18 +126,19 @@ async function startOnce(
 }
 
 /** A run that cannot be started at all fails, saying why, instead of blocking the runs behind it. */
-async function failStart(deps: EngineDeps, runId: number, err: unknown): Promise<void> {
+async function failStart(deps: EngineDeps, runId: number, err: unknown): Promise<string | null> {
   const reason = err instanceof Error ? err.message : String(err)
   const moved = await runs.transition(deps.db, runId, 'scheduled', 'failed', {
     error: `could not be started: ${reason}`,
   })
-  if (!moved) return
+  if (!moved) return null
   await logs.append(deps.db, {
     runId,
     level: 'error',
     message: `could not be started: ${reason}`,
     actor: deps.owner,
   })
+  return reason
 }
 
 /** One run's plan: its steps, how many lead with pure kinds, and how far they got. */
@@ -156,7 +160,7 @@ async function startInTransaction(
   limit: number,
   seen: number[],
 ): Promise<{ outcome: StartBatchOutcome; finished: string[] }> {
-  const empty = { outcome: { locked: 0, started: 0, completed: 0, handOff: [] }, finished: [] }
+  const empty = { outcome: { locked: 0, started: 0, completed: 0, handOff: [], failed: [] }, finished: [] }
   if (deps.stopping()) return empty
   const now = deps.clock.now()
   const budget = deps.maxStepsPerClaim ?? 25
@@ -266,7 +270,10 @@ async function startInTransaction(
       })
     }
   }
-  return { outcome: { locked: locked.length, started: plans.length, completed, handOff }, finished }
+  return {
+    outcome: { locked: locked.length, started: plans.length, completed, handOff, failed: [] },
+    finished,
+  }
 }
 
 function startedAs(
