@@ -6,6 +6,7 @@
  */
 import { beforeEach, describe, expect, it } from 'vitest'
 import * as runsSql from '../sql/eventRuns.ts'
+import * as versionsSql from '../sql/eventVersions.ts'
 import { cancelRun, pauseRun, resumeRun, startRun } from '../src/runner/controls.ts'
 import type { EngineDeps } from '../src/runner/engine.ts'
 import { Runner } from '../src/runner/runner.ts'
@@ -194,6 +195,49 @@ describe('a run made only of pure steps', () => {
     const lines = await logLines(t.db, bad.id)
     expect(lines).toHaveLength(2)
     expect(lines[1]).toMatch(/^could not be started/)
+  })
+
+  it('a run whose stored program cannot be expanded fails alone, saying so', async () => {
+    const { env } = setup()
+    const def = await defineEvent(env, {
+      program: program(['main', [{ kind: 'core.log', params: { message: 'fine' } }]]),
+    })
+    const fine = await startRun(controlDeps(env), { definitionId: def.id, scope: 'fine', actor: 'op#1' })
+    // A version row written around the validation, as a bad migration or a hand edit might.
+    const corrupt = await versionsSql.publish(t.db, def.id, { phases: 'not a list' }, 'test')
+    const broken = await runsSql.materialise(t.db, {
+      definitionId: def.id,
+      versionId: corrupt.id,
+      scope: 'broken',
+      scheduledFor: new Date(Date.now() - 1000),
+      timezone: 'UTC',
+      concurrencyKey: null,
+    })
+    const outcome = await startDueBatch(engineDeps(env), 'tok-corrupt', 100)
+    expect(outcome).toMatchObject({ locked: 2, started: 1, completed: 1 })
+    expect((await runOf(t.db, fine.id)).status).toBe('completed')
+    const failed = await runOf(t.db, broken as number)
+    expect(failed.status).toBe('failed')
+    expect(failed.lastError).toMatch(/could not be started: its program cannot be expanded/)
+  })
+
+  it('a fault of the runner itself fails no run: the start throws and the runs stay scheduled', async () => {
+    const { env } = setup()
+    const def = await defineEvent(env, {
+      program: program(['main', [{ kind: 'core.log', params: { message: 'x' } }]]),
+    })
+    const run = await startRun(controlDeps(env), { definitionId: def.id, actor: 'op#1' })
+    const buggy = {
+      ...engineDeps(env),
+      registry: {
+        get: () => {
+          throw new TypeError('a bug in the runner')
+        },
+      } as unknown as EngineDeps['registry'],
+    }
+    await expect(startDueBatch(buggy, 'tok-bug', 100)).rejects.toThrow(/a bug in the runner/)
+    expect(await runOf(t.db, run.id)).toMatchObject({ status: 'scheduled', lastError: null })
+    expect(await stepsOf(t.db, run.id)).toEqual([])
   })
 
   it('a pure step that never finishes fails its own run at its timeout; the rest of the batch starts', async () => {

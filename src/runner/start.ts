@@ -24,7 +24,7 @@
  * Runs with a concurrency key are not started here: each needs its key lock,
  * taken with its claim (`claimStart`).
  */
-import { DB_ERRNO, isDbErrno, isDbUnavailable, type Queryable } from '../../sql/db.ts'
+import { DatabaseError, DB_ERRNO, isDbErrno, isDbUnavailable, type Queryable } from '../../sql/db.ts'
 import * as definitions from '../../sql/eventDefinitions.ts'
 import type { NewLog } from '../../sql/eventRunLogs.ts'
 import * as logs from '../../sql/eventRunLogs.ts'
@@ -34,6 +34,7 @@ import type { StartedStep, StepRow, StepSpec } from '../../sql/eventSteps.ts'
 import * as steps from '../../sql/eventSteps.ts'
 import { type ClaimedRun, type EngineDeps, specsForVersion, stepContext, withTimeout } from './engine.ts'
 import { STEP_DEFAULTS } from './program.ts'
+import { StepFailure } from './steps/types.ts'
 
 /** What one start transaction did. */
 export interface StartBatchOutcome {
@@ -84,7 +85,14 @@ export async function startDueBatch(
         total.handOff.push(...one.handOff)
       } catch (oneErr) {
         const runId = seen[0]
-        if (isTransient(oneErr) || deps.hardStop.aborted || runId === undefined) throw oneErr
+        // Only what is the run's own fault fails it: a value the database refuses,
+        // a pure step that hangs, a program that cannot be expanded. Anything
+        // else is a fault of this code, and failing every run for it would be
+        // worse than leaving them scheduled (a fixed runner inside their grace
+        // window still starts them): the tick fails and says so instead.
+        const runsOwnFault =
+          oneErr instanceof DatabaseError || oneErr instanceof StepFailure || oneErr instanceof StartRefused
+        if (!runsOwnFault || isTransient(oneErr) || deps.hardStop.aborted || runId === undefined) throw oneErr
         const reason = await failStart(deps, runId, oneErr)
         if (reason !== null) total.failed.push({ runId, reason })
         total.locked++
@@ -92,6 +100,11 @@ export async function startDueBatch(
     }
     return total
   }
+}
+
+/** A run that cannot be started for a reason of its own (its program), as opposed to a fault of the runner. */
+class StartRefused extends Error {
+  override readonly name = 'StartRefused'
 }
 
 /** Errors that another try may not meet: the database is away, or lost a lock race. */
@@ -179,7 +192,12 @@ async function startInTransaction(
   })
   const plans: Plan[] = await Promise.all(
     startable.map(async (run) => {
-      const specs = await specsForVersion(deps.db, run.versionId)
+      const specs = await specsForVersion(deps.db, run.versionId).catch((err: unknown) => {
+        // A database error stays what it is (it may be transient); anything else is this run's program.
+        throw err instanceof DatabaseError
+          ? err
+          : new StartRefused(`its program cannot be expanded: ${String(err)}`)
+      })
       // Pure steps count against the run's step budget like any other.
       let pure = 0
       while (pure < Math.min(specs.length, budget) && deps.registry.get((specs[pure] as StepSpec).kind)?.pure)
