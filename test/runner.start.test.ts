@@ -197,6 +197,29 @@ describe('a run made only of pure steps', () => {
     expect(lines[1]).toMatch(/^could not be started/)
   })
 
+  it('the one-run fallback stops at a run past its grace at the head instead of locking it again and again', async () => {
+    const { clock, env } = setup()
+    const late = await defineEvent(env, {
+      graceSeconds: 1,
+      program: program(['main', [{ kind: 'core.log', params: { message: 'late' } }]]),
+    })
+    const poisoned = await defineEvent(env, {
+      program: program(['main', [{ kind: 'test.bad-line', params: {} }]]),
+    })
+    const head = await startRun(controlDeps(env), { definitionId: late.id, actor: 'op#1' })
+    clock.advance(1)
+    const bad = await startRun(controlDeps(env), { definitionId: poisoned.id, actor: 'op#1' })
+    clock.advance(5000)
+    const before = t.db.stats.statements
+    const outcome = await startDueBatch(engineDeps(env), 'tok-head', 100)
+    expect(t.db.stats.statements - before).toBeLessThan(30)
+    expect(outcome).toMatchObject({ started: 0, failed: [] })
+    // The missed sweep takes the head at the next tick; then the poisoned run fails alone.
+    await runsSql.transitionMany(t.db, [head.id], 'scheduled', 'missed')
+    const next = await startDueBatch(engineDeps(env), 'tok-head-2', 100)
+    expect(next.failed.map((f) => f.runId)).toEqual([bad.id])
+  })
+
   it('a run whose stored program cannot be expanded fails alone, saying so', async () => {
     const { env } = setup()
     const def = await defineEvent(env, {

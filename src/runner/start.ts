@@ -78,7 +78,8 @@ export async function startDueBatch(
       const seen: number[] = []
       try {
         const one = await startOnce(deps, `${token}:${i}`, 1, seen)
-        if (one.locked === 0) break
+        // Nothing due, or a run past its grace at the head (the missed sweep's, next tick): stop here.
+        if (one.locked === 0 || one.started === 0) break
         total.locked += one.locked
         total.started += one.started
         total.completed += one.completed
