@@ -470,28 +470,29 @@ export type StartedAs =
  */
 export async function markStarted(tx: Queryable, ids: readonly number[], as: StartedAs): Promise<number> {
   if (ids.length === 0) return 0
-  const res =
-    as.status === 'completed'
-      ? await tx.runQuery(
-          `UPDATE event_runs
-              SET status = 'completed', current_phase = ?, started_at = NOW(3), ended_at = NOW(3),
-                  wake_at = NULL, claimed_by = NULL, claim_expires_at = NULL, claim_token = NULL
-            WHERE id IN (${placeholders(ids.length)}) AND status = 'scheduled'`,
-          [as.phase, ...ids],
-        )
-      : as.owner === undefined
-        ? await tx.runQuery(
-            `UPDATE event_runs SET status = ?, current_phase = ?, started_at = NOW(3), wake_at = ?
-              WHERE id IN (${placeholders(ids.length)}) AND status = 'scheduled'`,
-            [as.status, as.phase, as.wakeAt, ...ids],
-          )
-        : await tx.runQuery(
-            `UPDATE event_runs
-                SET status = ?, current_phase = ?, started_at = NOW(3), claimed_by = ?, claim_token = ?,
-                    claim_expires_at = ?, wake_at = ?
-              WHERE id IN (${placeholders(ids.length)}) AND status = 'scheduled'`,
-            [as.status, as.phase, as.owner, as.token, as.leaseUntil, as.leaseUntil, ...ids],
-          )
+  // The same SET clauses as every guarded transition (a terminal target stamps
+  // ended_at and drops claim and wake_at), plus the start's own.
+  let wakeAt: Date | undefined
+  let claim: [owner: string, token: string, until: Date] | null = null
+  if (as.status !== 'completed') {
+    if (as.owner !== undefined) {
+      claim = [as.owner, as.token, as.leaseUntil]
+      wakeAt = as.leaseUntil
+    } else {
+      wakeAt = as.wakeAt
+    }
+  }
+  const { sets, args } = transitionSets(as.status, { phase: as.phase, ...(wakeAt && { wakeAt }) })
+  sets.push('started_at = NOW(3)')
+  if (claim) {
+    sets.push('claimed_by = ?', 'claim_token = ?', 'claim_expires_at = ?')
+    args.push(...claim)
+  }
+  const res = await tx.runQuery(
+    `UPDATE event_runs SET ${sets.join(', ')}
+      WHERE id IN (${placeholders(ids.length)}) AND status = 'scheduled'`,
+    [...args, ...ids],
+  )
   return res.affectedRows
 }
 

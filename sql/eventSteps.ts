@@ -93,6 +93,14 @@ function specParams(s: StepSpec): string | null {
   return text
 }
 
+/** The columns {@link specValues} fills, in its order. */
+const SPEC_COLUMNS =
+  'run_id, seq, phase_index, phase, ending, kind, params, max_attempts, backoff_ms, timeout_ms, on_error'
+const SPEC_COLUMN_COUNT = 11
+
+/** The variable part of a step row's size, for {@link chunkRows}. */
+const specBytes = (s: StepSpec): number => specParams(s)?.length ?? 4
+
 function specValues(runId: number, s: StepSpec): SqlValue[] {
   return [
     runId,
@@ -121,12 +129,11 @@ export async function expand(
   const rows = items.flatMap((i) => i.specs.map((s) => ({ values: specValues(i.runId, s), spec: s })))
   let inserted = 0
   // Bounded statements: a very large batch is split so one packet stays small.
-  for (const rowsOfChunk of chunkRows(rows, (r) => specParams(r.spec)?.length ?? 4)) {
+  for (const rowsOfChunk of chunkRows(rows, (r) => specBytes(r.spec))) {
     const chunk = rowsOfChunk.map((r) => r.values)
     const res = await db.runQuery(
-      `INSERT IGNORE INTO event_run_steps
-         (run_id, seq, phase_index, phase, ending, kind, params, max_attempts, backoff_ms, timeout_ms, on_error)
-       VALUES ${chunk.map(() => `(${placeholders(11)})`).join(', ')}`,
+      `INSERT IGNORE INTO event_run_steps (${SPEC_COLUMNS})
+       VALUES ${chunk.map(() => `(${placeholders(SPEC_COLUMN_COUNT)})`).join(', ')}`,
       chunk.flat(),
     )
     inserted += res.affectedRows
@@ -168,12 +175,10 @@ export async function insertStarted(
   const consecutive = Number(mode?.mode) < 2 && opts.readBack !== true
   const step = Number(mode?.step ?? 1)
   const ids: number[] = []
-  for (const chunk of chunkRows(rows, (r) => specParams(r.spec)?.length ?? 4)) {
+  for (const chunk of chunkRows(rows, (r) => specBytes(r.spec))) {
     const res = await tx.runQuery(
-      `INSERT INTO event_run_steps
-         (run_id, seq, phase_index, phase, ending, kind, params, max_attempts, backoff_ms, timeout_ms, on_error,
-          status, attempts, started_at, ended_at)
-       VALUES ${chunk.map(() => `(${placeholders(15)})`).join(', ')}`,
+      `INSERT INTO event_run_steps (${SPEC_COLUMNS}, status, attempts, started_at, ended_at)
+       VALUES ${chunk.map(() => `(${placeholders(SPEC_COLUMN_COUNT + 4)})`).join(', ')}`,
       chunk.flatMap((r) => [
         ...specValues(r.runId, r.spec),
         r.done ? 'completed' : 'pending',

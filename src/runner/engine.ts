@@ -105,7 +105,7 @@ export async function startRuns(deps: EngineDeps, claimed: readonly RunRow[]): P
     const first = item.specs[0]
     const phase = first?.phase ?? ''
     const ending = first?.ending ?? false
-    const key = `${ending}\u0000${phase}`
+    const key = JSON.stringify([ending, phase])
     const group = byPhase.get(key) ?? { phase, ending, ids: [] }
     group.ids.push(item.runId)
     byPhase.set(key, group)

@@ -254,8 +254,7 @@ async function startInTransaction(
   const groups = new Map<string, { as: StartedAs; plans: Plan[] }>()
   for (const plan of plans) {
     const as = startedAs(plan, deps.owner, token, leaseUntil, budget, now)
-    const claimed = 'owner' in as && as.owner !== undefined
-    const key = `${as.status}\u0000${claimed}\u0000${as.phase ?? ''}\u0000${as.phase === null}`
+    const key = JSON.stringify([as.status, 'owner' in as && as.owner !== undefined, as.phase])
     const group = groups.get(key) ?? { as, plans: [] }
     group.plans.push(plan)
     groups.set(key, group)
