@@ -72,8 +72,11 @@ const RUN_COLUMNS = `r.id, r.definition_id, r.version_id, r.scope, r.scheduled_f
 const WAITING_SUBQUERY = `(SELECT COUNT(*) FROM event_run_steps s
     WHERE s.run_id = r.id AND s.status = 'running' AND s.parked = 1)`
 
+const LIST_COLUMNS = `${RUN_COLUMNS}, d.title AS definition_title, d.slug AS definition_slug,
+  v.version AS version_number`
+
 const SELECT_LIST = `
-  SELECT ${RUN_COLUMNS}, d.title AS definition_title, d.slug AS definition_slug, v.version AS version_number
+  SELECT ${LIST_COLUMNS}
     FROM event_runs r
     JOIN event_definitions d ON d.id = r.definition_id
     JOIN event_versions    v ON v.id = r.version_id`
@@ -170,9 +173,25 @@ export async function list(db: Queryable, opts: ListRunsOptions = {}): Promise<R
   }
   const clause = where.length ? `WHERE ${where.join(' AND ')}` : ''
   const n = clampLimit(opts.limit ?? 100, 100)
+  // The page is chosen from event_runs alone, walking an index in list order,
+  // then joined. Sorting the joined rows instead made MariaDB drive the join
+  // from the definitions, read every run into a temporary table (on disk: the
+  // rows carry JSON) and sort it, for every page; under concurrent load that
+  // path failed a list with "Error on delete of '/tmp/#sql-temptable…'" (the
+  // fuzz drill), and it costs a scan of all runs however small the page.
   const rows = await db.execute<Raw>(
-    `${SELECT_LIST} ${clause} ORDER BY r.scheduled_for DESC, r.id DESC LIMIT ${n}`,
+    `SELECT ${LIST_COLUMNS}
+       FROM (SELECT r.id FROM event_runs r ${clause} ORDER BY r.scheduled_for DESC, r.id DESC LIMIT ${n}) page
+       JOIN event_runs r ON r.id = page.id
+       JOIN event_definitions d ON d.id = r.definition_id
+       JOIN event_versions    v ON v.id = r.version_id`,
     args,
+  )
+  // The join does not keep the page's order; at most 500 rows are put back in it here.
+  rows.sort(
+    (a, b) =>
+      (b.scheduled_for as Date).getTime() - (a.scheduled_for as Date).getTime() ||
+      Number(b.id) - Number(a.id),
   )
   return withWaiting(db, rows)
 }
