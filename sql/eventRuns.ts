@@ -179,6 +179,7 @@ export async function list(db: Queryable, opts: ListRunsOptions = {}): Promise<R
   // rows carry JSON) and sort it, for every page; under concurrent load that
   // path failed a list with "Error on delete of '/tmp/#sql-temptable…'" (the
   // fuzz drill), and it costs a scan of all runs however small the page.
+  // findMissed uses the same shape for the same reason.
   const rows = await db.execute<Raw>(
     `SELECT ${LIST_COLUMNS}
        FROM (SELECT r.id FROM event_runs r ${clause} ORDER BY r.scheduled_for DESC, r.id DESC LIMIT ${n}) page
@@ -188,12 +189,17 @@ export async function list(db: Queryable, opts: ListRunsOptions = {}): Promise<R
     args,
   )
   // The join does not keep the page's order; at most 500 rows are put back in it here.
-  rows.sort(
+  return withWaiting(db, sortRows(rows, 'newest first'))
+}
+
+/** Put a page's rows back in `scheduled_for, id` order (a join over a derived page does not keep it). */
+function sortRows(rows: Raw[], order: 'newest first' | 'oldest first'): Raw[] {
+  const sign = order === 'newest first' ? -1 : 1
+  return rows.sort(
     (a, b) =>
-      (b.scheduled_for as Date).getTime() - (a.scheduled_for as Date).getTime() ||
-      Number(b.id) - Number(a.id),
+      sign * ((a.scheduled_for as Date).getTime() - (b.scheduled_for as Date).getTime()) ||
+      sign * (Number(a.id) - Number(b.id)),
   )
-  return withWaiting(db, rows)
 }
 
 export async function getById(db: Queryable, id: number): Promise<RunListRow | null> {
@@ -329,16 +335,19 @@ export async function findDue(db: Queryable, now: Date, limit = 50): Promise<Run
  */
 export async function findMissed(db: Queryable, now: Date, limit = 100): Promise<RunRow[]> {
   const n = clampLimit(limit, 100)
+  // Ids first, then rows: the join sorts through a temporary table, which must
+  // not carry the runs' JSON columns (that puts it on disk, every tick; see list).
   const rows = await db.execute<Raw>(
     `${SELECT_RUN}
-       JOIN event_definitions d ON d.id = r.definition_id
-      WHERE r.status = 'scheduled'
-        AND r.scheduled_for + INTERVAL d.grace_seconds SECOND < ?
-      ORDER BY r.scheduled_for, r.id
-      LIMIT ${n}`,
+       JOIN (SELECT r.id FROM event_runs r
+               JOIN event_definitions d ON d.id = r.definition_id
+              WHERE r.status = 'scheduled'
+                AND r.scheduled_for + INTERVAL d.grace_seconds SECOND < ?
+              ORDER BY r.scheduled_for, r.id
+              LIMIT ${n}) page ON page.id = r.id`,
     [now],
   )
-  return rows.map(hydrate)
+  return sortRows(rows, 'oldest first').map(hydrate)
 }
 
 // A start claim also requires the run to be inside its grace window, so a run
