@@ -88,8 +88,8 @@ export interface WebhookReceiver {
   pending(): ReceivedCall[]
   /** The reply rule for paths starting with `prefix` (longest prefix wins); default 200. */
   route(prefix: string, rule: ReplyRule): void
-  /** Answer every held request with 200 and stop holding. */
-  releaseHeld(): void
+  /** Answer held requests with 200: those `which` selects, or (default) all of them. */
+  releaseHeld(which?: (call: ReceivedCall) => boolean): void
   reset(): void
   close(): Promise<void>
 }
@@ -170,9 +170,12 @@ export async function startReceiver(): Promise<WebhookReceiver> {
     route(prefix, rule) {
       routes.set(prefix, rule)
     },
-    releaseHeld() {
-      for (const { call, res } of held) answer(call, res, 200, 'released')
-      held.clear()
+    releaseHeld(which) {
+      for (const entry of held) {
+        if (which && !which(entry.call)) continue
+        answer(entry.call, entry.res, 200, 'released')
+        held.delete(entry)
+      }
     },
     reset() {
       calls.length = 0
@@ -219,7 +222,7 @@ export function useReceiver(opts: { resetEach?: boolean } = {}): WebhookReceiver
     countsByKey: () => get().countsByKey(),
     pending: () => get().pending(),
     route: (prefix, rule) => get().route(prefix, rule),
-    releaseHeld: () => get().releaseHeld(),
+    releaseHeld: (which) => get().releaseHeld(which),
     reset: () => get().reset(),
     close: () => get().close(),
   }
