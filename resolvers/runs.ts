@@ -6,6 +6,7 @@ import { EventRunRef, TransitionResultRef } from '../schema/refs.ts'
 import * as runs from '../sql/eventRuns.ts'
 import { parseId, parseOptionalId, withDefault } from '../src/api/args.ts'
 import { requires } from '../src/api/authz.ts'
+import { selectsField } from '../src/api/selection.ts'
 import { cancelRun, pauseRun, resumeRun, startRun } from '../src/runner/controls.ts'
 import { actorOf, controlDeps } from './deps.ts'
 
@@ -19,7 +20,7 @@ builder.queryFields((t) => ({
       status: t.arg({ type: RunStatusEnum }),
       limit: t.arg.int({ defaultValue: 100 }),
     },
-    resolve: async (_root, args, ctx) => {
+    resolve: async (_root, args, ctx, info) => {
       const list = await runs.list(ctx.services.db, {
         definitionId: parseOptionalId(args.definitionId, 'definitionId'),
         status: args.status ?? null,
@@ -27,6 +28,12 @@ builder.queryFields((t) => ({
       })
       // A step's `run` or a holder in this list is then answered without a query.
       ctx.loaders.rememberRuns(list)
+      // Each run's definition and version then answer synchronously. A failed
+      // read is not reported here: the field asks its loader again and reports it.
+      await ctx.loaders.preloadParents(list, {
+        definitions: selectsField(info, 'definition'),
+        versions: selectsField(info, 'version'),
+      })
       return list
     },
   }),

@@ -22,14 +22,18 @@ EventRunRef.implement({
     id: t.exposeID('id'),
     definition: t.field({
       type: EventDefinitionRef,
-      resolve: async (run, _args, ctx) =>
-        present(await ctx.loaders.definition.load(run.definitionId), `definition ${run.definitionId}`),
+      resolve: (run, _args, ctx) =>
+        ctx.loaders.knownDefinition(run.definitionId) ??
+        ctx.loaders.definition
+          .load(run.definitionId)
+          .then((d) => present(d, `definition ${run.definitionId}`)),
     }),
     version: t.field({
       type: EventVersionRef,
       description: 'The version pinned when the run was made; publishing never changes it.',
-      resolve: async (run, _args, ctx) =>
-        present(await ctx.loaders.version.load(run.versionId), `version ${run.versionId}`),
+      resolve: (run, _args, ctx) =>
+        ctx.loaders.knownVersion(run.versionId) ??
+        ctx.loaders.version.load(run.versionId).then((v) => present(v, `version ${run.versionId}`)),
     }),
     scope: t.exposeString('scope'),
     scheduledFor: t.expose('scheduledFor', { type: 'DateTime' }),

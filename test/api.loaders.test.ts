@@ -88,6 +88,34 @@ describe('DataLoaders', () => {
     expect(small.statements).toBeLessThanOrEqual(10)
   })
 
+  it('a run list reads its definitions and versions up front only when they are selected, fragments included', async () => {
+    // list page + waiting counts = 2; + 1 per selected parent kind.
+    const cases: [string, number][] = [
+      ['{ runs(limit: 500) { id } }', 2],
+      ['{ runs(limit: 500) { id definition { id } } }', 3],
+      ['{ runs(limit: 500) { ... on EventRun { version { id } } } }', 3],
+      [
+        '{ runs(limit: 500) { ...R } } fragment R on EventRun { definition { slug } ...V } fragment V on EventRun { version { version } }',
+        4,
+      ],
+    ]
+    for (const [query, expected] of cases) {
+      const { statements } = await statementsFor(query)
+      expect(statements, query).toBe(expected)
+    }
+    // …and each run still gets its own parents.
+    const { body } = await statementsFor('{ runs(limit: 500) { id definition { id } version { id } } }')
+    const list = (body as { runs: { id: string; definition: { id: string }; version: { id: string } }[] })
+      .runs
+    const truth = new Map((await runs.list(s.t.db, { limit: 500 })).map((r) => [String(r.id), r]))
+    expect(list).toHaveLength(500)
+    for (const r of list) {
+      expect(r.definition.id).toBe(String(truth.get(r.id)?.definitionId))
+      expect(r.version.id).toBe(String(truth.get(r.id)?.versionId))
+    }
+    expect(new Set(list.map((r) => r.version.id)).size).toBe(5)
+  })
+
   it('waitingSteps with their runs is bounded too', async () => {
     const { statements } = await statementsFor(
       '{ waitingSteps(limit: 500) { id run { id definition { slug } } } }',

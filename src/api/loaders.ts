@@ -32,6 +32,19 @@ export interface Loaders {
   rememberRuns(list: readonly RunListRow[]): void
   definition: DataLoader<number, DefinitionRow | null>
   version: DataLoader<number, VersionRow | null>
+  /**
+   * A definition or version this request has already read, or undefined. A
+   * field of each run in a list answers from here without a promise per run:
+   * 500 runs awaiting the same three definitions made half the garbage of a
+   * `runs(limit: 500)` request.
+   */
+  knownDefinition(id: number): DefinitionRow | undefined
+  knownVersion(id: number): VersionRow | undefined
+  /** Read now, one statement each, the definitions and/or versions a list of runs points at. */
+  preloadParents(
+    list: readonly { definitionId: number; versionId: number }[],
+    which: { definitions: boolean; versions: boolean },
+  ): Promise<void>
   stepsByRun: DataLoader<number, StepRow[]>
   versionsByDefinition: DataLoader<number, VersionRow[]>
   /** Runs holding a concurrency key now, by key. */
@@ -57,6 +70,23 @@ export function createLoaders(db: Queryable): Loaders {
   const opts = { maxBatchSize: MAX_BATCH }
   const logLoaders = new Map<number, DataLoader<number, LogRow[]>>()
   const knownRuns = new Map<number, RunListRow>()
+  const knownDefinitions = new Map<number, DefinitionRow>()
+  const knownVersions = new Map<number, VersionRow>()
+  const remember = <T extends { id: number }>(known: Map<number, T>, rows: T[]): T[] => {
+    for (const row of rows) known.set(row.id, row)
+    return rows
+  }
+  const definition = new DataLoader<number, DefinitionRow | null>(
+    async (ids) => byId(remember(knownDefinitions, await definitions.getByIds(db, ids)), ids, (d) => d.id),
+    opts,
+  )
+  const version = new DataLoader<number, VersionRow | null>(
+    async (ids) => byId(remember(knownVersions, await versions.getByIds(db, ids)), ids, (v) => v.id),
+    opts,
+  )
+  /** The distinct ids of `list` not read yet, or none when `wanted` is false. */
+  const unread = (wanted: boolean, ids: () => number[], known: Map<number, unknown>) =>
+    wanted ? [...new Set(ids())].filter((id) => !known.has(id)) : []
   return {
     run: new DataLoader(async (ids) => {
       const missing = knownRuns.size === 0 ? ids : ids.filter((id) => !knownRuns.has(id))
@@ -67,11 +97,18 @@ export function createLoaders(db: Queryable): Loaders {
     rememberRuns(list) {
       for (const run of list) knownRuns.set(run.id, run)
     },
-    definition: new DataLoader(
-      async (ids) => byId(await definitions.getByIds(db, ids), ids, (d) => d.id),
-      opts,
-    ),
-    version: new DataLoader(async (ids) => byId(await versions.getByIds(db, ids), ids, (v) => v.id), opts),
+    definition,
+    version,
+    knownDefinition: (id) => knownDefinitions.get(id),
+    knownVersion: (id) => knownVersions.get(id),
+    async preloadParents(list, which) {
+      const defIds = unread(which.definitions, () => list.map((r) => r.definitionId), knownDefinitions)
+      const versionIds = unread(which.versions, () => list.map((r) => r.versionId), knownVersions)
+      await Promise.all([
+        defIds.length > 0 && definition.loadMany(defIds),
+        versionIds.length > 0 && version.loadMany(versionIds),
+      ])
+    },
     stepsByRun: new DataLoader(
       async (ids) => grouped(await steps.listForRuns(db, ids), ids, (s) => s.runId),
       opts,
