@@ -96,14 +96,20 @@ export async function deleteForRuns(db: Queryable, runIds: readonly number[]): P
 export async function listForRuns(db: Queryable, runIds: readonly number[], limit = 100): Promise<LogRow[]> {
   if (runIds.length === 0) return []
   const n = clampLimit(limit, 100)
+  // The lines are chosen by id alone (the window runs over the (run_id, id)
+  // index), then joined. Ranking and ordering the full rows made MariaDB carry
+  // their JSON `data` through an on-disk temporary table: the shape that failed
+  // and once crashed the server on the run list (see sql/eventRuns.ts list).
   const rows = await db.query<Raw>(
-    `SELECT id, run_id, step_id, at, level, message, actor, data FROM (
-       SELECT id, run_id, step_id, at, level, message, actor, data,
-              ROW_NUMBER() OVER (PARTITION BY run_id ORDER BY id DESC) AS rn
-         FROM event_run_logs WHERE run_id IN (${placeholders(runIds.length)})) ranked
-      WHERE rn <= ${n}
-      ORDER BY run_id, id DESC`,
+    `SELECT l.id, l.run_id, l.step_id, l.at, l.level, l.message, l.actor, l.data
+       FROM (SELECT id FROM (
+               SELECT id, ROW_NUMBER() OVER (PARTITION BY run_id ORDER BY id DESC) AS rn
+                 FROM event_run_logs WHERE run_id IN (${placeholders(runIds.length)})) ranked
+              WHERE rn <= ${n}) page
+       JOIN event_run_logs l ON l.id = page.id`,
     [...runIds],
   )
+  // By run, newest first: ids grow with time within a run.
+  rows.sort((a, b) => Number(a.run_id) - Number(b.run_id) || Number(b.id) - Number(a.id))
   return rows.map(hydrate)
 }
