@@ -19,11 +19,49 @@ export interface BenchDb {
   drop(): Promise<void>
 }
 
+/** Bench databases this process made and has not dropped yet. */
+const liveDatabases = new Set<string>()
+
+async function dropDatabase(name: string): Promise<void> {
+  const c = await mysql.createConnection({ uri: BENCH_SERVER, connectTimeout: 5000 })
+  try {
+    await c.query(`DROP DATABASE IF EXISTS \`${name}\``)
+  } finally {
+    await c.end()
+  }
+  liveDatabases.delete(name)
+}
+
+/**
+ * An interrupted benchmark (Ctrl-C, a CI timeout) skips every `finally`: drop
+ * what it made before exiting, so no showrunner_bench_* database is left behind
+ * on a shared server.
+ */
+function dropOnSignals(): void {
+  for (const [signal, code] of [
+    ['SIGINT', 130],
+    ['SIGTERM', 143],
+  ] as const) {
+    if (process.listenerCount(signal) > 0) continue
+    process.once(signal, () => {
+      const names = [...liveDatabases]
+      console.error(`bench: ${signal}, dropping ${names.length} bench database(s) before exiting`)
+      Promise.allSettled(names.map(dropDatabase)).then((results) => {
+        for (const r of results)
+          if (r.status === 'rejected') console.error('bench: could not drop:', r.reason)
+        process.exit(code)
+      })
+    })
+  }
+}
+
 /** A fresh, migrated database for one benchmark. */
 export async function benchDb(connectionLimit = 20): Promise<BenchDb> {
   const name = `showrunner_bench_${randomBytes(4).toString('hex')}`
+  dropOnSignals()
   const admin = await mysql.createConnection({ uri: BENCH_SERVER })
   await admin.query(`CREATE DATABASE \`${name}\``)
+  liveDatabases.add(name)
   await admin.end()
   const url = new URL(BENCH_SERVER)
   url.pathname = `/${name}`
@@ -41,9 +79,7 @@ export async function benchDb(connectionLimit = 20): Promise<BenchDb> {
     open,
     async drop() {
       await Promise.allSettled(pools.map((p) => p.close()))
-      const c = await mysql.createConnection({ uri: BENCH_SERVER })
-      await c.query(`DROP DATABASE IF EXISTS \`${name}\``)
-      await c.end()
+      await dropDatabase(name)
     },
   }
 }
