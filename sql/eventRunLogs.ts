@@ -1,6 +1,6 @@
 /** `event_run_logs`: what happened to a run, who did it, and the retention sweep. */
 import type { Queryable, SqlValue } from './db.ts'
-import { chunkRows, clampLimit, jsonBytes, parseJson, placeholders, toJson } from './json.ts'
+import { chunkRows, clampLimit, parseJson, placeholders, toJson } from './json.ts'
 
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error'
 
@@ -59,11 +59,14 @@ export async function append(db: Queryable, entry: NewLog): Promise<void> {
 
 /** Several lines in one statement (a batch of runs). */
 export async function appendMany(db: Queryable, entries: readonly NewLog[]): Promise<void> {
-  for (const chunk of chunkRows(entries, (l) => Math.min(l.message.length, 2000) + jsonBytes(l.data))) {
+  // Sized on the values as sent: each line's data is serialised once.
+  const rows = entries.map(values)
+  const variableBytes = (row: SqlValue[]) => String(row[3]).length + String(row[5]).length
+  for (const chunk of chunkRows(rows, variableBytes)) {
     await db.runQuery(
       `INSERT INTO event_run_logs (run_id, step_id, level, message, actor, data)
        VALUES ${chunk.map(() => `(${placeholders(6)})`).join(', ')}`,
-      chunk.flatMap(values),
+      chunk.flat(),
     )
   }
 }

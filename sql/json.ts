@@ -59,12 +59,6 @@ const MAX_ROWS_PER_STATEMENT = 2000
  */
 const MAX_BYTES_PER_STATEMENT = 4 * 1024 * 1024
 
-/** Rough size of a JSON value as stored (its text). */
-export function jsonBytes(value: unknown): number {
-  if (value === null || value === undefined) return 4
-  return typeof value === 'string' ? value.length : (JSON.stringify(value)?.length ?? 4)
-}
-
 /**
  * Split rows for multi-row statements so each stays within a row count and a
  * byte budget; `size` estimates a row's variable part (a long log message, a

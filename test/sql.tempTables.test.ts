@@ -4,6 +4,8 @@
  * (Aria), per statement; under concurrent load that path failed requests with
  * "Error on delete of '/tmp/#sql-temptable…'" and once crashed MariaDB 10.11.
  * Measured with the session's own `Created_tmp_disk_tables` on one connection.
+ * With the same large log rows: a multi-row log INSERT stays within the
+ * server's packet limit.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { Db } from '../sql/db.ts'
@@ -95,5 +97,26 @@ describe('logs.listForRuns', () => {
     // limit is clamped to 1..500
     expect(await logs.listForRuns(t.db, some, 0)).toHaveLength(3)
     expect(await logs.listForRuns(t.db, some, 10_000)).toHaveLength(3 * LINES)
+  })
+})
+
+describe('logs.appendMany', () => {
+  it('splits a batch larger than max_allowed_packet into several statements, every line landing once', async () => {
+    const [packet] = await t.db.query<{ bytes: number }>('SELECT @@max_allowed_packet AS bytes')
+    const runId = runIds[0] as number
+    const pad = 'z'.repeat(512 * 1024)
+    const lines = Math.ceil(Number(packet?.bytes) / pad.length) + 4
+    const before = t.db.stats.statements
+    await logs.appendMany(
+      t.db,
+      Array.from({ length: lines }, (_, i) => ({ runId, message: `big ${i}`, data: { i, pad } })),
+    )
+    expect(t.db.stats.statements - before).toBeGreaterThan(1)
+    const [stored] = await t.db.query<{ n: number; bytes: number }>(
+      `SELECT COUNT(*) AS n, SUM(LENGTH(data)) AS bytes FROM event_run_logs WHERE run_id = ? AND message LIKE 'big %'`,
+      [runId],
+    )
+    expect(Number(stored?.n)).toBe(lines)
+    expect(Number(stored?.bytes)).toBeGreaterThan(Number(packet?.bytes))
   })
 })
