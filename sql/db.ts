@@ -88,6 +88,17 @@ export function isDbUnavailable(err: unknown): boolean {
 export type SqlValue = string | number | bigint | boolean | Date | Buffer | null
 export type Row = RowDataPacket & Record<string, unknown>
 
+export interface TransactionOptions {
+  isolation?: 'READ COMMITTED'
+  /**
+   * Attempts in all when InnoDB picks the transaction as a deadlock victim: it
+   * was rolled back whole, so `fn` runs again from the start on a fresh
+   * transaction. Only for an `fn` that is safe to repeat (no effect outside the
+   * transaction). @default 1 (the deadlock is the caller's)
+   */
+  deadlockAttempts?: number
+}
+
 /** Runs statements; implemented by the pool and by a transaction's connection. */
 export interface Queryable {
   /** A prepared statement (binary protocol): for fixed-shape statements. */
@@ -114,7 +125,7 @@ export interface Db extends Queryable {
    * rolls back on throw. Keep it short: nothing here waits on a person or a
    * network call.
    */
-  transaction<T>(fn: (tx: Queryable) => Promise<T>, opts?: { isolation?: 'READ COMMITTED' }): Promise<T>
+  transaction<T>(fn: (tx: Queryable) => Promise<T>, opts?: TransactionOptions): Promise<T>
   /** True when a trivial query succeeds within the pool's connect timeout. */
   ping(): Promise<boolean>
   close(): Promise<void>
@@ -147,13 +158,13 @@ function wrap(err: unknown, what: string): DatabaseError {
  */
 const DEADLOCK_RETRIES = 5
 
-async function retryDeadlocks<T>(retry: boolean, fn: () => Promise<T>): Promise<T> {
+/** Call `fn` up to `attempts` times while it fails as a deadlock victim, with a short jittered pause. */
+async function retryDeadlocks<T>(attempts: number, fn: () => Promise<T>): Promise<T> {
   for (let attempt = 1; ; attempt++) {
     try {
       return await fn()
     } catch (err) {
-      const errno = (err as { errno?: number })?.errno
-      if (!retry || errno !== DB_ERRNO.LOCK_DEADLOCK || attempt >= DEADLOCK_RETRIES) throw err
+      if (attempt >= attempts || !isDbErrno(err, DB_ERRNO.LOCK_DEADLOCK)) throw err
       await new Promise((r) => setTimeout(r, Math.random() * 5 * attempt))
     }
   }
@@ -168,7 +179,7 @@ function makeQueryable(
     async execute<T>(sql: string, params: readonly SqlValue[] = []): Promise<T[]> {
       stats.statements++
       try {
-        const [rows] = await retryDeadlocks(autocommit, () =>
+        const [rows] = await retryDeadlocks(autocommit ? DEADLOCK_RETRIES : 1, () =>
           target.execute<RowDataPacket[]>(sql, params as SqlValue[]),
         )
         return rows as unknown as T[]
@@ -179,7 +190,7 @@ function makeQueryable(
     async run(sql: string, params: readonly SqlValue[] = []) {
       stats.statements++
       try {
-        const [res] = await retryDeadlocks(autocommit, () =>
+        const [res] = await retryDeadlocks(autocommit ? DEADLOCK_RETRIES : 1, () =>
           target.execute<ResultSetHeader>(sql, params as SqlValue[]),
         )
         return { affectedRows: Number(res.affectedRows), insertId: Number(res.insertId) }
@@ -190,7 +201,7 @@ function makeQueryable(
     async query<T>(sql: string, params: readonly SqlValue[] = []): Promise<T[]> {
       stats.statements++
       try {
-        const [rows] = await retryDeadlocks(autocommit, () =>
+        const [rows] = await retryDeadlocks(autocommit ? DEADLOCK_RETRIES : 1, () =>
           target.query<RowDataPacket[]>(sql, params as SqlValue[]),
         )
         return rows as unknown as T[]
@@ -201,7 +212,7 @@ function makeQueryable(
     async runQuery(sql: string, params: readonly SqlValue[] = []) {
       stats.statements++
       try {
-        const [res] = await retryDeadlocks(autocommit, () =>
+        const [res] = await retryDeadlocks(autocommit ? DEADLOCK_RETRIES : 1, () =>
           target.query<ResultSetHeader>(sql, params as SqlValue[]),
         )
         return { affectedRows: Number(res.affectedRows), insertId: Number(res.insertId) }
@@ -272,37 +283,39 @@ export function createDb(url: string, opts: DbOptions = {}): Db {
     ...base,
     pool,
     stats,
-    async transaction(fn, txOpts) {
-      let conn: PoolConnection
-      try {
-        conn = await pool.getConnection()
-      } catch (err) {
-        throw wrap(err, 'a connection')
-      }
-      try {
-        if (txOpts?.isolation) {
-          stats.statements++
-          await conn.query(`SET TRANSACTION ISOLATION LEVEL ${txOpts.isolation}`)
-        }
-        stats.statements++
-        await conn.beginTransaction()
-        const result = await fn(makeQueryable(conn, stats, false))
-        stats.statements++
-        await conn.commit()
-        return result
-      } catch (err) {
+    transaction(fn, txOpts) {
+      return retryDeadlocks(txOpts?.deadlockAttempts ?? 1, async () => {
+        let conn: PoolConnection
         try {
-          await conn.rollback()
-        } catch {
-          // The connection is already broken; the original error is the one to report.
+          conn = await pool.getConnection()
+        } catch (err) {
+          throw wrap(err, 'a connection')
         }
-        // Application errors thrown by `fn` pass through unchanged; only driver
-        // failures (begin/commit on a broken connection) are wrapped.
-        const driverError = (err as { sqlState?: string; errno?: number })?.errno !== undefined
-        throw driverError || isDbUnavailable(err) ? wrap(err, 'a transaction') : err
-      } finally {
-        conn.release()
-      }
+        try {
+          if (txOpts?.isolation) {
+            stats.statements++
+            await conn.query(`SET TRANSACTION ISOLATION LEVEL ${txOpts.isolation}`)
+          }
+          stats.statements++
+          await conn.beginTransaction()
+          const result = await fn(makeQueryable(conn, stats, false))
+          stats.statements++
+          await conn.commit()
+          return result
+        } catch (err) {
+          try {
+            await conn.rollback()
+          } catch {
+            // The connection is already broken; the original error is the one to report.
+          }
+          // Application errors thrown by `fn` pass through unchanged; only driver
+          // failures (begin/commit on a broken connection) are wrapped.
+          const driverError = (err as { sqlState?: string; errno?: number })?.errno !== undefined
+          throw driverError || isDbUnavailable(err) ? wrap(err, 'a transaction') : err
+        } finally {
+          conn.release()
+        }
+      })
     },
     async ping() {
       try {

@@ -9,7 +9,7 @@
  */
 import { performance } from 'node:perf_hooks'
 import { beforeAll, beforeEach, describe, expect, it } from 'vitest'
-import { DB_ERRNO, type Db, isDbErrno } from '../sql/db.ts'
+import { DB_ERRNO, type Db, isDbErrno, type Queryable } from '../sql/db.ts'
 import * as runs from '../sql/eventRuns.ts'
 import { useTestDb } from './helpers/db.ts'
 import {
@@ -251,5 +251,50 @@ describe('race (b): concurrency keys hold across instances', () => {
         ...new Set(intervals.map((x) => x.owner)),
       ].join(',')}`,
     )
+  })
+})
+
+describe('a transaction picked as a deadlock victim', () => {
+  /**
+   * Two transactions lock two rows in opposite orders, each waiting until the
+   * other holds its first row: InnoDB must roll one back. Answers how often each
+   * body ran and what each transaction ended with.
+   */
+  async function deadlock(deadlockAttempts?: number) {
+    await db.query('CREATE TABLE IF NOT EXISTS race_pair (id INT PRIMARY KEY, n INT NOT NULL)')
+    await db.query('REPLACE INTO race_pair VALUES (1, 0), (2, 0)')
+    const [a, b] = instances(2, 1) as [Db, Db]
+    const calls: [number, number] = [0, 0]
+    const holding: [boolean, boolean] = [false, false]
+    const body = (me: 0 | 1) => async (tx: Queryable) => {
+      calls[me]++
+      const [first, second] = me === 0 ? [1, 2] : [2, 1]
+      await tx.query('UPDATE race_pair SET n = n + 1 WHERE id = ?', [first])
+      holding[me] = true
+      // Only the first attempts meet: a retry runs straight through.
+      if (calls[me] === 1) while (!holding[me === 0 ? 1 : 0]) await sleepMs(5)
+      await tx.query('UPDATE race_pair SET n = n + 1 WHERE id = ?', [second])
+    }
+    const results = await Promise.allSettled([
+      a.transaction(body(0), { deadlockAttempts }),
+      b.transaction(body(1), { deadlockAttempts }),
+    ])
+    return { calls, results }
+  }
+
+  it('is run again from the start when the caller allows it, and both commit', async () => {
+    const { calls, results } = await deadlock(2)
+    expect(results.map((r) => r.status)).toEqual(['fulfilled', 'fulfilled'])
+    expect(calls[0] + calls[1]).toBe(3)
+    const rows = await db.query<{ n: number }>('SELECT n FROM race_pair ORDER BY id')
+    expect(rows.map((r) => Number(r.n))).toEqual([2, 2])
+  })
+
+  it('is reported to the caller by default', async () => {
+    const { calls, results } = await deadlock()
+    expect(calls).toEqual([1, 1])
+    const rejected = results.filter((r) => r.status === 'rejected')
+    expect(rejected).toHaveLength(1)
+    expect(isDbErrno((rejected[0] as PromiseRejectedResult).reason, DB_ERRNO.LOCK_DEADLOCK)).toBe(true)
   })
 })

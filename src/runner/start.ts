@@ -117,26 +117,22 @@ function isTransient(err: unknown): boolean {
   )
 }
 
-/** One start transaction, retried whole when InnoDB picks it as a deadlock victim. */
+/**
+ * One start transaction, run again whole when InnoDB picks it as a deadlock
+ * victim: safe, because everything it does (pure steps included) is inside it.
+ */
 async function startOnce(
   deps: EngineDeps,
   token: string,
   limit: number,
   seen: number[],
 ): Promise<StartBatchOutcome> {
-  for (let attempt = 1; ; attempt++) {
-    try {
-      const { outcome, finished } = await deps.db.transaction(
-        (tx) => startInTransaction(deps, tx, token, limit, seen),
-        { isolation: 'READ COMMITTED' },
-      )
-      for (const kind of finished) deps.observer?.stepFinished?.(kind, 'completed')
-      return outcome
-    } catch (err) {
-      if (attempt >= DEADLOCK_ATTEMPTS || !isDbErrno(err, DB_ERRNO.LOCK_DEADLOCK)) throw err
-      await new Promise((r) => setTimeout(r, Math.random() * 10 * attempt))
-    }
-  }
+  const { outcome, finished } = await deps.db.transaction(
+    (tx) => startInTransaction(deps, tx, token, limit, seen),
+    { isolation: 'READ COMMITTED', deadlockAttempts: DEADLOCK_ATTEMPTS },
+  )
+  for (const kind of finished) deps.observer?.stepFinished?.(kind, 'completed')
+  return outcome
 }
 
 /** A run that cannot be started at all fails, saying why, instead of blocking the runs behind it. */
@@ -180,7 +176,8 @@ async function startInTransaction(
   const budget = deps.maxStepsPerClaim ?? 25
   const locked = await runs.lockDueToStart(tx, now, limit)
   if (locked.length === 0) return empty
-  seen.push(...locked.map((r) => r.id))
+  // What this attempt locked (a deadlock retry may lock other runs).
+  seen.splice(0, seen.length, ...locked.map((r) => r.id))
 
   // A plain (non-locking) read: READ COMMITTED sees the definitions as committed now.
   const defs = new Map(
