@@ -65,8 +65,8 @@ export async function startRun(deps: ControlDeps, input: StartRunInput): Promise
   if (input.at && Number.isNaN(input.at.getTime())) throw badInput('at must be a valid ISO-8601 date-time.')
   const def = await definitions.getById(deps.db, input.definitionId)
   if (!def) throw notFound('definition', input.definitionId)
-  if (def.state === 'archived')
-    throw conflict(`Definition "${def.slug}" is archived; set it ACTIVE to start runs.`)
+  const archived = () => conflict(`Definition "${def.slug}" is archived; set it ACTIVE to start runs.`)
+  if (def.state === 'archived') throw archived()
   if (def.currentVersionId === null) throw conflict(`Definition "${def.slug}" has no published version.`)
   const scheduledFor = input.at ?? deps.clock.now()
   const rehearsal = input.rehearsal === true
@@ -75,9 +75,7 @@ export async function startRun(deps: ControlDeps, input: StartRunInput): Promise
   // Under a shared lock on the definition, so an archive cannot slip in between
   // the state check above and the insert (see eventDefinitions.setState).
   const id = await deps.db.transaction(async (tx) => {
-    if ((await definitions.lockForNewRuns(tx, def.id)) === 'archived') {
-      throw conflict(`Definition "${def.slug}" is archived; set it ACTIVE to start runs.`)
-    }
+    if ((await definitions.lockForNewRuns(tx, def.id)) === 'archived') throw archived()
     return runs.materialise(tx, {
       definitionId: def.id,
       versionId,
