@@ -44,8 +44,11 @@ it('walks log → cue → resolve → wait → ending → completed', async () =
     { ...deps, nudge: () => runner.nudge() },
     { definitionId: def.id, actor: 'op#1' },
   )
+  // The cue's step parks in one statement and the run's claim is released in
+  // the next, so wait for both: a read between them sees a parked cue on a run
+  // that is still claimed.
   let r = run
-  for (let i = 0; i < 100 && r.waitingSteps === 0; i++) {
+  for (let i = 0; i < 100 && (r.waitingSteps === 0 || r.claimedBy !== null); i++) {
     await new Promise((res) => setTimeout(res, 50))
     r = (await runsSql.getById(t.db, run.id))!
   }
