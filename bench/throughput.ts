@@ -103,13 +103,15 @@ export async function measure(instances: number): Promise<ThroughputMeasure> {
     const cpuFrom = process.cpuUsage()
     const dbCpuFrom = serverCpuMs('mariadbd')
     for (const r of runners) r.start()
-    // The progress poll counts only the runs left (a range of the status index,
-    // shrinking as they finish), so the observer costs the database next to nothing.
+    // The progress poll asks only whether any run is left: one probe of the
+    // status index (LIMIT 1), so the observer costs the database next to nothing.
+    // (Counting what was left read every unfinished run each poll: about 14 µs of
+    // MariaDB CPU per run measured, inside the measured window.)
     const left = async () => {
-      const [row] = await b.db.query<{ n: number }>(
-        `SELECT COUNT(*) AS n FROM event_runs WHERE status IN ('scheduled', 'starting', 'running', 'paused', 'ending')`,
+      const rows = await b.db.query<{ id: number }>(
+        `SELECT id FROM event_runs WHERE status IN ('scheduled', 'starting', 'running', 'paused', 'ending') LIMIT 1`,
       )
-      return Number(row?.n ?? 0)
+      return rows.length
     }
     while ((await left()) > 0) {
       if (Date.now() - startedAt > TIMEOUT_MS) throw new Error(`runs still unfinished after ${TIMEOUT_MS} ms`)
@@ -131,7 +133,7 @@ export async function measure(instances: number): Promise<ThroughputMeasure> {
       // Anything that did not complete (failed, missed, cancelled) is a failure of the run.
       failed: RUNS - counts.completed,
       cpuPerRun: {
-        // The progress poll (one COUNT per 100 ms over the runs left) is counted in.
+        // The progress poll (one LIMIT 1 probe per 100 ms) is counted in.
         runnerUs: Math.round(((cpu.user + cpu.system) / RUNS) * 10) / 10,
         databaseUs:
           dbCpuFrom === null || dbCpuTo === null ? null : Math.round(((dbCpuTo - dbCpuFrom) * 1000) / RUNS),
