@@ -47,9 +47,12 @@ afterAll(async () => {
   await s?.close()
 })
 
-async function statementsFor(query: string): Promise<{ statements: number; body: unknown }> {
+async function statementsFor(
+  query: string,
+  variables?: Record<string, unknown>,
+): Promise<{ statements: number; body: unknown }> {
   const before = s.app.db.stats.statements
-  const r = await s.gql(query, { auth: 'viewer' })
+  const r = await s.gql(query, { auth: 'viewer', variables })
   expect(r.body.errors).toBeUndefined()
   return { statements: s.app.db.stats.statements - before, body: r.body.data }
 }
@@ -102,6 +105,26 @@ describe('DataLoaders', () => {
     for (const [query, expected] of cases) {
       const { statements } = await statementsFor(query)
       expect(statements, query).toBe(expected)
+    }
+    // @skip/@include are applied as execution applies them, variables included.
+    const directiveCases: [string, Record<string, unknown>, number][] = [
+      ['{ runs(limit: 500) { id definition @skip(if: true) { id } } }', {}, 2],
+      ['query($d: Boolean!) { runs(limit: 500) { id definition @include(if: $d) { id } } }', { d: false }, 2],
+      ['query($d: Boolean!) { runs(limit: 500) { id definition @include(if: $d) { id } } }', { d: true }, 3],
+      [
+        'query($s: Boolean!) { runs(limit: 500) { id ... @skip(if: $s) { version { id } } } }',
+        { s: true },
+        2,
+      ],
+      [
+        'query($s: Boolean!) { runs(limit: 500) { id ...V @skip(if: $s) } } fragment V on EventRun { version { id } }',
+        { s: false },
+        3,
+      ],
+    ]
+    for (const [query, variables, expected] of directiveCases) {
+      const { statements } = await statementsFor(query, variables)
+      expect(statements, `${query} ${JSON.stringify(variables)}`).toBe(expected)
     }
     // …and each run still gets its own parents.
     const { body } = await statementsFor('{ runs(limit: 500) { id definition { id } version { id } } }')
