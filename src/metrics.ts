@@ -12,6 +12,19 @@ import { RUN_STATUSES } from './states.ts'
 /** Answers how many runs are in each status; called on every scrape. */
 export type RunsByStatusSource = () => Promise<Record<string, number>>
 
+/** What needs a person's attention, read from the database at scrape time. */
+export interface AttentionSnapshot {
+  /** Steps parked on a person (cues); never a `core.wait` timer. */
+  waitingSteps: number
+  /** When the longest-waiting parked step started waiting; null when none waits. */
+  oldestWaitingStepAt: Date | null
+  /** Runs not yet terminal whose health is `degraded`. */
+  degradedRuns: number
+}
+
+/** Answers {@link AttentionSnapshot}; called once per scrape. */
+export type AttentionSource = () => Promise<AttentionSnapshot>
+
 export interface Metrics {
   readonly registry: Registry
   /** Labels: method, route (`/graphql`, `/metrics`, …, never the raw URL), status. */
@@ -29,8 +42,16 @@ export interface Metrics {
   readonly openSubscriptions: Gauge
   /** How late the last tick started, in milliseconds. */
   readonly tickLagMs: Gauge
+  /** Filled on scrape from {@link Metrics.setAttentionSource}. */
+  readonly waitingSteps: Gauge
+  /** Filled on scrape from {@link Metrics.setAttentionSource}; 0 when no step waits. */
+  readonly oldestWaitingStepAgeSeconds: Gauge
+  /** Filled on scrape from {@link Metrics.setAttentionSource}. */
+  readonly degradedRuns: Gauge
   /** Set (or clear, with null) the callback the runs-by-status gauge is read from. */
   setRunsByStatusSource(source: RunsByStatusSource | null): void
+  /** Set (or clear, with null) the callback the waiting-step and degraded-run gauges are read from. */
+  setAttentionSource(source: AttentionSource | null): void
   /** The scrape body and its Content-Type. */
   render(): Promise<{ contentType: string; body: string }>
 }
@@ -41,13 +62,16 @@ export interface MetricsOptions {
   log?: Logger
   /** Include Node's process metrics (CPU, memory, event loop, GC). @default true */
   defaultMetrics?: boolean
-  /** How long a scrape waits for the runs-by-status source. @default 2000 */
+  /** How long a scrape waits for each database source. @default 2000 */
   sourceTimeoutMs?: number
+  /** The clock a waiting step's age is measured against, in epoch ms. @default Date.now */
+  now?: () => number
 }
 
 export function createMetrics(opts: MetricsOptions = {}): Metrics {
   const log = opts.log ?? silentLogger()
   const sourceTimeoutMs = opts.sourceTimeoutMs ?? 2000
+  const now = opts.now ?? Date.now
   const registry = new Registry()
   if (opts.defaultMetrics !== false) collectDefaultMetrics({ register: registry })
 
@@ -129,6 +153,50 @@ export function createMetrics(opts: MetricsOptions = {}): Metrics {
     registers: [registry],
   })
 
+  // Three gauges read one snapshot: render() takes it once per scrape, so a
+  // scrape costs one read however many of them there are. A source that fails
+  // or hangs is logged once and the three series are left out of that scrape:
+  // "0 cues waiting" while the database is away would tell an alert all is well.
+  let attentionSource: AttentionSource | null = null
+  let attentionThisScrape: Promise<AttentionSnapshot | null> | null = null
+  const readAttention = async (): Promise<AttentionSnapshot | null> => {
+    const current = attentionSource
+    if (!current) return null
+    try {
+      return await withTimeout(current(), sourceTimeoutMs)
+    } catch (err) {
+      log.warn({ err }, 'metrics: could not read the steps waiting on people')
+      return null
+    }
+  }
+  const attentionGauge = (name: string, help: string, value: (a: AttentionSnapshot) => number) =>
+    new Gauge({
+      name,
+      help,
+      registers: [registry],
+      async collect() {
+        const snapshot = await (attentionThisScrape ?? readAttention())
+        if (snapshot === null) this.remove()
+        else this.set(value(snapshot))
+      },
+    })
+  const waitingSteps = attentionGauge(
+    'showrunner_waiting_steps',
+    'Steps parked on a person (cues), read from the database at scrape time.',
+    (a) => a.waitingSteps,
+  )
+  const oldestWaitingStepAgeSeconds = attentionGauge(
+    'showrunner_oldest_waiting_step_age_seconds',
+    'How long the longest-waiting parked step has waited, in seconds; 0 when none waits. Alert on this.',
+    (a) =>
+      a.oldestWaitingStepAt === null ? 0 : Math.max(0, (now() - a.oldestWaitingStepAt.getTime()) / 1000),
+  )
+  const degradedRuns = attentionGauge(
+    'showrunner_degraded_runs',
+    'Runs not yet terminal whose health is degraded, read from the database at scrape time.',
+    (a) => a.degradedRuns,
+  )
+
   return {
     registry,
     httpRequestDuration,
@@ -140,12 +208,23 @@ export function createMetrics(opts: MetricsOptions = {}): Metrics {
     runsByStatus,
     openSubscriptions,
     tickLagMs,
+    waitingSteps,
+    oldestWaitingStepAgeSeconds,
+    degradedRuns,
     setRunsByStatusSource(next) {
       source = next
       if (!next) runsByStatus.reset()
     },
+    setAttentionSource(next) {
+      attentionSource = next
+    },
     async render() {
-      return { contentType: registry.contentType, body: await registry.metrics() }
+      attentionThisScrape = readAttention()
+      try {
+        return { contentType: registry.contentType, body: await registry.metrics() }
+      } finally {
+        attentionThisScrape = null
+      }
     },
   }
 }

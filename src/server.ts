@@ -21,7 +21,8 @@ import { GraphQLError, type ValidationContext } from 'graphql'
 import { createYoga, type YogaInitialContext, type YogaServerInstance } from 'graphql-yoga'
 import { schema } from '../schema/index.ts'
 import { createDb, type Db } from '../sql/db.ts'
-import { countByStatus } from '../sql/eventRuns.ts'
+import { countByStatus, countDegraded } from '../sql/eventRuns.ts'
+import { waitingSummary } from '../sql/eventSteps.ts'
 import { migrate, pendingMigrations } from '../sql/migrate.ts'
 import { type ApiContext, type ApiServices, createApiContext } from './api/context.ts'
 import { useDocumentNestingLimit } from './api/documentLimits.ts'
@@ -71,7 +72,7 @@ export interface BuildAppDeps {
   registry?: StepRegistry
   /** @default systemClock */
   clock?: Clock
-  /** @default createMetrics({ log: logger }) */
+  /** @default createMetrics({ log: logger, now: the clock }) */
   metrics?: Metrics
   /** Apply pending migrations in start(). @default true */
   migrate?: boolean
@@ -142,7 +143,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
   const ownsDb = deps.db === undefined
   const registry = deps.registry ?? createDefaultRegistry()
   const clock = deps.clock ?? systemClock
-  const metrics = deps.metrics ?? createMetrics({ log: logger })
+  const metrics = deps.metrics ?? createMetrics({ log: logger, now: () => clock.now().getTime() })
   const out = deps.out ?? process.stdout
 
   // Without configured tokens: one admin token for this process, printed once,
@@ -262,6 +263,10 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
   metrics.setRunsByStatusSource(async () => {
     const counts = await countByStatus(db)
     return counts as Record<string, number>
+  })
+  metrics.setAttentionSource(async () => {
+    const [waiting, degradedRuns] = await Promise.all([waitingSummary(db), countDegraded(db)])
+    return { waitingSteps: waiting.count, oldestWaitingStepAt: waiting.oldestAt, degradedRuns }
   })
 
   async function probe(
@@ -391,6 +396,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     await closed
     clearTimeout(force)
     metrics.setRunsByStatusSource(null)
+    metrics.setAttentionSource(null)
     if (ownsDb) await db.close()
     logger.info({}, 'stopped')
   }

@@ -71,6 +71,11 @@ async function answerTheCue(runId: string): Promise<void> {
     { auth: 'viewer' },
   )
   expect(waiting.body.data?.waitingSteps).toContainEqual({ id: cue?.id, run: { id: runId } })
+  // …and so does /metrics, for an alert on a cue nobody answers.
+  const metrics = await (await fetch(`${s.url}/metrics`)).text()
+  expect(metrics).toMatch(/^showrunner_waiting_steps [1-9]\d*$/m)
+  expect(metrics).toMatch(/^showrunner_oldest_waiting_step_age_seconds \d+(\.\d+)?(e-\d+)?$/m)
+  expect(metrics).toMatch(/^showrunner_degraded_runs 0$/m)
   const resolved = await s.gql<{ resolveCue: { applied: boolean; step: { status: string } } }>(
     'mutation ($step: ID!) { resolveCue(stepId: $step, note: "go") { applied step { status } } }',
     { variables: { step: cue?.id }, auth: 'operator' },

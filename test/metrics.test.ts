@@ -40,6 +40,9 @@ describe('createMetrics', () => {
       'showrunner_runs_by_status',
       'showrunner_open_subscriptions',
       'showrunner_tick_lag_ms',
+      'showrunner_waiting_steps',
+      'showrunner_oldest_waiting_step_age_seconds',
+      'showrunner_degraded_runs',
       'process_cpu_seconds_total',
       'nodejs_eventloop_lag_seconds',
     ]) {
@@ -86,6 +89,83 @@ describe('createMetrics', () => {
     ;({ body } = await m.render())
     expect(body).not.toContain('showrunner_runs_by_status{')
     expect(calls).toBe(2)
+  })
+
+  it('reads waiting steps, the oldest one’s age and degraded runs from one source call per scrape', async () => {
+    let nowMs = Date.parse('2026-11-30T12:00:00Z')
+    const m = createMetrics({ defaultMetrics: false, now: () => nowMs })
+    let body = (await m.render()).body
+    // No source: the series are absent, not a reassuring 0.
+    expect(body).toContain('# TYPE showrunner_waiting_steps gauge')
+    expect(sample(body, 'showrunner_waiting_steps')).toBeUndefined()
+    expect(sample(body, 'showrunner_oldest_waiting_step_age_seconds')).toBeUndefined()
+    expect(sample(body, 'showrunner_degraded_runs')).toBeUndefined()
+
+    let calls = 0
+    let snapshot = {
+      waitingSteps: 3,
+      oldestWaitingStepAt: new Date('2026-11-30T11:58:30Z') as Date | null,
+      degradedRuns: 2,
+    }
+    m.setAttentionSource(async () => {
+      calls++
+      return snapshot
+    })
+    body = (await m.render()).body
+    expect(calls).toBe(1)
+    expect(sample(body, 'showrunner_waiting_steps')).toBe(3)
+    expect(sample(body, 'showrunner_oldest_waiting_step_age_seconds')).toBe(90)
+    expect(sample(body, 'showrunner_degraded_runs')).toBe(2)
+
+    nowMs += 30_000
+    body = (await m.render()).body
+    expect(calls).toBe(2)
+    expect(sample(body, 'showrunner_oldest_waiting_step_age_seconds')).toBe(120)
+
+    snapshot = { waitingSteps: 0, oldestWaitingStepAt: null, degradedRuns: 0 }
+    body = (await m.render()).body
+    expect(sample(body, 'showrunner_waiting_steps')).toBe(0)
+    expect(sample(body, 'showrunner_oldest_waiting_step_age_seconds')).toBe(0)
+
+    m.setAttentionSource(null)
+    body = (await m.render()).body
+    expect(sample(body, 'showrunner_waiting_steps')).toBeUndefined()
+    expect(calls).toBe(3)
+  })
+
+  it('leaves the waiting-step series out of a scrape whose source fails or hangs, logging it once', async () => {
+    const lines: { level: string; msg: string }[] = []
+    const destination = new Writable({
+      write(chunk, _enc, done) {
+        lines.push(JSON.parse(String(chunk)))
+        done()
+      },
+    })
+    const m = createMetrics({
+      log: createLogger({ destination }),
+      sourceTimeoutMs: 50,
+      defaultMetrics: false,
+    })
+    m.setAttentionSource(async () => ({ waitingSteps: 4, oldestWaitingStepAt: null, degradedRuns: 1 }))
+    expect(sample((await m.render()).body, 'showrunner_waiting_steps')).toBe(4)
+    m.setAttentionSource(async () => {
+      throw new Error('database is down')
+    })
+    let { body } = await m.render()
+    expect(body).toContain('showrunner_tick_errors_total')
+    for (const series of [
+      'showrunner_waiting_steps',
+      'showrunner_oldest_waiting_step_age_seconds',
+      'showrunner_degraded_runs',
+    ])
+      expect(sample(body, series), series).toBeUndefined()
+    m.setAttentionSource(() => new Promise(() => {}))
+    ;({ body } = await m.render())
+    expect(sample(body, 'showrunner_waiting_steps')).toBeUndefined()
+    expect(lines.map((l) => [l.level, l.msg])).toEqual([
+      ['warn', 'metrics: could not read the steps waiting on people'],
+      ['warn', 'metrics: could not read the steps waiting on people'],
+    ])
   })
 
   it('logs a failing or hanging source instead of failing the scrape', async () => {
