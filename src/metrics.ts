@@ -113,27 +113,33 @@ export function createMetrics(opts: MetricsOptions = {}): Metrics {
     registers: [registry],
   })
 
+  /**
+   * Call a scrape-time database source within the timeout. A failing or slow
+   * database must not fail the whole scrape (process metrics are most useful
+   * exactly then): the error is logged and null answered, so the caller drops
+   * its series rather than leave them stale. Null too when no source is set.
+   */
+  const readSource = async <T>(source: (() => Promise<T>) | null, what: string): Promise<T | null> => {
+    if (!source) return null
+    try {
+      return await withTimeout(source(), sourceTimeoutMs)
+    } catch (err) {
+      log.warn({ err }, `metrics: could not read ${what}`)
+      return null
+    }
+  }
+
   let source: RunsByStatusSource | null = null
   const runsByStatus = new Gauge({
     name: 'showrunner_runs_by_status',
     help: 'Runs in each status, read from the database at scrape time.',
     labelNames: ['status'] as const,
     registers: [registry],
-    // prom-client awaits this before rendering. A failing or slow database must
-    // not fail the whole scrape (process metrics are most useful exactly then),
-    // so errors are logged and the series are dropped rather than left stale.
+    // prom-client awaits this before rendering.
     async collect() {
-      if (!source) return
-      const current = source
-      let counts: Record<string, number>
-      try {
-        counts = await withTimeout(current(), sourceTimeoutMs)
-      } catch (err) {
-        this.reset()
-        log.warn({ err }, 'metrics: could not read runs by status')
-        return
-      }
+      const counts = await readSource(source, 'runs by status')
       this.reset()
+      if (counts === null) return
       // Every known status is present, zero included, so a status that empties
       // reads 0 rather than vanishing from the graph.
       for (const status of RUN_STATUSES) this.set({ status }, 0)
@@ -159,16 +165,7 @@ export function createMetrics(opts: MetricsOptions = {}): Metrics {
   // "0 cues waiting" while the database is away would tell an alert all is well.
   let attentionSource: AttentionSource | null = null
   let attentionThisScrape: Promise<AttentionSnapshot | null> | null = null
-  const readAttention = async (): Promise<AttentionSnapshot | null> => {
-    const current = attentionSource
-    if (!current) return null
-    try {
-      return await withTimeout(current(), sourceTimeoutMs)
-    } catch (err) {
-      log.warn({ err }, 'metrics: could not read the steps waiting on people')
-      return null
-    }
-  }
+  const readAttention = () => readSource(attentionSource, 'the steps waiting on people')
   const attentionGauge = (name: string, help: string, value: (a: AttentionSnapshot) => number) =>
     new Gauge({
       name,
