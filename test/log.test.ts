@@ -1,22 +1,10 @@
-import { Writable } from 'node:stream'
 import { describe, expect, it } from 'vitest'
 import { createLogger, silentLogger } from '../src/log.ts'
-
-/** A destination that keeps every line, parsed. */
-function capture() {
-  const lines: Record<string, unknown>[] = []
-  const stream = new Writable({
-    write(chunk, _enc, done) {
-      for (const line of String(chunk).split('\n')) if (line) lines.push(JSON.parse(line))
-      done()
-    },
-  })
-  return { lines, stream }
-}
+import { captureLog } from './helpers/logCapture.ts'
 
 describe('createLogger', () => {
   it('writes JSON lines tagged with the instance, at or above the level', () => {
-    const { lines, stream } = capture()
+    const { lines, stream } = captureLog()
     const log = createLogger({ level: 'info', instance: 'node-a', destination: stream })
     log.debug('hidden')
     log.info({ runId: 7 }, 'run started')
@@ -26,7 +14,7 @@ describe('createLogger', () => {
   })
 
   it('omits instance when none is given and defaults to info', () => {
-    const { lines, stream } = capture()
+    const { lines, stream } = captureLog()
     const log = createLogger({ destination: stream })
     expect(log.level).toBe('info')
     log.info('x')
@@ -35,7 +23,7 @@ describe('createLogger', () => {
   })
 
   it('redacts authorization headers and token fields wherever callers put them', () => {
-    const { lines, stream } = capture()
+    const { lines, stream } = captureLog()
     const log = createLogger({ destination: stream })
     const secret = 'Bearer s3cr3t-s3cr3t-s3cr3t'
     log.info({ authorization: secret, token: 'tok-1' }, 'top level')

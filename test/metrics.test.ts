@@ -1,7 +1,7 @@
-import { Writable } from 'node:stream'
 import { describe, expect, it } from 'vitest'
 import { createLogger } from '../src/log.ts'
 import { createMetrics } from '../src/metrics.ts'
+import { captureLog } from './helpers/logCapture.ts'
 
 /** The value of one sample line in Prometheus text, or undefined when absent. */
 function sample(body: string, series: string): number | undefined {
@@ -134,13 +134,7 @@ describe('createMetrics', () => {
   })
 
   it('leaves the waiting-step series out of a scrape whose source fails or hangs, logging it once', async () => {
-    const lines: { level: string; msg: string }[] = []
-    const destination = new Writable({
-      write(chunk, _enc, done) {
-        lines.push(JSON.parse(String(chunk)))
-        done()
-      },
-    })
+    const { lines, stream: destination } = captureLog()
     const m = createMetrics({
       log: createLogger({ destination }),
       sourceTimeoutMs: 50,
@@ -169,13 +163,7 @@ describe('createMetrics', () => {
   })
 
   it('logs a failing or hanging source instead of failing the scrape', async () => {
-    const lines: { level: string; msg: string }[] = []
-    const destination = new Writable({
-      write(chunk, _enc, done) {
-        lines.push(JSON.parse(String(chunk)))
-        done()
-      },
-    })
+    const { lines, stream: destination } = captureLog()
     const m = createMetrics({ log: createLogger({ destination }), sourceTimeoutMs: 50 })
     m.setRunsByStatusSource(async () => ({ running: 1 }))
     await m.render()

@@ -2,7 +2,6 @@ import { spawn } from 'node:child_process'
 import { mkdtemp, readdir, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { Writable } from 'node:stream'
 import { fileURLToPath } from 'node:url'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createDb } from '../sql/db.ts'
@@ -15,6 +14,7 @@ import {
   PrivateMariadbError,
   startPrivateMariadb,
 } from '../src/privateMariadb.ts'
+import { captureLog } from './helpers/logCapture.ts'
 
 const MODULE = fileURLToPath(new URL('../src/privateMariadb.ts', import.meta.url))
 
@@ -186,13 +186,7 @@ describe.skipIf(!installed)('startPrivateMariadb', () => {
   })
 
   it('logs a server that dies after start-up, and stop() still resolves', async () => {
-    const lines: { level: string; msg: string }[] = []
-    const destination = new Writable({
-      write(chunk, _enc, done) {
-        lines.push(JSON.parse(String(chunk)))
-        done()
-      },
-    })
+    const { lines, stream: destination } = captureLog()
     const m = await start({ log: createLogger({ destination }) })
     process.kill(m.pid, 'SIGKILL')
     expect(await eventually(() => lines.some((l) => l.msg === 'private MariaDB: exited unexpectedly'))).toBe(
