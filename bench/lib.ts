@@ -235,6 +235,35 @@ export function serverCpuMs(comm: string): number | null {
   }
 }
 
+/** CPU per unit of work, in µs: this process's, and the local database server's (null if not local). */
+export interface CpuPerUnit {
+  processUs: number
+  databaseUs: number | null
+}
+
+/**
+ * Start measuring the CPU of this process and of the local database server
+ * named `serverComm` (see {@link serverCpuMs}); `perUnit(n)` reads both now and
+ * divides what was spent since the start by `n` units of work.
+ */
+export function cpuMeter(serverComm: string): { perUnit(units: number): CpuPerUnit } {
+  const processFrom = process.cpuUsage()
+  const serverFrom = serverCpuMs(serverComm)
+  return {
+    perUnit(units) {
+      const spent = process.cpuUsage(processFrom)
+      const serverTo = serverCpuMs(serverComm)
+      return {
+        processUs: Math.round(((spent.user + spent.system) / units) * 10) / 10,
+        databaseUs:
+          serverFrom === null || serverTo === null
+            ? null
+            : Math.round(((serverTo - serverFrom) * 1000) / units),
+      }
+    },
+  }
+}
+
 /**
  * Run `fn` when `moduleUrl` is the entry point (`npx tsx bench/x.ts`), then exit:
  * a pool or a socket left open must not keep a finished benchmark alive.

@@ -7,7 +7,7 @@
  */
 import { randomBytes } from 'node:crypto'
 import pg from 'pg'
-import { runMain, serverCpuMs, sleep } from './lib.ts'
+import { cpuMeter, runMain, sleep } from './lib.ts'
 
 export const PEER_SERVER = process.env.BENCH_PG_URL ?? 'postgres://postgres@127.0.0.1:5432/postgres'
 const JOBS = Number(process.env.BENCH_RUNS ?? 20_000)
@@ -54,8 +54,7 @@ export async function measurePeer(jobs = JOBS): Promise<PeerMeasure> {
     await probe.connect()
     let executed = 0
     const started = performance.now()
-    const cpuFrom = process.cpuUsage()
-    const dbCpuFrom = serverCpuMs('postgres')
+    const cpu = cpuMeter('postgres')
     const runner = await run({
       connectionString,
       logger,
@@ -69,8 +68,7 @@ export async function measurePeer(jobs = JOBS): Promise<PeerMeasure> {
       executed++
     })
     let seconds = Number.NaN
-    let cpu: NodeJS.CpuUsage = { user: 0, system: 0 }
-    let dbCpuTo: number | null = null
+    let spent = { processUs: 0, databaseUs: null as number | null }
     try {
       // Bounded: at worst 5 minutes. Cheap waits until the handlers ran, then
       // a tight check for the completions to be committed.
@@ -85,17 +83,12 @@ export async function measurePeer(jobs = JOBS): Promise<PeerMeasure> {
         await sleep(2)
       }
     } finally {
-      cpu = process.cpuUsage(cpuFrom)
-      dbCpuTo = serverCpuMs('postgres')
+      spent = cpu.perUnit(jobs)
       await runner.stop()
       await probe.end()
     }
     if (Number.isNaN(seconds)) throw new Error(`graphile-worker did not finish ${jobs} jobs within 5 minutes`)
-    const cpuPerJob = {
-      workerUs: Math.round(((cpu.user + cpu.system) / jobs) * 10) / 10,
-      databaseUs:
-        dbCpuFrom === null || dbCpuTo === null ? null : Math.round(((dbCpuTo - dbCpuFrom) * 1000) / jobs),
-    }
+    const cpuPerJob = { workerUs: spent.processUs, databaseUs: spent.databaseUs }
     return { jobsPerSecond: jobs / seconds, seconds, jobs, cpuPerJob }
   } finally {
     await withAdmin((c) => c.query(`DROP DATABASE IF EXISTS ${name} WITH (FORCE)`))

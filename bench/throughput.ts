@@ -19,10 +19,10 @@ import {
   type BenchResult,
   baselineUpdatesPerSecond,
   benchDb,
+  cpuMeter,
   printResults,
   runMain,
   saveResult,
-  serverCpuMs,
   sleep,
 } from './lib.ts'
 import { measurePeer } from './peer.ts'
@@ -100,8 +100,7 @@ export async function measure(instances: number): Promise<ThroughputMeasure> {
         }),
     )
     const startedAt = Date.now()
-    const cpuFrom = process.cpuUsage()
-    const dbCpuFrom = serverCpuMs('mariadbd')
+    const cpu = cpuMeter('mariadbd')
     for (const r of runners) r.start()
     // The progress poll asks only whether any run is left: one probe of the
     // status index (LIMIT 1), so the observer costs the database next to nothing.
@@ -118,8 +117,8 @@ export async function measure(instances: number): Promise<ThroughputMeasure> {
       await sleep(100)
     }
     // Before the runners stop: their stop is not part of the work measured.
-    const cpu = process.cpuUsage(cpuFrom)
-    const dbCpuTo = serverCpuMs('mariadbd')
+    // The progress poll (one LIMIT 1 probe per 100 ms) is counted in.
+    const { processUs, databaseUs } = cpu.perUnit(RUNS)
     await Promise.all(runners.map((r) => r.stop()))
     const counts = await runs.countByStatus(b.db)
     const [last] = await b.db.query<{ at: Date | null }>('SELECT MAX(ended_at) AS at FROM event_runs')
@@ -132,12 +131,7 @@ export async function measure(instances: number): Promise<ThroughputMeasure> {
       statementsPerRun: statements / RUNS,
       // Anything that did not complete (failed, missed, cancelled) is a failure of the run.
       failed: RUNS - counts.completed,
-      cpuPerRun: {
-        // The progress poll (one LIMIT 1 probe per 100 ms) is counted in.
-        runnerUs: Math.round(((cpu.user + cpu.system) / RUNS) * 10) / 10,
-        databaseUs:
-          dbCpuFrom === null || dbCpuTo === null ? null : Math.round(((dbCpuTo - dbCpuFrom) * 1000) / RUNS),
-      },
+      cpuPerRun: { runnerUs: processUs, databaseUs },
     }
   } finally {
     await b.drop()
