@@ -860,6 +860,10 @@ export async function deferStart(db: Queryable, id: number, until: Date): Promis
 /**
  * The run holding `key`, other than `exceptRunId`: what the log names when a run
  * is blocked. A NULL key never contends.
+ *
+ * Read from the key's lock row, the one {@link claimStart} decides on, joined to
+ * its run: a lock row outlives its run's key-holding statuses only until the
+ * next claimer takes it over, so the run must still be key-holding to count.
  */
 export async function concurrencyHolder(
   db: Queryable,
@@ -868,9 +872,9 @@ export async function concurrencyHolder(
 ): Promise<{ id: number; status: RunStatus; definitionId: number } | null> {
   if (!key) return null
   const [row] = await db.execute<Raw>(
-    `SELECT id, status, definition_id FROM event_runs
-      WHERE concurrency_key = ? AND id <> ? AND status IN (${placeholders(KEY_HOLDING.length)})
-      ORDER BY id LIMIT 1`,
+    `SELECT r.id, r.status, r.definition_id
+       FROM concurrency_locks l JOIN event_runs r ON r.id = l.run_id
+      WHERE l.lock_key = ? AND r.id <> ? AND r.status IN (${placeholders(KEY_HOLDING.length)})`,
     [key, exceptRunId, ...KEY_HOLDING],
   )
   return row
@@ -973,7 +977,8 @@ export async function holdersOfKeys(
   const rows = await db.query<Raw>(
     `SELECT w.k AS requested_key, r.id, r.status, r.definition_id
        FROM (${wanted}) w
-       JOIN event_runs r ON r.concurrency_key = w.k
+       JOIN concurrency_locks l ON l.lock_key = w.k
+       JOIN event_runs r ON r.id = l.run_id
       WHERE r.status IN (${placeholders(KEY_HOLDING.length)})
       ORDER BY r.id`,
     [...keys, ...KEY_HOLDING],

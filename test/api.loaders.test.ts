@@ -41,7 +41,14 @@ beforeAll(async () => {
   // One holder per key, so concurrencyHolder resolves to a run for most rows.
   const firstOfEach = new Map<number, number>()
   for (const r of all) if (!firstOfEach.has(r.definitionId)) firstOfEach.set(r.definitionId, r.id)
-  for (const id of firstOfEach.values()) await runs.transition(db, id, 'scheduled', 'running')
+  for (const id of firstOfEach.values()) {
+    // Holding a key is the lock row plus a key-holding status, as claimStart leaves it.
+    await db.run(
+      'INSERT INTO concurrency_locks (lock_key, run_id) SELECT concurrency_key, id FROM event_runs WHERE id = ?',
+      [id],
+    )
+    await runs.transition(db, id, 'scheduled', 'running')
+  }
 })
 afterAll(async () => {
   await s?.close()

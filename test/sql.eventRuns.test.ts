@@ -581,8 +581,14 @@ describe('invariant 9: concurrency keys', () => {
     // between the transition and the release): no repository makes this state.
     await db.run(`UPDATE event_runs SET status = 'failed', ended_at = NOW(3) WHERE id = ?`, [holder.id])
     expect((await locks(db)).get('stale')).toBe(holder.id)
+    // Who holds a key is read through its lock row: a terminal holder holds nothing.
+    expect(await runs.concurrencyHolder(db, 'stale', next.id)).toBeNull()
+    expect(await runs.holdersOfKeys(db, ['stale'])).toEqual([])
     expect(await runs.claimStart(db, next, 'w2', LEASE())).toEqual({ claimed: true, blockedBy: null })
     expect((await locks(db)).get('stale')).toBe(next.id)
+    expect(await runs.holdersOfKeys(db, ['STALE', 'nobody'])).toEqual([
+      { requestedKey: 'STALE', id: next.id, status: 'starting', definitionId: fx.def.id },
+    ])
 
     const orphanKey = await makeRun(db, { concurrencyKey: 'orphan' })
     await db.run('INSERT INTO concurrency_locks (lock_key, run_id) VALUES (?, ?)', ['orphan', 987654321])
