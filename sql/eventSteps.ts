@@ -352,6 +352,18 @@ export async function resume(
   return res.affectedRows === 1
 }
 
+/**
+ * Store the result of a step {@link insertStarted} wrote as `completed`: a pure
+ * step that answered one, inside the same start transaction.
+ */
+export async function setStartedResult(tx: Queryable, id: number, result: unknown): Promise<boolean> {
+  const res = await tx.run(`UPDATE event_run_steps SET result = ? WHERE id = ? AND status = 'completed'`, [
+    toJson(result),
+    id,
+  ])
+  return res.affectedRows === 1
+}
+
 /** `running → completed` with its result; guarded, so a skip that won is kept. */
 export async function complete(db: Queryable, id: number, result: unknown): Promise<boolean> {
   const res = await db.run(

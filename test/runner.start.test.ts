@@ -32,6 +32,7 @@ const t = useTestDb()
 beforeEach(() => resetRuns(t.db))
 
 let flakyCalls = 0
+let answerCalls = 0
 const gate = (() => {
   const g = {
     entered: () => {},
@@ -75,6 +76,22 @@ const kinds: AnyStepKind[] = [
     await gate.opened
     return { type: 'completed' }
   }),
+  // Answers a result instead of only logging (custom kinds may).
+  pureKind('test.answer-pure', async (ctx) => {
+    answerCalls++
+    await ctx.log('info', 'answered')
+    return { type: 'completed', result: { answer: 42, run: ctx.run.id } }
+  }),
+  {
+    kind: 'test.answer-inline',
+    sideEffects: false,
+    inline: true,
+    validate: () => [],
+    execute: async () => {
+      answerCalls++
+      return { type: 'completed', result: { inline: true } }
+    },
+  },
   // Writes a line the database refuses (a level longer than its column).
   pureKind('test.bad-line', async (ctx) => {
     await ctx.log('x'.repeat(50) as 'info', 'refused')
@@ -357,6 +374,35 @@ describe('a run whose program goes on after its pure steps', () => {
     ])
     // The failed attempt's outcome was never written; the successful one's was, once.
     expect((await logLines(t.db, run.id)).slice(1)).toEqual(['first', 'flaky succeeded', 'last'])
+  })
+})
+
+describe('a step of an inline kind that answers a result', () => {
+  it('is executed once, and its result is stored with the step, on the start and the batch paths', async () => {
+    answerCalls = 0
+    const { clock, env } = setup()
+    const def = await defineEvent(env, {
+      program: program([
+        'main',
+        [
+          // Pure: run inside the start transaction.
+          { kind: 'test.answer-pure', params: {} },
+          // Inline but not pure: run by the batch path after the start commits.
+          { kind: 'test.answer-inline', params: {} },
+          { kind: 'core.log', params: { message: 'last' } },
+        ],
+      ]),
+    })
+    const run = await startRun(controlDeps(env), { definitionId: def.id, actor: 'op#1' })
+    await new Runner({ db: t.db, registry: env.registry, clock, instanceId: 'answers' }).tick()
+    expect(answerCalls).toBe(2)
+    expect(await runOf(t.db, run.id)).toMatchObject({ status: 'completed', health: 'ok' })
+    expect((await stepsOf(t.db, run.id)).map((s) => [s.status, s.attempts, s.result])).toEqual([
+      ['completed', 1, { answer: 42, run: run.id }],
+      ['completed', 1, { inline: true }],
+      ['completed', 1, null],
+    ])
+    expect((await logLines(t.db, run.id)).slice(1)).toEqual(['answered', 'last'])
   })
 })
 

@@ -134,6 +134,8 @@ export async function advanceBatch(deps: EngineDeps, claimed: readonly ClaimedRu
     }
     const lines: NewLog[] = []
     const succeeded: number[] = []
+    // Inline kinds log rather than answer; one that answers gets its own UPDATE.
+    const answered: { id: number; result: unknown }[] = []
     const failures: { run: ClaimedRun; step: StepRow; err: unknown }[] = []
     for (const { run, step } of entries) {
       const current: StepRow = { ...step, status: 'running', attempts: step.attempts + 1 }
@@ -152,14 +154,19 @@ export async function advanceBatch(deps: EngineDeps, claimed: readonly ClaimedRu
         )
         if (outcome?.type !== 'completed')
           throw new Error(`inline kind ${step.kind} did not complete at once`)
-        succeeded.push(step.id)
+        if (outcome.result === undefined || outcome.result === null) succeeded.push(step.id)
+        else answered.push({ id: step.id, result: outcome.result })
       } catch (err) {
         failures.push({ run, step: current, err })
       }
     }
     await logs.appendMany(db, lines)
     // The lines are written: from here on, a lost completion would log them again.
-    await recordOutcome(deps.hardStop, () => steps.completeMany(db, succeeded))
+    await recordOutcome(deps.hardStop, async () => {
+      await steps.completeMany(db, succeeded)
+      for (const { id, result } of answered) await steps.complete(db, id, result)
+    })
+    succeeded.push(...answered.map((a) => a.id))
     const kindOf = new Map(entries.map((e) => [e.step.id, e.step.kind]))
     for (const id of succeeded) deps.observer?.stepFinished?.(kindOf.get(id) ?? 'unknown', 'completed')
     const failedRuns = new Set<number>()

@@ -211,6 +211,8 @@ async function startInTransaction(
   const leaseUntil = new Date(now.getTime() + deps.leaseMs)
   const finished: string[] = []
   const reopen: number[] = []
+  // Rare: pure kinds log rather than answer, so a result costs its own UPDATE.
+  const results: { id: number; result: unknown }[] = []
   // Pure steps finish at once (a batch of thousands takes milliseconds), so one
   // deadline covers them all, the shortest timeout among them, rather than a
   // timer per step. A batch that overruns it rolls back and is started one run
@@ -229,7 +231,8 @@ async function startInTransaction(
         const spec = plan.specs[i] as StepSpec
         const step = stepRowOf(spec, stepIds[i] as number, plan.run.id, deps.owner, now, leaseUntil)
         const lines: NewLog[] = []
-        if (!(await runPure(deps, plan, step, lines, signal))) {
+        const outcome = await runPure(deps, plan, step, lines, signal)
+        if (!outcome) {
           // Not completed after all: this step and the pure ones after it go back
           // to `pending`, and the engine runs it with its retries.
           plan.reached = i
@@ -237,11 +240,14 @@ async function startInTransaction(
           break
         }
         plan.lines.push(...lines)
+        if (outcome.result !== undefined && outcome.result !== null)
+          results.push({ id: step.id, result: outcome.result })
         finished.push(spec.kind)
       }
     }
   })
   await steps.reopenStarted(tx, reopen)
+  for (const { id, result } of results) await steps.setStartedResult(tx, id, result)
   await logs.appendMany(
     tx,
     plans.flatMap((p) => p.lines),
@@ -310,27 +316,26 @@ function startedAs(
   return { status, phase: current.phase, owner, token, leaseUntil }
 }
 
-/** Run one pure step; its log lines go to `lines`. False when the attempt failed. */
+/** Run one pure step; its log lines go to `lines`. Null when the attempt failed, else its result. */
 async function runPure(
   deps: EngineDeps,
   plan: Plan,
   step: StepRow,
   lines: NewLog[],
   signal: AbortSignal,
-): Promise<boolean> {
+): Promise<{ result: unknown } | null> {
   const kind = deps.registry.get(step.kind)
-  if (!kind) return false
+  if (!kind) return null
   try {
     const ctx = stepContext(deps, plan.run, step, plan.title, false, signal)
     ctx.log = async (level, message, data) => {
       lines.push({ runId: plan.run.id, stepId: step.id, level, message, data, actor: deps.owner })
     }
     const outcome = await kind.execute(ctx)
-    // A result would need the row written again; pure kinds log instead.
-    return outcome?.type === 'completed' && (outcome.result === undefined || outcome.result === null)
+    return outcome?.type === 'completed' ? { result: outcome.result } : null
   } catch {
     // The engine runs the step again with its retries and records the error there.
-    return false
+    return null
   }
 }
 
