@@ -931,6 +931,27 @@ export async function countByStatus(db: Queryable): Promise<Record<RunStatus, nu
   return out
 }
 
+/**
+ * Run counts of the statuses a run is still moving through (every one present,
+ * zero when none). It walks only the status index's ranges for those statuses,
+ * so its cost follows the runs in flight and scheduled ahead, not the history
+ * {@link countByStatus} counts.
+ */
+export async function countLiveByStatus(
+  db: Queryable,
+): Promise<Record<(typeof NON_TERMINAL)[number], number>> {
+  const rows = await db.execute<Raw>(
+    `SELECT status, COUNT(*) AS n FROM event_runs WHERE status IN (${placeholders(NON_TERMINAL.length)}) GROUP BY status`,
+    [...NON_TERMINAL],
+  )
+  const out = Object.fromEntries(NON_TERMINAL.map((status) => [status, 0])) as Record<
+    (typeof NON_TERMINAL)[number],
+    number
+  >
+  for (const r of rows) out[r.status as (typeof NON_TERMINAL)[number]] = Number(r.n)
+  return out
+}
+
 /** How many non-terminal runs are degraded. */
 export async function countDegraded(db: Queryable): Promise<number> {
   const [row] = await db.execute<Raw>(

@@ -132,7 +132,7 @@ export function createMetrics(opts: MetricsOptions = {}): Metrics {
   let source: RunsByStatusSource | null = null
   const runsByStatus = new Gauge({
     name: 'showrunner_runs_by_status',
-    help: 'Runs in each status, read from the database at scrape time.',
+    help: 'Runs in each status. Statuses still in progress are counted at every scrape; terminal ones come from a full count taken at most every 5 minutes.',
     labelNames: ['status'] as const,
     registers: [registry],
     // prom-client awaits this before rendering.

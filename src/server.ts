@@ -21,7 +21,7 @@ import { GraphQLError, type ValidationContext } from 'graphql'
 import { createYoga, type YogaInitialContext, type YogaServerInstance } from 'graphql-yoga'
 import { schema } from '../schema/index.ts'
 import { createDb, type Db } from '../sql/db.ts'
-import { countByStatus, countDegraded } from '../sql/eventRuns.ts'
+import { countDegraded } from '../sql/eventRuns.ts'
 import { waitingSummary } from '../sql/eventSteps.ts'
 import { migrate, pendingMigrations } from '../sql/migrate.ts'
 import { type ApiContext, type ApiServices, createApiContext } from './api/context.ts'
@@ -35,6 +35,7 @@ import { authenticate, type Principal, type TokenEntry, tokenActor } from './aut
 import { type Config, generateToken } from './config.ts'
 import { createLogger, type Logger } from './log.ts'
 import { createMetrics, type Metrics } from './metrics.ts'
+import { createRunCounts } from './runCounts.ts'
 import { type Clock, systemClock } from './runner/engine.ts'
 import { Runner } from './runner/runner.ts'
 import { createDefaultRegistry, type StepRegistry } from './runner/steps/registry.ts'
@@ -260,10 +261,12 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     ],
   })
 
-  metrics.setRunsByStatusSource(async () => {
-    const counts = await countByStatus(db)
-    return counts as Record<string, number>
-  })
+  metrics.setRunsByStatusSource(
+    createRunCounts(db, {
+      onRefreshError: (err) =>
+        logger.warn({ err }, 'metrics: could not count the terminal runs; the last counts stay'),
+    }),
+  )
   metrics.setAttentionSource(async () => {
     const [waiting, degradedRuns] = await Promise.all([waitingSummary(db), countDegraded(db)])
     return { waitingSteps: waiting.count, oldestWaitingStepAt: waiting.oldestAt, degradedRuns }
