@@ -406,6 +406,67 @@ describe('a step of an inline kind that answers a result', () => {
   })
 })
 
+describe('a backlog', () => {
+  it('brings in the second start transaction as soon as the first has locked a full batch, not once it commits', async () => {
+    gate.reset()
+    const { clock, env } = setup()
+    const gated = await defineEvent(env, {
+      program: program(['main', [{ kind: 'test.gate-pure', params: {} }]]),
+    })
+    const plain = await defineEvent(env, {
+      program: program(['main', [{ kind: 'core.log', params: { message: 'plain' } }]]),
+    })
+    const now = clock.now().getTime()
+    // The two oldest fill the first batch (batchSize 2) and hold it open on the gate.
+    for (const scope of ['g1', 'g2'])
+      await startRun(controlDeps(env), {
+        definitionId: gated.id,
+        scope,
+        at: new Date(now - 2000),
+        actor: 'op#1',
+      })
+    const later = [
+      await startRun(controlDeps(env), {
+        definitionId: plain.id,
+        scope: 'p1',
+        at: new Date(now - 1000),
+        actor: 'op#1',
+      }),
+      await startRun(controlDeps(env), {
+        definitionId: plain.id,
+        scope: 'p2',
+        at: new Date(now - 1000),
+        actor: 'op#1',
+      }),
+    ]
+    const runner = new Runner({
+      db: t.db,
+      registry: env.registry,
+      clock,
+      instanceId: 'backlog',
+      batchSize: 2,
+      startConcurrency: 2,
+    })
+    const tick = runner.tick()
+    await gate.reached
+    try {
+      // While the first batch waits on its gate, the second one starts and commits the next runs.
+      const deadline = Date.now() + 5000
+      while (
+        (await Promise.all(later.map((r) => runOf(t.db, r.id)))).some((r) => r?.status !== 'completed')
+      ) {
+        if (Date.now() > deadline) throw new Error('the second batch did not run alongside the first')
+        await sleep(20)
+      }
+    } finally {
+      gate.open()
+    }
+    await tick
+    const all = await runsSql.list(t.db, { limit: 10 })
+    expect(all.map((r) => r.status)).toEqual(['completed', 'completed', 'completed', 'completed'])
+  })
+})
+
 describe('a program that opens with its ending phase', () => {
   it.each([
     ['key-less (start transaction)', null],

@@ -442,10 +442,8 @@ export class Runner {
     const handOff: ClaimedRun[] = []
     let batches = 0
     let drained = false
-    // One batch; only a full one (a backlog) is followed by more, then
-    // `startConcurrency` at a time, so one batch's statements overlap another's work.
-    const startOne = async () => {
-      const batch = await startDueBatch(engine, `${token}:${batches++}`, this.opts.batchSize)
+    const startOne = async (onLocked?: (count: number) => void) => {
+      const batch = await startDueBatch(engine, `${token}:${batches++}`, this.opts.batchSize, { onLocked })
       handOff.push(...batch.handOff)
       for (const { runId, reason } of batch.failed)
         this.opts.logger.error(
@@ -456,15 +454,27 @@ export class Runner {
       if (batch.locked < this.opts.batchSize || batch.started === 0) drained = true
     }
     const more = () => !drained && !this.windingDown && batches < MAX_START_BATCHES_PER_TICK
+    const keepStarting = async () => {
+      while (more()) await startOne()
+    }
+    // One batch first. Only a backlog (its locking read came back full) brings
+    // in the other `startConcurrency - 1` workers, so one batch's statements
+    // overlap another's work. They join as soon as the first batch has locked
+    // its runs rather than once it commits, which would run the first batch of
+    // every backlog alone.
+    const helpers: Promise<void>[] = []
+    const joinHelpers = (locked: number) => {
+      if (locked < this.opts.batchSize || helpers.length > 0 || !more()) return
+      for (let i = 1; i < this.opts.startConcurrency; i++) helpers.push(keepStarting())
+    }
     try {
-      await startOne()
-      // allSettled: a failed worker must not leave the other still starting runs after the release below.
-      const workers = await Promise.allSettled(
-        Array.from({ length: this.opts.startConcurrency }, async () => {
-          while (more()) await startOne()
-        }),
-      )
-      const failed = workers.find((w) => w.status === 'rejected')
+      const first = (async () => {
+        await startOne(joinHelpers)
+        await keepStarting()
+      })()
+      // allSettled: a failed worker must not leave the others still starting runs after the release below.
+      const settled = [...(await Promise.allSettled([first])), ...(await Promise.allSettled(helpers))]
+      const failed = settled.find((w) => w.status === 'rejected')
       if (failed) throw failed.reason
     } catch (err) {
       // The batches that committed hold claims: give them back rather than let them wait out their leases.

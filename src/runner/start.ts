@@ -67,9 +67,17 @@ export async function startDueBatch(
   deps: EngineDeps,
   token: string,
   limit: number,
+  opts: {
+    /**
+     * Told how many runs the batch locked as soon as it knows, before it starts
+     * them: a full batch means more are due, so a caller can start the next
+     * batch alongside this one instead of after it.
+     */
+    onLocked?: (count: number) => void
+  } = {},
 ): Promise<StartBatchOutcome> {
   try {
-    return await startOnce(deps, token, limit, [])
+    return await startOnce(deps, token, limit, [], opts.onLocked)
   } catch (err) {
     // A runner cut short by its stop grace is not a run's fault: nothing fails for it.
     if (isTransient(err) || deps.hardStop.aborted) throw err
@@ -126,9 +134,10 @@ async function startOnce(
   token: string,
   limit: number,
   seen: number[],
+  onLocked?: (count: number) => void,
 ): Promise<StartBatchOutcome> {
   const { outcome, finished } = await deps.db.transaction(
-    (tx) => startInTransaction(deps, tx, token, limit, seen),
+    (tx) => startInTransaction(deps, tx, token, limit, seen, onLocked),
     { isolation: 'READ COMMITTED', deadlockAttempts: DEADLOCK_ATTEMPTS },
   )
   for (const kind of finished) deps.observer?.stepFinished?.(kind, 'completed')
@@ -169,12 +178,14 @@ async function startInTransaction(
   token: string,
   limit: number,
   seen: number[],
+  onLocked?: (count: number) => void,
 ): Promise<{ outcome: StartBatchOutcome; finished: string[] }> {
   const empty = { outcome: { locked: 0, started: 0, completed: 0, handOff: [], failed: [] }, finished: [] }
   if (deps.stopping()) return empty
   const now = deps.clock.now()
   const budget = deps.maxStepsPerClaim ?? 25
   const locked = await runs.lockDueToStart(tx, now, limit)
+  onLocked?.(locked.length)
   if (locked.length === 0) return empty
   // What this attempt locked (a deadlock retry may lock other runs).
   seen.splice(0, seen.length, ...locked.map((r) => r.id))
