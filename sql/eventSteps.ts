@@ -150,14 +150,30 @@ export interface StartedStep {
 }
 
 /**
+ * A spec at least this many runs of one start share (the same step of one
+ * version) is inserted set-wise: one `INSERT … SELECT` over those runs' ids
+ * carries the spec's values once, instead of a VALUES row per run. For 2,500
+ * runs that took the statement from about 19 to 8 µs per row, end to end
+ * (client formatting, then MariaDB parsing a VALUES list 15 values wide).
+ */
+const SHARED_SPEC_MIN_RUNS = 8
+/** Run ids per set-wise statement, at most. */
+const MAX_RUN_IDS_PER_STATEMENT = 2000
+
+/**
  * Insert the step rows of runs being started, each already in the state the
  * start transaction leaves it (`completed` after one attempt, or `pending`), and
  * answer their ids in input order. Plain INSERT: the run was `scheduled` and
  * locked, so it has no rows yet, and a duplicate would be a bug worth failing on.
  *
- * The ids come from the statement's first id when the server hands out
- * consecutive ids to a multi-row INSERT (`innodb_autoinc_lock_mode` 0 or 1, the
- * default); under mode 2 (Galera) they are read back.
+ * Rows of a spec many runs share go in set-wise (see
+ * {@link SHARED_SPEC_MIN_RUNS}); the rest as multi-row VALUES. A run's step ids
+ * then need not follow its `seq`, which is what orders steps everywhere.
+ *
+ * The ids come from each statement's first id when the server hands out
+ * consecutive ids within a statement (`innodb_autoinc_lock_mode` 0 or 1, the
+ * default; the set-wise statement produces its rows in run id order); under
+ * mode 2 (Galera) they are read back.
  */
 export async function insertStarted(
   tx: Queryable,
@@ -174,36 +190,82 @@ export async function insertStarted(
   )
   const consecutive = Number(mode?.mode) < 2 && opts.readBack !== true
   const step = Number(mode?.step ?? 1)
-  const ids: number[] = []
-  for (const chunk of chunkRows(rows, (r) => specBytes(r.spec))) {
+  const ids = new Array<number>(rows.length)
+  // One statement's rows got consecutive ids from its first, in the order it produced them.
+  const assignIds = (positions: readonly number[], first: number) => {
+    for (let k = 0; k < positions.length; k++) ids[positions[k] as number] = first + k * step
+  }
+  const outcome = (done: boolean) => [
+    done ? 'completed' : 'pending',
+    done ? 1 : 0,
+    done ? at : null,
+    done ? at : null,
+  ]
+
+  // Row positions by (spec, outcome); a spec object is one step of one version.
+  const bySpec = new Map<StepSpec, Map<boolean, number[]>>()
+  for (let i = 0; i < rows.length; i++) {
+    const { spec, done } = rows[i] as StartedStep
+    const byOutcome = bySpec.get(spec) ?? new Map<boolean, number[]>()
+    bySpec.set(spec, byOutcome)
+    const positions = byOutcome.get(done)
+    if (positions) positions.push(i)
+    else byOutcome.set(done, [i])
+  }
+  const rowByRow: number[] = []
+  for (const [spec, byOutcome] of bySpec) {
+    for (const [done, positions] of byOutcome) {
+      if (positions.length < SHARED_SPEC_MIN_RUNS) {
+        rowByRow.push(...positions)
+        continue
+      }
+      positions.sort((a, b) => (rows[a] as StartedStep).runId - (rows[b] as StartedStep).runId)
+      const shared = [...specValues(0, spec).slice(1), ...outcome(done)]
+      for (let from = 0; from < positions.length; from += MAX_RUN_IDS_PER_STATEMENT) {
+        const chunk = positions.slice(from, from + MAX_RUN_IDS_PER_STATEMENT)
+        const res = await tx.runQuery(
+          `INSERT INTO event_run_steps (${SPEC_COLUMNS}, status, attempts, started_at, ended_at)
+           SELECT r.id, ${placeholders(shared.length)} FROM event_runs r
+            WHERE r.id IN (${placeholders(chunk.length)}) ORDER BY r.id`,
+          [...shared, ...chunk.map((i) => (rows[i] as StartedStep).runId)],
+        )
+        if (res.affectedRows !== chunk.length)
+          throw new Error(`inserted ${res.affectedRows} of ${chunk.length} step rows`)
+        if (consecutive) assignIds(chunk, res.insertId)
+      }
+    }
+  }
+  rowByRow.sort((a, b) => a - b)
+  for (const chunk of chunkRows(rowByRow, (i) => specBytes((rows[i] as StartedStep).spec))) {
     const res = await tx.runQuery(
       `INSERT INTO event_run_steps (${SPEC_COLUMNS}, status, attempts, started_at, ended_at)
        VALUES ${chunk.map(() => `(${placeholders(SPEC_COLUMN_COUNT + 4)})`).join(', ')}`,
-      chunk.flatMap((r) => [
-        ...specValues(r.runId, r.spec),
-        r.done ? 'completed' : 'pending',
-        r.done ? 1 : 0,
-        r.done ? at : null,
-        r.done ? at : null,
-      ]),
+      chunk.flatMap((i) => {
+        const r = rows[i] as StartedStep
+        return [...specValues(r.runId, r.spec), ...outcome(r.done)]
+      }),
     )
     if (res.affectedRows !== chunk.length)
       throw new Error(`inserted ${res.affectedRows} of ${chunk.length} step rows`)
-    if (consecutive) {
-      for (let i = 0; i < chunk.length; i++) ids.push(res.insertId + i * step)
-    } else {
-      const runIds = [...new Set(chunk.map((r) => r.runId))]
+    if (consecutive) assignIds(chunk, res.insertId)
+  }
+
+  if (!consecutive) {
+    const runIds = [...new Set(rows.map((r) => r.runId))]
+    const byKey = new Map<string, number>()
+    for (let from = 0; from < runIds.length; from += MAX_RUN_IDS_PER_STATEMENT) {
+      const some = runIds.slice(from, from + MAX_RUN_IDS_PER_STATEMENT)
       const found = await tx.query<Raw>(
-        `SELECT id, run_id, seq FROM event_run_steps WHERE run_id IN (${placeholders(runIds.length)})`,
-        runIds,
+        `SELECT id, run_id, seq FROM event_run_steps WHERE run_id IN (${placeholders(some.length)})`,
+        some,
       )
-      const byKey = new Map(found.map((f) => [`${f.run_id}:${f.seq}`, Number(f.id)]))
-      for (const r of chunk) {
-        const id = byKey.get(`${r.runId}:${r.spec.seq}`)
-        if (id === undefined) throw new Error(`step ${r.spec.seq} of run ${r.runId} was not inserted`)
-        ids.push(id)
-      }
+      for (const f of found) byKey.set(`${f.run_id}:${f.seq}`, Number(f.id))
     }
+    rows.forEach((r, i) => {
+      const id = byKey.get(`${r.runId}:${r.spec.seq}`)
+      if (id === undefined) throw new Error(`step ${r.spec.seq} of run ${r.runId} was not inserted`)
+      ids[i] = id
+    })
   }
   return ids
 }

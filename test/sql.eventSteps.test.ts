@@ -118,10 +118,24 @@ describe('insertStarted / reopenStarted (the start transaction)', () => {
     // More rows than one statement carries, so ids span several INSERTs.
     const many = await makeRun(db)
     const bulk = stepSpecs(2500).map((spec) => ({ runId: many.id, spec, done: true }))
+    // Steps many runs share (the same spec objects, as runs of one version do)
+    // go in set-wise, interleaved here with the rows above.
+    const sharing = await Promise.all(Array.from({ length: 12 }, () => makeRun(db)))
+    const shared = sharing.flatMap((r, i) => [
+      { runId: r.id, spec: s0!, done: true },
+      { runId: r.id, spec: s1!, done: i % 3 === 0 },
+    ])
+    rows.splice(2, 0, ...shared.slice(0, 10))
+    rows.push(...shared.slice(10))
     const ids = await db.transaction((tx) => steps.insertStarted(tx, [...rows, ...bulk], at, { readBack }))
     expect(ids).toHaveLength(rows.length + bulk.length)
     expect(new Set(ids).size).toBe(ids.length)
-    const byId = new Map((await steps.listForRuns(db, [a.id, b.id, many.id])).map((st) => [st.id, st]))
+    const byId = new Map(
+      (await steps.listForRuns(db, [a.id, b.id, many.id, ...sharing.map((r) => r.id)])).map((st) => [
+        st.id,
+        st,
+      ]),
+    )
     ;[...rows, ...bulk].forEach((row, i) => {
       const st = byId.get(ids[i] as number)
       expect(st).toMatchObject({ runId: row.runId, seq: row.spec.seq })
@@ -132,7 +146,7 @@ describe('insertStarted / reopenStarted (the start transaction)', () => {
       )
     })
     // A start whose attempt failed after all takes its "completed" back; only completed rows move.
-    expect(await db.transaction((tx) => steps.reopenStarted(tx, [ids[1] as number, ids[2] as number]))).toBe(
+    expect(await db.transaction((tx) => steps.reopenStarted(tx, [ids[1] as number, ids[12] as number]))).toBe(
       1,
     )
     expect(await get(ids[1] as number)).toMatchObject({ status: 'pending', attempts: 0, startedAt: null })
