@@ -383,7 +383,7 @@ export async function claimStart(
 ): Promise<ClaimStartResult> {
   const claimSql = `UPDATE event_runs
         SET status = 'starting', claimed_by = ?, claim_expires_at = ?, claim_token = NULL, wake_at = ?,
-            started_at = COALESCE(started_at, NOW(3))
+            started_at = COALESCE(started_at, NOW(3)), start_reserve = NULL
       WHERE id = ? AND status = 'scheduled' AND ${WITHIN_GRACE}`
   if (!run.concurrencyKey) {
     const res = await db.run(`${claimSql} AND concurrency_key IS NULL`, [
@@ -678,7 +678,9 @@ export interface TransitionOptions {
 }
 
 function transitionSets(to: RunStatus, opts: TransitionOptions): { sets: string[]; args: SqlValue[] } {
-  const sets = ['status = ?']
+  // Every status move hands back the row's start reserve (migration 0003): the
+  // first one, out of `scheduled`, is the one that grows the row.
+  const sets = ['status = ?', 'start_reserve = NULL']
   const args: SqlValue[] = [to]
   if (opts.phase !== undefined) {
     sets.push('current_phase = ?')

@@ -841,3 +841,53 @@ describe('no starvation: idle runs leave the due query', () => {
     expect((await runs.findDue(db, at(1, later), 50)).length).toBe(50)
   })
 })
+
+describe('the start reserve (migration 0003)', () => {
+  const reserve = async (id: number) => {
+    const [row] = await db.query<{ n: number | null }>(
+      'SELECT LENGTH(start_reserve) AS n FROM event_runs WHERE id = ?',
+      [id],
+    )
+    return row?.n === null || row?.n === undefined ? null : Number(row.n)
+  }
+  const rowBytes = async (id: number) => {
+    const [row] = await db.query<{ n: number }>(
+      `SELECT COALESCE(LENGTH(start_reserve), 0) + COALESCE(LENGTH(current_phase), 0)
+              + IF(started_at IS NULL, 0, 7) + IF(ended_at IS NULL, 0, 7) + IF(wake_at IS NULL, 0, 7) AS n
+         FROM event_runs WHERE id = ?`,
+      [id],
+    )
+    return Number(row?.n)
+  }
+
+  it('every new run holds 48 bytes, and its move out of scheduled hands them back, whichever way it leaves', async () => {
+    const fx = await makeDefinition(db, { graceSeconds: 3600 })
+    const [batch, keyed, missed] = [
+      await makeRun(db, { definition: fx, scope: 'batch', scheduledFor: at(-1000) }),
+      await makeRun(db, {
+        definition: fx,
+        scope: 'keyed',
+        scheduledFor: at(-1000),
+        concurrencyKey: 'reserve',
+      }),
+      await makeRun(db, { definition: fx, scope: 'missed', scheduledFor: at(-1000) }),
+    ]
+    for (const r of [batch, keyed, missed]) expect(await reserve(r.id)).toBe(48)
+    const before = await rowBytes(batch.id)
+
+    // The start transaction, finishing the run at once: the row does not grow.
+    await db.transaction(async (tx) => {
+      const locked = await runs.lockDueToStart(tx, new Date(), 10)
+      expect(locked.map((r) => r.id)).toContain(batch.id)
+      const moved = await runs.markStarted(tx, [batch.id], { status: 'completed', phase: 'main' })
+      expect(moved).toBe(1)
+    })
+    expect(await reserve(batch.id)).toBeNull()
+    expect(await rowBytes(batch.id)).toBeLessThanOrEqual(before)
+
+    expect((await runs.claimStart(db, keyed, 'w1', LEASE())).claimed).toBe(true)
+    expect(await reserve(keyed.id)).toBeNull()
+    expect(await runs.transition(db, missed.id, 'scheduled', 'missed')).toBe(true)
+    expect(await reserve(missed.id)).toBeNull()
+  })
+})
