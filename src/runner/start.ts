@@ -12,7 +12,8 @@
  * nothing outside that transaction, so running one twice that way is harmless.
  *
  * The cost is what makes a single-step run cheap: per batch, one locking read,
- * one INSERT per table (steps, log lines) and one UPDATE per outcome group,
+ * the step rows (one `INSERT … SELECT` per step the batch's runs share, see
+ * `insertStarted`), one INSERT of log lines and one UPDATE per outcome group,
  * instead of a claim, a status move, a step begin and end and a release per run.
  *
  * The locks are the claim, and they last only as long as the transaction: no
