@@ -370,6 +370,40 @@ export async function begin(
 }
 
 /**
+ * Undo a {@link begin} whose answer was lost: put the step back exactly as it
+ * was read before (`before`), but only if the row is still just what that
+ * begin wrote (running, one more attempt, this owner, this lease), so nothing
+ * that happened since is undone. Answers whether it was put back; false also
+ * when the begin never committed.
+ */
+export async function takeBackBegin(
+  db: Queryable,
+  before: StepRow,
+  owner: string,
+  leaseUntil: Date,
+): Promise<boolean> {
+  const res = await db.run(
+    `UPDATE event_run_steps
+        SET status = ?, attempts = ?, claimed_by = ?, claim_expires_at = ?, started_at = ?, wake_at = ?, parked = ?
+      WHERE id = ? AND status = 'running' AND attempts = ? AND claimed_by = ? AND claim_expires_at = ?`,
+    [
+      before.status,
+      before.attempts,
+      before.claimedBy,
+      before.claimExpiresAt,
+      before.startedAt,
+      before.wakeAt,
+      before.parked ? 1 : 0,
+      before.id,
+      before.attempts + 1,
+      owner,
+      leaseUntil,
+    ],
+  )
+  return res.affectedRows === 1
+}
+
+/**
  * {@link begin} for many pending first attempts at once (inline kinds in a
  * batch); answers how many began. `now` stamps `started_at`, from the runner's
  * clock like {@link begin}.

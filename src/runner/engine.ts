@@ -308,9 +308,20 @@ async function executeStep(
   const leaseUntil = new Date(now.getTime() + Math.max(deps.leaseMs, step.timeoutMs + 5000))
   // The run's lease must outlive the step, or another instance would take it mid-step.
   if (!(await runs.extendClaim(deps.db, run.id, deps.owner, leaseUntil))) return { next: false, stop: true }
-  const entered = resumed
-    ? await steps.resume(deps.db, step.id, deps.owner, leaseUntil, now)
-    : await steps.begin(deps.db, step.id, deps.owner, leaseUntil, now)
+  let entered: boolean
+  try {
+    entered = resumed
+      ? await steps.resume(deps.db, step.id, deps.owner, leaseUntil, now)
+      : await steps.begin(deps.db, step.id, deps.owner, leaseUntil, now)
+  } catch (err) {
+    // A database that went away mid-reply may have committed the begin and lost
+    // only its answer: the step would then read as an attempt under way that
+    // never ran, and count against its retries once its lease ran out. Nothing
+    // ran, so once the database answers again the step is put back as it was.
+    if (!resumed && isDbUnavailable(err))
+      await recordOutcome(deps.hardStop, () => steps.takeBackBegin(deps.db, step, deps.owner, leaseUntil))
+    throw err
+  }
   if (!entered) return { next: false, wakeAt: new Date(now.getTime() + 1000) }
   const attempt = resumed ? step.attempts : step.attempts + 1
   const current: StepRow = { ...step, attempts: attempt, status: 'running' }

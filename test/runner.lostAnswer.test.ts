@@ -1,0 +1,84 @@
+/**
+ * The database goes away in the middle of answering a step's begin: the UPDATE
+ * committed, the reply was lost. Nothing ran, so the step must not read as an
+ * attempt under way (leased, counted against its retries): the engine puts it
+ * back as it was once the database answers, and the next tick runs it as its
+ * first attempt.
+ */
+import { expect, it } from 'vitest'
+import type { Db } from '../sql/db.ts'
+import { DatabaseError } from '../sql/db.ts'
+import { startRun } from '../src/runner/controls.ts'
+import { Runner } from '../src/runner/runner.ts'
+import { useTestDb } from './helpers/db.ts'
+import {
+  controlDeps,
+  customKind,
+  defineEvent,
+  makeRegistry,
+  program,
+  runOf,
+  stepsOf,
+  TestClock,
+} from './helpers/runnerHarness.ts'
+
+const t = useTestDb()
+
+/** The real pool, except that the first step begin commits and then "loses" its answer. */
+function losingFirstBeginAnswer(db: Db): { db: Db; lost: () => number } {
+  let lost = 0
+  const proxy = new Proxy(db, {
+    get(target, prop, receiver) {
+      const value = Reflect.get(target, prop, receiver)
+      if (prop !== 'run') return typeof value === 'function' ? value.bind(target) : value
+      return async (sql: string, args?: unknown[]) => {
+        const res = await (value as Db['run']).call(target, sql, args as never)
+        if (lost === 0 && /SET status = 'running', attempts = attempts \+ 1/.test(sql)) {
+          lost++
+          throw new DatabaseError(
+            'The database is unavailable (PROTOCOL_CONNECTION_LOST).',
+            Object.assign(new Error('Connection lost: The server closed the connection.'), {
+              code: 'PROTOCOL_CONNECTION_LOST',
+              fatal: true,
+            }),
+          )
+        }
+        return res
+      }
+    },
+  })
+  return { db: proxy, lost: () => lost }
+}
+
+it('a begin whose answer was lost is put back: no lease, no attempt counted, and it runs once, as attempt 1', async () => {
+  let calls = 0
+  const registry = makeRegistry([
+    customKind(
+      'test.effect',
+      () => {
+        calls++
+      },
+      { sideEffects: true },
+    ),
+  ])
+  const clock = new TestClock()
+  const env = { db: t.db, registry, clock }
+  const def = await defineEvent(env, { program: program(['main', [{ kind: 'test.effect', params: {} }]]) })
+  const run = await startRun(controlDeps(env), { definitionId: def.id, actor: 'op#1' })
+
+  const flaky = losingFirstBeginAnswer(t.db)
+  await new Runner({ db: flaky.db, registry, clock, instanceId: 'lost-answer', logger: quiet }).tick()
+  expect(flaky.lost()).toBe(1)
+  expect(calls).toBe(0)
+  const [step] = await stepsOf(t.db, run.id)
+  expect(step).toMatchObject({ status: 'pending', attempts: 0, claimedBy: null, claimExpiresAt: null })
+
+  // The failed run is due again a tick later (not at once, so an error cannot spin).
+  clock.advance(1000)
+  await new Runner({ db: t.db, registry, clock, instanceId: 'next' }).tick()
+  expect(calls).toBe(1)
+  expect((await stepsOf(t.db, run.id)).map((s) => [s.status, s.attempts])).toEqual([['completed', 1]])
+  expect(await runOf(t.db, run.id)).toMatchObject({ status: 'completed', health: 'ok' })
+})
+
+const quiet = { info() {}, debug() {}, warn() {}, error() {} }
