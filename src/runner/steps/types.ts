@@ -102,8 +102,8 @@ export interface StepKind<P = Record<string, unknown>> {
    * True when an attempt is a pure computation over `ctx`: it finishes at once,
    * writes nothing but `ctx.log`, and touches no database, network or timer.
    * The runner may then run it inside the short transaction that starts its run,
-   * holding that run's row lock, so the step rows, their log lines and the run's
-   * new status commit together (a run made only of such steps is started and
+   * holding that run's row lock, so the step rows (with any result), their log
+   * lines and the run's new status commit together (a run made only of such steps is started and
    * finished in that one transaction). A pure kind must not read or change runs
    * itself (a pause from inside it would wait on the lock it runs under), and it
    * has no side effects. @default false
