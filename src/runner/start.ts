@@ -200,21 +200,34 @@ async function startInTransaction(
     const def = defs.get(r.definitionId)
     return def !== undefined && r.scheduledFor.getTime() + def.graceSeconds * 1000 >= now.getTime()
   })
-  const plans: Plan[] = await Promise.all(
-    startable.map(async (run) => {
-      const specs = await specsForVersion(deps.db, run.versionId).catch((err: unknown) => {
-        // A database error stays what it is (it may be transient); anything else is this run's program.
-        throw err instanceof DatabaseError
-          ? err
-          : new StartRefused(`its program cannot be expanded: ${String(err)}`)
-      })
+  // Each version of the batch is expanded once (and cached across batches), and
+  // its leading pure steps counted once: a batch is mostly runs of a few versions.
+  const expanded = new Map<number, { specs: StepSpec[]; pure: number } | StartRefused>()
+  await Promise.all(
+    [...new Set(startable.map((r) => r.versionId))].map(async (versionId) => {
+      let specs: StepSpec[]
+      try {
+        specs = await specsForVersion(deps.db, versionId)
+      } catch (err) {
+        // A database error stays what it is (it may be transient); anything else is the program's.
+        if (err instanceof DatabaseError) throw err
+        expanded.set(versionId, new StartRefused(`its program cannot be expanded: ${String(err)}`))
+        return
+      }
       // Pure steps count against the run's step budget like any other.
       let pure = 0
       while (pure < Math.min(specs.length, budget) && deps.registry.get((specs[pure] as StepSpec).kind)?.pure)
         pure++
-      return { run, title: defs.get(run.definitionId)?.title ?? '', specs, pure, reached: pure, lines: [] }
+      expanded.set(versionId, { specs, pure })
     }),
   )
+  const plans: Plan[] = startable.map((run) => {
+    const version = expanded.get(run.versionId)
+    if (version === undefined || version instanceof StartRefused)
+      throw version ?? new Error(`version ${run.versionId} was not expanded`)
+    const { specs, pure } = version
+    return { run, title: defs.get(run.definitionId)?.title ?? '', specs, pure, reached: pure, lines: [] }
+  })
 
   const rows: StartedStep[] = plans.flatMap((p) =>
     p.specs.map((spec, i) => ({ runId: p.run.id, spec, done: i < p.pure })),
