@@ -186,6 +186,16 @@ export function printTable(rows: Record<string, unknown>[]): void {
 
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
 
+/** The median of `values` (the mean of the middle two for an even count); NaN when empty. */
+export function median(values: readonly number[]): number {
+  if (values.length === 0) return Number.NaN
+  const sorted = [...values].sort((a, b) => a - b)
+  const mid = Math.floor(sorted.length / 2)
+  return sorted.length % 2 === 1
+    ? (sorted[mid] as number)
+    : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2
+}
+
 /** The `p`-th percentile (0..100) of `values`, nearest rank; NaN when empty. */
 export function percentile(values: readonly number[], p: number): number {
   if (values.length === 0) return Number.NaN

@@ -22,6 +22,7 @@ import {
   baselineUpdatesPerSecond,
   benchDb,
   cpuMeter,
+  median,
   printResults,
   runMain,
   saveResult,
@@ -140,15 +141,6 @@ export async function measure(instances: number): Promise<ThroughputMeasure> {
   } finally {
     await b.drop()
   }
-}
-
-/** The median of `values` (the mean of the middle two for an even count). */
-function median(values: readonly number[]): number {
-  const sorted = [...values].sort((a, b) => a - b)
-  const mid = Math.floor(sorted.length / 2)
-  return sorted.length % 2 === 1
-    ? (sorted[mid] as number)
-    : ((sorted[mid - 1] as number) + (sorted[mid] as number)) / 2
 }
 
 const round0 = (n: number) => Math.round(n)
