@@ -1,6 +1,6 @@
 /**
  * API latency: `runs(limit: 500)` with each run's definition, version and
- * waitingSteps, from 32 concurrent clients (autocannon, in its own process)
+ * waitingSteps, from 32 concurrent clients (bench/loadClient.ts, in its own process)
  * against the real server (runner co-hosted, as in production), over 600 runs
  * parked on cues (so waitingSteps is 1 on each). p50, p99 and requests/s.
  *
@@ -11,10 +11,11 @@
  * of its slices. Target: p99 ≤ 3 × the baseline's p99.
  */
 import { spawn } from 'node:child_process'
-import { createRequire } from 'node:module'
+import { fileURLToPath } from 'node:url'
 import mysql from 'mysql2/promise'
 import { defineCueEvent, driveUntilParked, materialiseRuns } from './fixtures.ts'
 import { type BenchResult, benchDb, median, percentile, printResults, runMain, saveResult } from './lib.ts'
+import type { LoadResult, LoadSpec } from './loadClient.ts'
 import { BENCH_TOKENS, startBenchServer } from './server.ts'
 
 const CONNECTIONS = 32
@@ -107,37 +108,29 @@ async function baseline(url: string, seconds: number): Promise<Latency> {
   }
 }
 
-interface AutocannonResult {
-  latency: { p50: number; p99: number }
-  requests: { average: number; total: number }
-  errors: number
-  non2xx: number
-  timeouts: number
-}
-
-/** autocannon's CLI in a child process, so the load generator does not share the server's event loop. */
-async function autocannon(url: string, seconds: number): Promise<AutocannonResult> {
-  const bin = createRequire(import.meta.url).resolve('autocannon/autocannon.js')
-  const args = [
-    bin,
-    '--json',
-    '-c',
-    String(CONNECTIONS),
-    '-d',
-    String(seconds),
-    '-m',
-    'POST',
-    '-H',
-    `authorization=Bearer ${BENCH_TOKENS.viewer}`,
-    '-H',
-    'content-type=application/json',
-    '-H',
-    'accept=application/graphql-response+json',
-    '-b',
-    JSON.stringify({ query: RUNS_QUERY }),
+/**
+ * The load client (bench/loadClient.ts) in a child process, so the load
+ * generator does not share the server's event loop. The first second is not
+ * sampled: the client's own start-up and its connections' first round trips
+ * (the baseline likewise opens and warms its connections before it measures).
+ */
+async function loadServer(url: string, seconds: number, warmupSeconds = 1): Promise<LoadResult> {
+  const spec: LoadSpec = {
     url,
-  ]
-  const child = spawn(process.execPath, args, { stdio: ['ignore', 'pipe', 'pipe'] })
+    headers: {
+      authorization: `Bearer ${BENCH_TOKENS.viewer}`,
+      'content-type': 'application/json',
+      accept: 'application/graphql-response+json',
+    },
+    body: JSON.stringify({ query: RUNS_QUERY }),
+    connections: CONNECTIONS,
+    seconds,
+    warmupSeconds,
+  }
+  const client = fileURLToPath(new URL('./loadClient.ts', import.meta.url))
+  const child = spawn(process.execPath, ['--import', 'tsx', client, JSON.stringify(spec)], {
+    stdio: ['ignore', 'pipe', 'pipe'],
+  })
   let out = ''
   let err = ''
   child.stdout.on('data', (d) => {
@@ -147,8 +140,8 @@ async function autocannon(url: string, seconds: number): Promise<AutocannonResul
     err += d
   })
   const code = await new Promise<number | null>((resolve) => child.on('close', resolve))
-  if (code !== 0) throw new Error(`autocannon exited with ${code}: ${err.slice(-500)}`)
-  return JSON.parse(out) as AutocannonResult
+  if (code !== 0) throw new Error(`the load client exited with ${code}: ${err.slice(-500)}`)
+  return JSON.parse(out.trim().split('\n').at(-1) ?? '') as LoadResult
 }
 
 export async function run(): Promise<Record<string, BenchResult>> {
@@ -183,33 +176,33 @@ export async function run(): Promise<Record<string, BenchResult>> {
       if (!body.data.runs.every((r) => r.waitingSteps === 1 && r.definition)) {
         throw new Error('runs(limit: 500): expected waitingSteps 1 and a definition on every run')
       }
-      await autocannon(server.graphqlUrl, 2) // warm-up (JIT, pools), not counted
+      await loadServer(server.graphqlUrl, 2, 0) // warm-up (JIT, pools), not counted
 
       // The baseline and ours in turn, ROUNDS slices each, so a noisy stretch of
       // the 2-core machine (or a stall of the shared MariaDB) lands on both sides
       // rather than on whichever happened to be measuring; each side's figure is
       // the median of its slices.
-      const slices: { base: Latency; ours: AutocannonResult; statements: number }[] = []
+      const slices: { base: Latency; ours: LoadResult; statements: number }[] = []
       for (let round = 1; round <= ROUNDS; round++) {
         const base = await baseline(b.url, SLICE_SECONDS)
         const before = server.app.db.stats.statements
-        const ours = await autocannon(server.graphqlUrl, SLICE_SECONDS)
+        const ours = await loadServer(server.graphqlUrl, SLICE_SECONDS)
         // The co-hosted runner's few statements per tick are included.
         slices.push({ base, ours, statements: server.app.db.stats.statements - before })
         console.log(
           `apiLatency: slice ${round}: baseline p50 ${base.p50.toFixed(1)} ms p99 ${base.p99.toFixed(1)} ms ` +
-            `${base.requestsPerSecond.toFixed(0)}/s | GraphQL p50 ${ours.latency.p50} ms p99 ${ours.latency.p99} ms ` +
-            `${ours.requests.average.toFixed(1)}/s`,
+            `${base.requestsPerSecond.toFixed(0)}/s | GraphQL p50 ${ours.p50.toFixed(1)} ms p99 ${ours.p99.toFixed(1)} ms ` +
+            `${ours.requestsPerSecond.toFixed(1)}/s`,
         )
       }
       const baseP50 = median(slices.map((x) => x.base.p50))
       const baseP99 = median(slices.map((x) => x.base.p99))
       const baseRate = median(slices.map((x) => x.base.requestsPerSecond))
-      const p50 = median(slices.map((x) => x.ours.latency.p50))
-      const p99 = median(slices.map((x) => x.ours.latency.p99))
-      const rate = median(slices.map((x) => x.ours.requests.average))
-      const requests = slices.reduce((n, x) => n + x.ours.requests.total, 0)
-      const bad = slices.reduce((n, x) => n + x.ours.errors + x.ours.non2xx + x.ours.timeouts, 0)
+      const p50 = median(slices.map((x) => x.ours.p50))
+      const p99 = median(slices.map((x) => x.ours.p99))
+      const rate = median(slices.map((x) => x.ours.requestsPerSecond))
+      const requests = slices.reduce((n, x) => n + x.ours.requests, 0)
+      const bad = slices.reduce((n, x) => n + x.ours.errors, 0)
       const baseErrors = slices.reduce((n, x) => n + x.base.errors, 0)
       const statementsPerRequest = slices.reduce((n, x) => n + x.statements, 0) / requests
       console.log(
@@ -217,11 +210,11 @@ export async function run(): Promise<Record<string, BenchResult>> {
           `p99 ${baseP99.toFixed(2)} ms, ${baseRate.toFixed(0)} queries/s (median of ${ROUNDS} slices)`,
       )
       console.log(
-        `apiLatency: runs(limit: ${LIMIT}) x${CONNECTIONS} over GraphQL: p50 ${p50} ms, p99 ${p99} ms, ` +
+        `apiLatency: runs(limit: ${LIMIT}) x${CONNECTIONS} over GraphQL: p50 ${p50.toFixed(2)} ms, p99 ${p99.toFixed(2)} ms, ` +
           `${rate.toFixed(1)} requests/s (${bad} errors; median of ${ROUNDS} slices)`,
       )
       const result: BenchResult = {
-        value: p99,
+        value: Math.round(p99 * 10) / 10,
         unit: 'ms (p99)',
         baseline: baseP99,
         ratio: p99 / baseP99,
@@ -242,8 +235,8 @@ export async function run(): Promise<Record<string, BenchResult>> {
           p50Ratio: p50 / baseP50,
           slices: slices.map((x) => ({
             baselineP99Ms: Math.round(x.base.p99 * 10) / 10,
-            p99Ms: x.ours.latency.p99,
-            ratio: Math.round((x.ours.latency.p99 / x.base.p99) * 100) / 100,
+            p99Ms: Math.round(x.ours.p99 * 10) / 10,
+            ratio: Math.round((x.ours.p99 / x.base.p99) * 100) / 100,
           })),
           statementsPerRequest,
           runsInDatabase: RUNS,
