@@ -4,10 +4,9 @@
  * background once a value exists, one at a time.
  */
 import { beforeEach, describe, expect, it } from 'vitest'
-import type { Queryable } from '../sql/db.ts'
 import * as runs from '../sql/eventRuns.ts'
 import { createRunCounts } from '../src/runCounts.ts'
-import { useTestDb } from './helpers/db.ts'
+import { useTestDb, wrapStatements } from './helpers/db.ts'
 import { makeDefinition, makeRun, resetRuns } from './helpers/fixtures.ts'
 
 const t = useTestDb()
@@ -85,16 +84,9 @@ describe('runs by status for /metrics', () => {
     await runs.transition(t.db, done.id, 'scheduled', 'failed')
     // The real database, with the full count (the one without a status filter) made to fail on demand.
     let failFullCount = false
-    const flaky: Queryable = new Proxy(t.db, {
-      get(target, prop, receiver) {
-        const value = Reflect.get(target, prop, receiver)
-        if (prop !== 'execute') return typeof value === 'function' ? value.bind(target) : value
-        return (sql: string, args?: unknown[]) => {
-          if (failFullCount && !sql.includes('WHERE status IN'))
-            return Promise.reject(new Error('count refused'))
-          return (value as Queryable['execute']).call(target, sql, args as never)
-        }
-      },
+    const flaky = wrapStatements(t.db, 'execute', (real) => (sql, args) => {
+      if (failFullCount && !sql.includes('WHERE status IN')) return Promise.reject(new Error('count refused'))
+      return real(sql, args)
     })
     const errors: unknown[] = []
     const clock = manualClock()
@@ -114,13 +106,7 @@ describe('runs by status for /metrics', () => {
   })
 
   it('with no counts yet, a failed full count fails the read (the gauge is left out of that scrape)', async () => {
-    const broken: Queryable = new Proxy(t.db, {
-      get(target, prop, receiver) {
-        if (prop === 'execute') return () => Promise.reject(new Error('database away'))
-        const value = Reflect.get(target, prop, receiver)
-        return typeof value === 'function' ? value.bind(target) : value
-      },
-    })
+    const broken = wrapStatements(t.db, 'execute', () => () => Promise.reject(new Error('database away')))
     await expect(createRunCounts(broken)()).rejects.toThrow(/database away/)
   })
 })

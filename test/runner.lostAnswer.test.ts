@@ -10,7 +10,7 @@ import type { Db } from '../sql/db.ts'
 import { DatabaseError } from '../sql/db.ts'
 import { startRun } from '../src/runner/controls.ts'
 import { Runner } from '../src/runner/runner.ts'
-import { useTestDb } from './helpers/db.ts'
+import { useTestDb, wrapStatements } from './helpers/db.ts'
 import {
   controlDeps,
   customKind,
@@ -27,25 +27,19 @@ const t = useTestDb()
 /** The real pool, except that the first step begin commits and then "loses" its answer. */
 function losingFirstBeginAnswer(db: Db): { db: Db; lost: () => number } {
   let lost = 0
-  const proxy = new Proxy(db, {
-    get(target, prop, receiver) {
-      const value = Reflect.get(target, prop, receiver)
-      if (prop !== 'run') return typeof value === 'function' ? value.bind(target) : value
-      return async (sql: string, args?: unknown[]) => {
-        const res = await (value as Db['run']).call(target, sql, args as never)
-        if (lost === 0 && /SET status = 'running', attempts = attempts \+ 1/.test(sql)) {
-          lost++
-          throw new DatabaseError(
-            'The database is unavailable (PROTOCOL_CONNECTION_LOST).',
-            Object.assign(new Error('Connection lost: The server closed the connection.'), {
-              code: 'PROTOCOL_CONNECTION_LOST',
-              fatal: true,
-            }),
-          )
-        }
-        return res
-      }
-    },
+  const proxy = wrapStatements(db, 'run', (real) => async (sql, args) => {
+    const res = await real(sql, args)
+    if (lost === 0 && /SET status = 'running', attempts = attempts \+ 1/.test(sql)) {
+      lost++
+      throw new DatabaseError(
+        'The database is unavailable (PROTOCOL_CONNECTION_LOST).',
+        Object.assign(new Error('Connection lost: The server closed the connection.'), {
+          code: 'PROTOCOL_CONNECTION_LOST',
+          fatal: true,
+        }),
+      )
+    }
+    return res
   })
   return { db: proxy, lost: () => lost }
 }

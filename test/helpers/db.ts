@@ -5,7 +5,7 @@
 import { randomBytes } from 'node:crypto'
 import mysql from 'mysql2/promise'
 import { afterAll, beforeAll } from 'vitest'
-import { createDb, type Db, type DbOptions } from '../../sql/db.ts'
+import { createDb, type Db, type DbOptions, type Queryable, type SqlValue } from '../../sql/db.ts'
 import { migrate } from '../../sql/migrate.ts'
 
 /** The server tests run against; each file creates its own database on it. */
@@ -91,4 +91,28 @@ export function useTestDb(
     open: (o) => get().open(o),
     drop: () => get().drop(),
   }
+}
+
+/** A statement method of {@link Queryable}, loosely typed for wrapping. */
+type Statement = (sql: string, params?: readonly SqlValue[]) => Promise<unknown>
+
+/**
+ * `db` with one statement method wrapped, for injecting a fault into the real
+ * database: `wrap` gets the real method (bound to `db`) and answers the one to
+ * use instead. Every other member is the real one, so the statements still run
+ * against MariaDB.
+ */
+export function wrapStatements<D extends Queryable>(
+  db: D,
+  method: 'execute' | 'run' | 'query' | 'runQuery',
+  wrap: (real: Statement) => Statement,
+): D {
+  const replaced = wrap((db[method] as Statement).bind(db))
+  return new Proxy(db, {
+    get(target, prop, receiver) {
+      if (prop === method) return replaced
+      const value = Reflect.get(target, prop, receiver)
+      return typeof value === 'function' ? value.bind(target) : value
+    },
+  })
 }
