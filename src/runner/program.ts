@@ -3,8 +3,10 @@
  * published, so that a run never meets a malformed program; expanded into one
  * row per step when a run starts.
  */
+
+import type { StepSpec } from '../../sql/eventSteps.ts'
+import { STEP_ON_ERROR, type StepOnError } from '../../sql/states.ts'
 import { badInput } from '../errors.ts'
-import { STEP_ON_ERROR, type StepOnError } from '../states.ts'
 import type { StepRegistry } from './steps/registry.ts'
 import { joinPath, templateProblems } from './template.ts'
 
@@ -40,21 +42,6 @@ export interface Program {
 export interface ProgramProblem {
   path: string
   message: string
-}
-
-/** One step of an expanded program: what a run's step row is made from. */
-export interface StepSpec {
-  /** Position in the whole program, 0-based. */
-  seq: number
-  phaseIndex: number
-  phase: string
-  ending: boolean
-  kind: string
-  params: Record<string, unknown>
-  maxAttempts: number
-  backoffMs: number
-  timeoutMs: number
-  onError: StepOnError
 }
 
 /** The per-step defaults of SPEC §4. */
