@@ -36,7 +36,7 @@ import { type Config, generateToken } from './config.ts'
 import { createLogger, type Logger } from './log.ts'
 import { createMetrics, type Metrics } from './metrics.ts'
 import { createRunCounts } from './runCounts.ts'
-import { type Clock, systemClock } from './runner/engine.ts'
+import { type Clock, systemClock } from './runner/clock.ts'
 import { Runner } from './runner/runner.ts'
 import { createDefaultRegistry, type StepRegistry } from './runner/steps/registry.ts'
 

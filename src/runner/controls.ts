@@ -14,7 +14,7 @@ import type { StepRow } from '../../sql/eventSteps.ts'
 import * as steps from '../../sql/eventSteps.ts'
 import { NON_TERMINAL } from '../../sql/states.ts'
 import { badInput, conflict, notFound } from '../errors.ts'
-import type { Clock } from './engine.ts'
+import type { Clock } from './clock.ts'
 import { resolveConcurrencyKey } from './materialise.ts'
 
 export interface ControlDeps {

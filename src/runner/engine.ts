@@ -19,16 +19,11 @@ import * as steps from '../../sql/eventSteps.ts'
 import * as versions from '../../sql/eventVersions.ts'
 import type { RunStatus } from '../../sql/states.ts'
 import { retryDelayMs } from './backoff.ts'
+import type { Clock } from './clock.ts'
 import { expandProgram, type Program } from './program.ts'
 import type { StepRegistry } from './steps/registry.ts'
 import { type StepContext, StepFailure, type StepOutcome, type StepSettings } from './steps/types.ts'
 import { renderTemplate } from './template.ts'
-
-/** The clock the runner reads; tests inject one that they move by hand. */
-export interface Clock {
-  now(): Date
-}
-export const systemClock: Clock = { now: () => new Date() }
 
 /** Hooks the server wires to metrics; every one is optional. */
 export interface RunnerObserver {

@@ -27,15 +27,8 @@ import * as runs from '../../sql/eventRuns/index.ts'
 import * as steps from '../../sql/eventSteps.ts'
 import * as heartbeats from '../../sql/runnerHeartbeats.ts'
 import { advanceBatch } from './batch.ts'
-import {
-  advanceRun,
-  type ClaimedRun,
-  type Clock,
-  type EngineDeps,
-  type RunnerObserver,
-  startRuns,
-  systemClock,
-} from './engine.ts'
+import { type Clock, systemClock } from './clock.ts'
+import { advanceRun, type ClaimedRun, type EngineDeps, type RunnerObserver, startRuns } from './engine.ts'
 import { materialiseAll } from './materialise.ts'
 import { startDueBatch } from './start.ts'
 import type { StepRegistry } from './steps/registry.ts'
