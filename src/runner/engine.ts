@@ -82,7 +82,10 @@ export function specsForVersion(db: Db, versionId: number): Promise<StepSpec[]> 
 }
 
 /** Expand the programs of runs in `starting` (idempotent) and move them to `running`. */
-export async function startRuns(deps: EngineDeps, claimed: readonly RunRow[]): Promise<RunListRow[]> {
+export async function expandStartingRuns(
+  deps: EngineDeps,
+  claimed: readonly RunRow[],
+): Promise<RunListRow[]> {
   if (claimed.length === 0) return []
   const starting = claimed.filter((r) => r.status === 'starting')
   if (starting.length === 0)

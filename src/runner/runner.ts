@@ -28,9 +28,15 @@ import * as steps from '../../sql/eventSteps.ts'
 import * as heartbeats from '../../sql/runnerHeartbeats.ts'
 import { advanceBatch } from './batch.ts'
 import { type Clock, systemClock } from './clock.ts'
-import { advanceRun, type ClaimedRun, type EngineDeps, type RunnerObserver, startRuns } from './engine.ts'
+import {
+  advanceRun,
+  type ClaimedRun,
+  type EngineDeps,
+  expandStartingRuns,
+  type RunnerObserver,
+} from './engine.ts'
 import { materialiseAll } from './materialise.ts'
-import { startDueBatch } from './start.ts'
+import { startKeylessBatch } from './start.ts'
 import type { StepRegistry } from './steps/registry.ts'
 import type { StepSettings } from './steps/types.ts'
 
@@ -343,7 +349,7 @@ export class Runner {
     )
     let started: ClaimedRun[]
     try {
-      started = await this.startDue(`${token}:s`)
+      started = await this.startKeylessDue(`${token}:s`)
     } catch (err) {
       await this.releaseAll(
         claimed.map((r) => r.id),
@@ -368,7 +374,7 @@ export class Runner {
       if (answer.claimed) {
         this.blockedLogged.delete(run.id)
         holderOfKey.set(run.concurrencyKey, run.id)
-        // startRuns re-reads every claimed run, so the claim's own effect is all it needs here.
+        // expandStartingRuns re-reads every claimed run, so the claim's own effect is all it needs here.
         claimed.push({ ...run, status: 'starting', claimedBy: this.instanceId, claimExpiresAt: leaseUntil })
       } else if (answer.blockedBy !== null) {
         this.opts.observer?.claimConflict?.()
@@ -397,7 +403,7 @@ export class Runner {
     const engine = this.engineDeps()
     let ready: ClaimedRun[]
     try {
-      ready = [...(await startRuns(engine, claimed)), ...started]
+      ready = [...(await expandStartingRuns(engine, claimed)), ...started]
     } catch (err) {
       await this.releaseAll(
         [...claimed, ...started].map((r) => r.id),
@@ -430,13 +436,15 @@ export class Runner {
    * left or the pass has started {@link MAX_START_BATCHES_PER_TICK} batches.
    * Answers the runs claimed for the rest of their program.
    */
-  private async startDue(token: string): Promise<ClaimedRun[]> {
+  private async startKeylessDue(token: string): Promise<ClaimedRun[]> {
     const engine = this.engineDeps()
     const handOff: ClaimedRun[] = []
     let batches = 0
     let drained = false
     const startOne = async (onLocked?: (count: number) => void) => {
-      const batch = await startDueBatch(engine, `${token}:${batches++}`, this.opts.batchSize, { onLocked })
+      const batch = await startKeylessBatch(engine, `${token}:${batches++}`, this.opts.batchSize, {
+        onLocked,
+      })
       handOff.push(...batch.handOff)
       for (const { runId, reason } of batch.failed)
         this.opts.logger.error(

@@ -64,7 +64,7 @@ const DEADLOCK_ATTEMPTS = 3
  * as its `last_error`, and the others start. Without that, one such run would
  * stop every run behind it in the due index from ever starting.
  */
-export async function startDueBatch(
+export async function startKeylessBatch(
   deps: EngineDeps,
   token: string,
   limit: number,
