@@ -212,10 +212,6 @@ export async function lockForNewRuns(tx: Queryable, id: number): Promise<Definit
   return row ? (row.state as DefinitionState) : null
 }
 
-export async function setCurrentVersion(db: Queryable, id: number, versionId: number): Promise<void> {
-  await db.run('UPDATE event_definitions SET current_version_id = ? WHERE id = ?', [versionId, id])
-}
-
 /** Record that occurrences up to `through` exist as runs; never moves backwards. */
 export async function setWatermark(db: Queryable, id: number, through: Date): Promise<void> {
   await db.run(

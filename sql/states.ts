@@ -46,14 +46,6 @@ export type RunHealth = (typeof RUN_HEALTHS)[number]
 export const STEP_STATUSES = ['pending', 'running', 'completed', 'failed', 'skipped', 'cancelled'] as const
 export type StepStatus = (typeof STEP_STATUSES)[number]
 
-/** Step statuses after which the step is never executed again. */
-export const STEP_DONE = [
-  'completed',
-  'failed',
-  'skipped',
-  'cancelled',
-] as const satisfies readonly StepStatus[]
-
 export const DEFINITION_STATES = ['active', 'paused', 'archived'] as const
 export type DefinitionState = (typeof DEFINITION_STATES)[number]
 
