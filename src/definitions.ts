@@ -277,7 +277,15 @@ async function publish(
   return version
 }
 
-/** ACTIVE, PAUSED or ARCHIVED; archiving is refused while any run is not terminal. */
+/**
+ * ACTIVE, PAUSED or ARCHIVED, with what that means for the runs:
+ * - PAUSED: the never-started runs the schedule made are withdrawn at once;
+ *   runs a person scheduled stay and start at their time.
+ * - ARCHIVED: the same withdrawal, and runs a person scheduled are cancelled
+ *   ("definition archived"); refused with CONFLICT while a run is in progress.
+ * - back to ACTIVE: the schedule resumes from now; nothing of the pause is made up.
+ * The audit row says how many runs were withdrawn and cancelled.
+ */
 export function setDefinitionState(
   deps: DefinitionDeps,
   id: number,
@@ -297,16 +305,22 @@ async function setState(
 ): Promise<DefinitionRow> {
   const current = await mustGet(deps.db, id)
   if (current.state === state) return current
-  const changed = await definitions.setState(deps.db, id, state)
-  if (!changed && state === 'archived') {
-    const active = await runs.countActiveForDefinition(deps.db, id)
+  const change = await definitions.setState(deps.db, id, state)
+  if (change === null) throw notFound('definition', id)
+  if (!change.applied) {
+    const n = change.inProgress
     throw new AppError(
       ERROR_CODES.CONFLICT,
-      `Definition "${current.slug}" has ${active} run(s) that are not finished; cancel or finish them before archiving.`,
-      { details: { state, activeRuns: active } },
+      `Definition "${current.slug}" has ${n} run${n === 1 ? '' : 's'} in progress; cancel ${n === 1 ? 'it' : 'them'} or let ${n === 1 ? 'it' : 'them'} finish before archiving.`,
+      { details: { state, runsInProgress: n } },
     )
   }
-  await recordAudit(deps, actor, 'setDefinitionState', String(id), 'ok', { from: current.state, state })
+  await recordAudit(deps, actor, 'setDefinitionState', String(id), 'ok', {
+    from: current.state,
+    state,
+    withdrawnRuns: change.withdrawn,
+    cancelledRuns: change.cancelled,
+  })
   if (state === 'active') deps.nudgeMaterialise?.()
   return mustGet(deps.db, id)
 }

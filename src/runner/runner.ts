@@ -36,7 +36,7 @@ import {
   startRuns,
   systemClock,
 } from './engine.ts'
-import { materialiseAll } from './materialise.ts'
+import { DEFAULT_MAX_RUNS_AHEAD, materialiseAll } from './materialise.ts'
 import { startDueBatch } from './start.ts'
 import type { StepRegistry } from './steps/registry.ts'
 import type { StepSettings } from './steps/types.ts'
@@ -63,6 +63,12 @@ export interface RunnerOptions {
   leaseMs?: number
   /** Look-ahead for materialisation. @default 24 h */
   horizonMs?: number
+  /**
+   * Runs kept ahead per (definition, scope), at most: a dense schedule keeps a
+   * rolling window this long, topped up when it has run half down.
+   * @default 1000
+   */
+  maxRunsAhead?: number
   /** Minimum time between materialisation passes unless nudged. @default 60000 */
   materialiseEveryMs?: number
   /** Terminal runs' logs older than this are deleted. @default 30 days */
@@ -112,6 +118,8 @@ export class Runner {
     observer?: RunnerObserver
   }
   private lastMaterialise = 0
+  /** When a count-bounded window (a dense schedule) needs topping up, before the usual interval. */
+  private refillAt: number | null = null
   private materialiseRequested = true
   private lastRetention = 0
   private consecutiveErrors = 0
@@ -132,6 +140,7 @@ export class Runner {
       tickMs: options.tickMs ?? 1000,
       leaseMs: options.leaseMs ?? 30_000,
       horizonMs: options.horizonMs ?? 24 * 3600_000,
+      maxRunsAhead: options.maxRunsAhead ?? DEFAULT_MAX_RUNS_AHEAD,
       materialiseEveryMs: options.materialiseEveryMs ?? 60_000,
       logRetentionMs: options.logRetentionMs ?? 30 * 24 * 3600_000,
       retentionEveryMs: options.retentionEveryMs ?? 3600_000,
@@ -279,15 +288,24 @@ export class Runner {
     await runs.reclaimStale(db, tickStart)
     await steps.reclaimStale(db, tickStart)
     const now = clock.now()
-    if (this.materialiseRequested || now.getTime() - this.lastMaterialise >= this.opts.materialiseEveryMs) {
+    if (
+      this.materialiseRequested ||
+      now.getTime() - this.lastMaterialise >= this.opts.materialiseEveryMs ||
+      (this.refillAt !== null && now.getTime() >= this.refillAt)
+    ) {
       this.materialiseRequested = false
       this.lastMaterialise = now.getTime()
-      await materialiseAll(db, now, this.opts.horizonMs, (def, err) =>
-        this.opts.logger.error(
-          { err, definitionId: def.id, slug: def.slug },
-          'materialisation failed for a definition',
-        ),
+      const pass = await materialiseAll(
+        db,
+        now,
+        { horizonMs: this.opts.horizonMs, maxRunsAhead: this.opts.maxRunsAhead },
+        (def, err) =>
+          this.opts.logger.error(
+            { err, definitionId: def.id, slug: def.slug },
+            'materialisation failed for a definition',
+          ),
       )
+      this.refillAt = pass.refillAt?.getTime() ?? null
     }
     await this.markMissed(clock.now())
     await this.advanceDue()
