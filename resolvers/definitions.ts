@@ -111,7 +111,7 @@ builder.mutationFields((t) => ({
   setDefinitionState: t.field({
     type: EventDefinitionRef,
     description:
-      'ACTIVE, PAUSED or ARCHIVED. Archiving is refused (CONFLICT) while any of its runs is unfinished.',
+      'ACTIVE, PAUSED or ARCHIVED. PAUSED withdraws the never-started runs the schedule made (runs a person scheduled stay); ACTIVE resumes the schedule from now. ARCHIVED also cancels runs a person scheduled, and is refused (CONFLICT) while a run is in progress.',
     extensions: requires('admin'),
     args: { id: t.arg.id({ required: true }), state: t.arg({ type: DefinitionStateEnum, required: true }) },
     resolve: (_root, args, ctx) =>

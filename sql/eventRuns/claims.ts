@@ -19,6 +19,13 @@ import { transitionSets } from './transitions.ts'
 const DUE_STATUSES = ['scheduled', ...IN_FLIGHT] as const
 
 /**
+ * The grace window applies to this run (`r` aliased): not backfilled, not held
+ * back by BUFFER_ONE. What the missed sweep requires; {@link WITHIN_GRACE} is
+ * the claim's side of the same rule, and `src/runner/grace.ts` the batch start's.
+ */
+const GRACE_APPLIES = 'r.grace_exempt = 0'
+
+/**
  * Runs that need the runner now: `wake_at` has passed and the run is not paused
  * or terminal. It selects rather than claims, so two sweepers may see the same
  * candidates and then disagree, harmlessly, about who owns each.
@@ -53,7 +60,7 @@ export async function findMissed(db: Queryable, now: Date, limit = 100): Promise
     `${SELECT_RUN}
        JOIN (SELECT r.id FROM event_runs r
                JOIN event_definitions d ON d.id = r.definition_id
-              WHERE r.status = 'scheduled'
+              WHERE r.status = 'scheduled' AND ${GRACE_APPLIES}
                 AND r.scheduled_for + INTERVAL d.grace_seconds SECOND < ?
               ORDER BY r.scheduled_for, r.id
               LIMIT ${n}) page ON page.id = r.id`,
@@ -64,8 +71,14 @@ export async function findMissed(db: Queryable, now: Date, limit = 100): Promise
 
 // A start claim also requires the run to be inside its grace window, so a run
 // that should be `missed` can never be started by a sweeper that got there first.
-const WITHIN_GRACE = `scheduled_for + INTERVAL (SELECT d.grace_seconds FROM event_definitions d
-     WHERE d.id = event_runs.definition_id) SECOND >= ?`
+// A grace-exempt run (backfilled, or held back by BUFFER_ONE) is never late.
+const WITHIN_GRACE = `(grace_exempt = 1 OR scheduled_for + INTERVAL (SELECT d.grace_seconds FROM event_definitions d
+     WHERE d.id = event_runs.definition_id) SECOND >= ?)`
+// A run the schedule made starts only while its definition is active: a pause
+// withdraws those runs in the transaction that pauses, and this guard keeps a
+// claim that raced it from starting one anyway. Runs a person asked for start.
+const SCHEDULE_ACTIVE = `(NOT (started_by <=> 'schedule') OR (SELECT d.state FROM event_definitions d
+     WHERE d.id = event_runs.definition_id) = 'active')`
 
 /** The answer of {@link claimStart}. */
 export interface ClaimStartResult {
@@ -96,7 +109,7 @@ export async function claimStart(
   const claimSql = `UPDATE event_runs
         SET status = 'starting', claimed_by = ?, claim_expires_at = ?, claim_token = NULL, wake_at = ?,
             started_at = COALESCE(started_at, NOW(3)), start_reserve = NULL
-      WHERE id = ? AND status = 'scheduled' AND ${WITHIN_GRACE}`
+      WHERE id = ? AND status = 'scheduled' AND ${WITHIN_GRACE} AND ${SCHEDULE_ACTIVE}`
   if (!run.concurrencyKey) {
     const res = await db.run(`${claimSql} AND concurrency_key IS NULL`, [
       owner,
@@ -185,7 +198,7 @@ export async function lockDueToStart(tx: Queryable, now: Date, limit: number): P
   // read before sorting, and a second instance would then find nothing to start.
   const rows = await tx.query<Raw>(
     `${SELECT_RUN} FORCE INDEX (idx_evrun_wake)
-      WHERE r.wake_at <= ? AND r.status = 'scheduled' AND r.concurrency_key IS NULL
+      WHERE r.wake_at <= ? AND r.status = 'scheduled' AND r.concurrency_key IS NULL AND r.overlap IS NULL
       ORDER BY r.wake_at, r.id
       LIMIT ${n}
       FOR UPDATE SKIP LOCKED`,
