@@ -78,6 +78,23 @@ export function fieldProblems(f: DefinitionFields, current?: DefinitionRow): str
     for (const p of templateProblems(f.concurrencyKey, 'concurrencyKey'))
       problems.push(`${p.path}: ${p.message}`)
   }
+  for (const field of ['startsAt', 'endsAt'] as const) {
+    const value = f[field]
+    if (value != null && (!(value instanceof Date) || Number.isNaN(value.getTime())))
+      problems.push(`${field}: must be a valid ISO-8601 date-time`)
+  }
+  const startsAt = f.startsAt !== undefined ? f.startsAt : current?.startsAt
+  const endsAt = f.endsAt !== undefined ? f.endsAt : current?.endsAt
+  if (
+    (f.startsAt !== undefined || f.endsAt !== undefined) &&
+    startsAt instanceof Date &&
+    endsAt instanceof Date &&
+    startsAt.getTime() > endsAt.getTime()
+  ) {
+    problems.push(
+      `endsAt: ${endsAt.toISOString()} is before startsAt ${startsAt.toISOString()}; the schedule would never fire`,
+    )
+  }
   if (f.scopes !== undefined) {
     if (f.scopes.length === 0) problems.push('scopes: give at least one scope ("" is the default scope)')
     if (f.scopes.length > 1000) problems.push('scopes: at most 1000 scopes')
@@ -177,6 +194,9 @@ async function create(
       concurrencyKey: input.concurrencyKey ?? null,
       scopes: input.scopes ?? [''],
       state: input.state ?? 'active',
+      overlap: input.overlap ?? 'allow_all',
+      startsAt: input.startsAt ?? null,
+      endsAt: input.endsAt ?? null,
     })
   } catch (err) {
     if (isDbErrno(err, DB_ERRNO.DUP_ENTRY)) {
@@ -221,8 +241,7 @@ async function update(
   assertValid(fieldProblems(patch, current))
   await definitions.update(deps.db, id, normalised)
   const updated = await mustGet(deps.db, id)
-  const rescheduled =
-    patch.schedule !== undefined || patch.timezone !== undefined || patch.scopes !== undefined
+  const rescheduled = definitions.reschedules(patch)
   let cancelled = 0
   if (rescheduled) cancelled = await dropUnscheduledRuns(deps, updated)
   await recordAudit(deps, actor, 'updateDefinition', String(id), 'ok', {
