@@ -101,7 +101,7 @@ describe('definition states', () => {
     expect(after.filter((r) => r.status === 'scheduled' && r.startedBy === 'schedule')).toEqual([])
     const entry = await lastAudit(id)
     expect(entry?.detail).toMatchObject({ from: 'active', state: 'paused', cancelledRuns: 0 })
-    expect((entry?.detail as { withdrawnRuns: number }).withdrawnRuns).toBeGreaterThan(0)
+    expect((entry?.detail as { withdrawnRuns?: number } | undefined)?.withdrawnRuns).toBeGreaterThan(0)
 
     await sleep(3000)
     const during = await runsOf(id)
