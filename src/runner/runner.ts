@@ -382,20 +382,24 @@ export class Runner {
     // the other runs waiting on it are deferred without a claim transaction each.
     const holderOfKey = new Map<string, number>()
     for (const run of due) {
-      if (run.status !== 'scheduled' || !run.concurrencyKey) continue
+      // Keyed runs, and runs under an overlap policy (they decide one by one, under their scope's lock).
+      if (run.status !== 'scheduled' || (!run.concurrencyKey && !run.overlap)) continue
       if (this.windingDown) break
-      const knownHolder = holderOfKey.get(run.concurrencyKey)
+      const knownHolder = run.concurrencyKey ? holderOfKey.get(run.concurrencyKey) : undefined
       if (knownHolder !== undefined) {
         await this.noteBlocked(run, knownHolder, now)
         continue
       }
       const answer = await runs.claimStart(db, run, this.instanceId, leaseUntil, now)
+      if (answer.overlap) await this.noteOverlap(run, answer.overlap, now)
       if (answer.claimed) {
         this.blockedLogged.delete(run.id)
-        holderOfKey.set(run.concurrencyKey, run.id)
+        if (run.concurrencyKey) holderOfKey.set(run.concurrencyKey, run.id)
         // startRuns re-reads every claimed run, so the claim's own effect is all it needs here.
         claimed.push({ ...run, status: 'starting', claimedBy: this.instanceId, claimExpiresAt: leaseUntil })
-      } else if (answer.blockedBy !== null) {
+      } else if (answer.overlap) {
+        // Decided by the overlap policy (and logged above).
+      } else if (answer.blockedBy !== null && run.concurrencyKey) {
         this.opts.observer?.claimConflict?.()
         holderOfKey.set(run.concurrencyKey, answer.blockedBy)
         await this.noteBlocked(run, answer.blockedBy, now)
@@ -505,6 +509,64 @@ export class Runner {
     // A backlog is left: tick again at once rather than after TICK_MS.
     if (!drained && !this.windingDown) this.nudged = true
     return handOff
+  }
+
+  /** Record what a run's overlap policy decided, on the runs it touched; a held run waits a tick. */
+  private async noteOverlap(run: RunRow, decided: runs.OverlapOutcome, now: Date): Promise<void> {
+    const { db } = this.opts
+    const actor = this.instanceId
+    switch (decided.outcome) {
+      case 'skipped':
+        await logs.append(db, {
+          runId: run.id,
+          level: 'warn',
+          message: `missed: run ${decided.holderId} of this definition and scope was still in progress (overlap policy SKIP)`,
+          actor,
+          data: { holderRunId: decided.holderId, overlap: 'skip' },
+        })
+        return
+      case 'superseded':
+        await logs.append(db, {
+          runId: run.id,
+          level: 'warn',
+          message: `missed: newer run ${decided.heldId} is held until run ${decided.holderId} ends (overlap policy BUFFER_ONE)`,
+          actor,
+          data: { heldRunId: decided.heldId, holderRunId: decided.holderId, overlap: 'buffer_one' },
+        })
+        return
+      case 'held': {
+        await runs.deferStart(db, run.id, new Date(now.getTime() + this.opts.tickMs))
+        if (decided.supersededId !== null) {
+          await logs.append(db, {
+            runId: decided.supersededId,
+            level: 'warn',
+            message: `missed: newer run ${run.id} came due while run ${decided.holderId} was still in progress (overlap policy BUFFER_ONE)`,
+            actor,
+            data: { newerRunId: run.id, holderRunId: decided.holderId, overlap: 'buffer_one' },
+          })
+        }
+        if (this.blockedLogged.get(run.id) === decided.holderId) return
+        if (this.blockedLogged.size > 10_000) this.blockedLogged.clear()
+        this.blockedLogged.set(run.id, decided.holderId)
+        await logs.append(db, {
+          runId: run.id,
+          level: 'info',
+          message: `held until run ${decided.holderId} is out of the way (overlap policy BUFFER_ONE)`,
+          actor,
+          data: { holderRunId: decided.holderId, overlap: 'buffer_one' },
+        })
+        return
+      }
+      case 'cancelled':
+        await logs.append(db, {
+          runId: decided.cancelledId,
+          level: 'warn',
+          message: `cancelled: newer run ${run.id} of this definition and scope came due (overlap policy CANCEL_OTHER)`,
+          actor,
+          data: { newerRunId: run.id, overlap: 'cancel_other' },
+        })
+        return
+    }
   }
 
   private async noteBlocked(run: RunRow, holderId: number, now: Date): Promise<void> {
