@@ -73,6 +73,11 @@ export interface RunnerOptions {
   materialiseEveryMs?: number
   /** Terminal runs' logs older than this are deleted. @default 30 days */
   logRetentionMs?: number
+  /**
+   * Terminal runs that ended longer ago than this are deleted with their steps
+   * and logs; 0 keeps every run. @default 90 days
+   */
+  runRetentionMs?: number
   /** Minimum time between retention sweeps. @default 1 h */
   retentionEveryMs?: number
   /**
@@ -107,6 +112,10 @@ const MAX_ERROR_BACKOFF_MS = 5_000
  * instead of one pass that starves the claims of runs already in flight.
  */
 const MAX_START_BATCHES_PER_TICK = 10
+/** Runs per retention round: each round is a few statements over this many runs. */
+const RUN_RETENTION_BATCH = 200
+/** Rounds per sweep (the rest waits for the next sweep, so one sweep never takes a tick for long). */
+const RUN_RETENTION_ROUNDS = 50
 
 export class Runner {
   readonly instanceId: string
@@ -143,6 +152,7 @@ export class Runner {
       maxRunsAhead: options.maxRunsAhead ?? DEFAULT_MAX_RUNS_AHEAD,
       materialiseEveryMs: options.materialiseEveryMs ?? 60_000,
       logRetentionMs: options.logRetentionMs ?? 30 * 24 * 3600_000,
+      runRetentionMs: options.runRetentionMs ?? 90 * 24 * 3600_000,
       retentionEveryMs: options.retentionEveryMs ?? 3600_000,
       batchSize: options.batchSize ?? 200,
       parallelism: options.parallelism ?? 8,
@@ -646,6 +656,34 @@ export class Runner {
   }
 
   private async retention(now: Date): Promise<void> {
+    await this.logRetention(now)
+    await this.runRetention(now)
+  }
+
+  /**
+   * Run history retention: terminal runs that ended before the retention
+   * period go with their steps and logs, a batch of {@link RUN_RETENTION_BATCH}
+   * per round of short statements, never a run that is not terminal. Each
+   * round's counts go to the observer, so cached run counts stay right.
+   */
+  private async runRetention(now: Date): Promise<void> {
+    if (this.opts.runRetentionMs <= 0) return
+    const cutoff = new Date(now.getTime() - this.opts.runRetentionMs)
+    let total = 0
+    for (let round = 0; round < RUN_RETENTION_ROUNDS; round++) {
+      if (this.windingDown) break
+      const expired = await runs.expiredRuns(this.opts.db, cutoff, RUN_RETENTION_BATCH)
+      if (expired.length === 0) break
+      const deleted = await runs.deleteTerminalRuns(this.opts.db, expired)
+      this.opts.observer?.runsDeleted?.(deleted)
+      total += Object.values(deleted).reduce((a, n) => a + (n ?? 0), 0)
+      if (expired.length < RUN_RETENTION_BATCH) break
+    }
+    if (total > 0)
+      this.opts.logger.info({ runs: total, before: cutoff }, 'run retention: deleted finished runs')
+  }
+
+  private async logRetention(now: Date): Promise<void> {
     const cutoff = new Date(now.getTime() - this.opts.logRetentionMs)
     for (let round = 0; round < 20; round++) {
       const ids = await runs.terminalBefore(this.opts.db, cutoff, 500, { withLogsOnly: true })
