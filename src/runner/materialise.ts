@@ -176,6 +176,9 @@ export async function materialiseDefinition(
       outcome.created += made
     }
   }
+  // Every scope reached the horizon: say so on the definition, so the next
+  // passes skip it without reading its watermarks until the horizon moves on.
+  if (outcome.windowEnd === null) await definitions.setWatermark(db, def.id, to)
   return outcome
 }
 
@@ -203,7 +206,11 @@ export async function materialiseAll(
 ): Promise<MaterialiseAllOutcome> {
   const defs = await definitions.listMaterialisable(db)
   const out: MaterialiseAllOutcome = { created: 0, refillAt: null }
+  const horizonMs = typeof bounds === 'number' ? bounds : bounds.horizonMs
   for (const def of defs) {
+    // Materialised to the horizon already (within a second): nothing to read.
+    if (def.materializedThrough && def.materializedThrough.getTime() >= now.getTime() + horizonMs - 1000)
+      continue
     try {
       const { created, windowEnd } = await materialiseDefinition(db, def, now, bounds)
       out.created += created
