@@ -51,3 +51,10 @@ export type DefinitionState = (typeof DEFINITION_STATES)[number]
 
 export const STEP_ON_ERROR = ['fail', 'degrade'] as const
 export type StepOnError = (typeof STEP_ON_ERROR)[number]
+
+/**
+ * What a definition does when an occurrence comes due while an earlier run of
+ * the same definition and scope is in progress. `allow_all` starts it anyway.
+ */
+export const OVERLAP_POLICIES = ['allow_all', 'skip', 'buffer_one', 'cancel_other'] as const
+export type OverlapPolicy = (typeof OVERLAP_POLICIES)[number]

@@ -88,6 +88,7 @@ export async function startRun(deps: ControlDeps, input: StartRunInput): Promise
       params: typedParams,
       rehearsal,
       startedBy: input.actor,
+      overlap: definitions.runOverlap(def.overlap),
     })
   })
   if (id !== null) {

@@ -33,6 +33,8 @@ export interface RunnerObserver {
   tickError?(): void
   /** How late this tick started against its schedule, in ms (0 when on time). */
   tickLag?(ms: number): void
+  /** Run history retention deleted these terminal runs (counts per status). */
+  runsDeleted?(byStatus: Partial<Record<string, number>>): void
 }
 
 /** A run this instance holds a claim on, with what its steps' templates need. */
