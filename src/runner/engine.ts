@@ -428,10 +428,10 @@ export async function handleFailure(
     deps.observer?.stepFinished?.(step.kind, 'retry')
     return { next: false, wakeAt }
   }
-  const failed = await recordOutcome(deps.hardStop, () => steps.fail(deps.db, step.id, message))
-  deps.observer?.stepFinished?.(step.kind, 'failed')
-  if (!failed) return { next: true } // a person skipped or cancelled it meanwhile
   if (step.onError === 'degrade') {
+    const failed = await recordOutcome(deps.hardStop, () => steps.fail(deps.db, step.id, message))
+    deps.observer?.stepFinished?.(step.kind, 'failed')
+    if (!failed) return { next: true } // a person skipped or cancelled it meanwhile
     await runs.setHealth(deps.db, run.id, 'degraded')
     await logs.append(deps.db, {
       runId: run.id,
@@ -442,9 +442,19 @@ export async function handleFailure(
     return { next: true }
   }
   const error = `step ${step.seq} (${step.kind}) failed after ${step.attempts} attempt(s): ${message}`
-  const moved = await runs.transition(deps.db, run.id, [runStatus, 'running', 'ending'], 'failed', { error })
-  if (moved) {
-    await steps.cancelUnfinished(deps.db, run.id)
+  // The step, the run and the run's other steps move in one transaction.
+  const { stepFailed, runFailed } = await recordOutcome(deps.hardStop, () =>
+    runs.failWithStep(
+      deps.db,
+      run.id,
+      [runStatus, 'running', 'ending'],
+      { id: step.id, error: message },
+      error,
+    ),
+  )
+  deps.observer?.stepFinished?.(step.kind, 'failed')
+  if (!stepFailed) return { next: true } // a person skipped or cancelled it meanwhile
+  if (runFailed) {
     await logs.append(deps.db, {
       runId: run.id,
       stepId: step.id,
