@@ -176,7 +176,8 @@ function checkStep(raw: unknown, path: string, registry: StepRegistry, problems:
     }
   }
   if (params) {
-    const found = templateProblems(params, paramsPath)
+    const secrets = typeof kindName === 'string' && registry.get(kindName)?.acceptsSecrets === true
+    const found = templateProblems(params, paramsPath, { secrets })
     for (const p of found) problems.add(p.path, p.message)
     if (found.length > 0) ok = false
   }
