@@ -41,6 +41,25 @@ export async function findDue(db: Queryable, now: Date, limit = 50): Promise<Run
 }
 
 /**
+ * Due scheduled runs that carry a concurrency key, oldest due first. They are
+ * started one by one (each takes its key lock with its claim), so they are
+ * found by a query of their own, on an index that holds only them
+ * (`keyed_due_at`, migration 0006): however many key-less runs are due, a keyed
+ * run is seen as soon as it is due, not after the backlog ahead of it.
+ */
+export async function findDueKeyed(db: Queryable, now: Date, limit = 50): Promise<RunRow[]> {
+  const n = clampLimit(limit, 50)
+  const rows = await db.execute<Raw>(
+    `${SELECT_RUN} FORCE INDEX (idx_evrun_keyed_due)
+      WHERE r.keyed_due_at <= ? AND r.status = 'scheduled' AND r.concurrency_key IS NOT NULL
+      ORDER BY r.keyed_due_at, r.id
+      LIMIT ${n}`,
+    [now],
+  )
+  return rows.map(hydrate)
+}
+
+/**
  * Scheduled runs whose start instant passed more than their own definition's
  * grace window ago. Only `scheduled` qualifies: a run that reached `starting` has
  * begun, and "began then stalled" is a different fact from "never began".

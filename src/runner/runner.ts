@@ -358,8 +358,9 @@ export class Runner {
       )
       throw err
     }
-    // Keyed scheduled runs: each needs its key lock, taken with its claim.
-    const due = await runs.findDue(db, now, batchSize)
+    // Keyed scheduled runs: each needs its key lock, taken with its claim. Their
+    // own query, so no backlog of key-less runs can hide them past their grace.
+    const due = await runs.findDueKeyed(db, now, batchSize)
     // A key found held (or just taken) stays held for the rest of this pass, so
     // the other runs waiting on it are deferred without a claim transaction each.
     const holderOfKey = new Map<string, number>()
