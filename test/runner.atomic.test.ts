@@ -108,7 +108,12 @@ describe("the engine's failing of a run", () => {
     // Not recorded as failed either: a later tick must not go on past it.
     expect((await stepsOf(t.db, run.id)).map((s) => s.status)).toEqual(['running', 'pending'])
 
-    // Once the step's lease has run out, the next tick runs it again and fails the run whole.
+    // Once the step's lease has run out (on the database's clock), the next tick runs it
+    // again and fails the run whole.
+    await t.db.run(
+      'UPDATE event_run_steps SET claim_expires_at = NOW(3) - INTERVAL 1 SECOND WHERE run_id = ? AND claimed_by IS NOT NULL',
+      [run.id],
+    )
     clock.advance(10 * 60_000)
     await new Runner({ db: t.db, registry, clock, instanceId: 'b', logger: quiet }).tick()
     expect(calls).toBe(2)

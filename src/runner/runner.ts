@@ -275,9 +275,9 @@ export class Runner {
   /** One pass. Public so tests can drive the runner tick by tick with an injected clock. */
   async tick(): Promise<void> {
     const { db, clock } = this.opts
-    const tickStart = clock.now()
-    await runs.reclaimStale(db, tickStart)
-    await steps.reclaimStale(db, tickStart)
+    // Lease expiry is judged on the database's clock (sql/leases.ts).
+    await runs.reclaimStale(db)
+    await steps.reclaimStale(db)
     const now = clock.now()
     if (this.materialiseRequested || now.getTime() - this.lastMaterialise >= this.opts.materialiseEveryMs) {
       this.materialiseRequested = false
@@ -392,12 +392,14 @@ export class Runner {
     // taken over by another instance: renew what is still ours and drop the
     // rest, or two instances would start the same run.
     if (Date.now() - claimFrom > this.opts.leaseMs / 3) {
-      const renewedUntil = new Date(clock.now().getTime() + this.opts.leaseMs)
+      const renewedFrom = clock.now()
+      const renewedUntil = new Date(renewedFrom.getTime() + this.opts.leaseMs)
       const mine = await runs.renewClaims(
         db,
         [...claimed, ...started].map((r) => r.id),
         this.instanceId,
         renewedUntil,
+        renewedFrom,
       )
       claimed = claimed.filter((r) => mine.has(r.id))
       started = started.filter((r) => mine.has(r.id))
