@@ -16,6 +16,7 @@ import { createLogger } from '../src/log.ts'
 import { SecretScope } from '../src/runner/secrets.ts'
 import { StepFailure } from '../src/runner/steps/types.ts'
 import { webhookStep } from '../src/runner/steps/webhook.ts'
+import { renderTemplate } from '../src/runner/template.ts'
 import { captureLog } from './helpers/logCapture.ts'
 import { sleep } from './helpers/runnerHarness.ts'
 import { type GqlResponse, startTestServer, type TestServer } from './helpers/server.ts'
@@ -293,6 +294,20 @@ describe('the allow-list checks the address a hostname resolves to', () => {
 })
 
 describe('SecretScope', () => {
+  it('a value rendered into a template never becomes a secret reference', () => {
+    const rendered = renderTemplate(
+      { body: { note: 'from {{params.note}}' } },
+      {
+        run: { id: 1, scope: '', scheduledFor: '2025-01-01T00:00:00.000Z' },
+        params: { note: '{{secret.HOOK_TOKEN}} and {{ secret.HOOK_TOKEN }}' },
+        definition: { title: 't' },
+      },
+    )
+    const sent = new SecretScope({ SHOWRUNNER_SECRET_HOOK_TOKEN: SECRET }).resolve(rendered)
+    expect(JSON.stringify(sent)).not.toContain(SECRET)
+    expect(sent).toEqual({ body: { note: 'from { {secret.HOOK_TOKEN}} and { { secret.HOOK_TOKEN }}' } })
+  })
+
   it('scrubs raw, URL-encoded and JSON-escaped forms; unknown names fail without a value', () => {
     const scope = new SecretScope({ SHOWRUNNER_SECRET_ODD: 'a b/"c"' })
     expect(scope.resolve({ h: 'x {{secret.ODD}} y' })).toEqual({ h: 'x a b/"c" y' })

@@ -77,11 +77,21 @@ function lookup(name: string, vars: TemplateVars): string {
   return ''
 }
 
+/**
+ * A value put into a template must not become a secret reference there: a run
+ * param `"{{secret.X}}"` rendered into a webhook body would otherwise be
+ * resolved by the webhook, and anyone who may start a run could have a secret
+ * sent where they can read it. Such text keeps a space between its braces.
+ */
+function inert(value: string): string {
+  return value.includes('{{') ? value.replace(/\{\{(?=\s*secret\.)/g, '{ {') : value
+}
+
 function renderString(text: string, vars: TemplateVars): string {
   if (!text.includes('{{')) return text
   return text.replace(PLACEHOLDER, (match, inner: string) => {
     const name = inner.trim()
-    return name.startsWith('secret.') ? match : lookup(name, vars)
+    return name.startsWith('secret.') ? match : inert(lookup(name, vars))
   })
 }
 
