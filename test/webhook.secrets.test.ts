@@ -277,6 +277,30 @@ describe('the allow-list checks the address a hostname resolves to', () => {
     expect(sink.seen.length).toBe(before)
   })
 
+  it('checks every redirect the same way: a listed name that resolves to an unlisted loopback is refused', async () => {
+    // The first hop is an allowed IP literal (127.0.0.2, on the loopback); it redirects to a listed name.
+    const redirector = createServer((_req, res) => {
+      res.writeHead(302, { Location: `http://localhost:${sink.port}/ok` })
+      res.end()
+    })
+    redirector.listen(0, '127.0.0.2')
+    await new Promise((resolve) => redirector.once('listening', resolve))
+    const hop = `http://127.0.0.2:${(redirector.address() as AddressInfo).port}`
+    try {
+      const before = sink.seen.length
+      const err = await fail(`${hop}/start`, [`${hop}/`, `http://localhost:${sink.port}/`])
+      expect(err.message).toMatch(
+        new RegExp(
+          `^webhook redirect 1 refused: http://localhost:${sink.port}/ok: localhost resolves to (127\\.0\\.0\\.1|::1), a loopback address`,
+        ),
+      )
+      expect(sink.seen.length).toBe(before)
+    } finally {
+      redirector.closeAllConnections()
+      await new Promise((resolve) => redirector.close(resolve))
+    }
+  })
+
   it('allows an internal address the allow-list names as an IP literal (directly, or behind a listed name)', async () => {
     const direct = await webhookStep.execute(
       makeStepContext({ url: `${sink.origin}/ok` }, { webhookAllow: [`${sink.origin}/`] }),
