@@ -24,12 +24,6 @@ const SECRET_REF = /\{\{\s*secret\.([^{}]*?)\s*\}\}/g
 /** The environment secrets are read from. */
 export type SecretSource = Readonly<Record<string, string | undefined>>
 
-/** Whether a string refers to a secret. */
-export function hasSecretRef(value: string): boolean {
-  SECRET_REF.lastIndex = 0
-  return SECRET_REF.test(value)
-}
-
 /**
  * The secrets one step attempt resolved, for resolving its params and scrubbing
  * what it answers. Make one per attempt.
