@@ -16,6 +16,8 @@ import { buildApp } from './server.ts'
 
 /** Exit codes: 0 clean stop, 1 runtime failure, 2 bad configuration or usage. */
 const EXIT_CONFIG = 2
+/** A second SIGINT/SIGTERM sooner than this after the first is the same request delivered twice. */
+const REPEAT_SIGNAL_MS = 1000
 
 function configOrExit(): Config {
   try {
@@ -82,13 +84,16 @@ async function serve(opts: { dataDir: string; demo?: boolean }): Promise<void> {
   for (const warning of config.warnings) log.warn({}, warning)
   const { url, privateDb } = await resolveDatabase(config, log, opts.dataDir)
   const app = buildApp({ ...config, databaseUrl: url }, { logger: log })
-  let stopping = false
+  let stoppingSince: number | null = null
   const shutdown = async (signal: string) => {
-    if (stopping) {
+    if (stoppingSince !== null) {
+      // Ctrl-C under `npm start` arrives twice at once: from the terminal and
+      // forwarded by npm. Only a later repeat means "stop waiting".
+      if (Date.now() - stoppingSince < REPEAT_SIGNAL_MS) return
       console.error(`showrunner: ${signal} again; exiting without waiting`)
       process.exit(1)
     }
-    stopping = true
+    stoppingSince = Date.now()
     log.info({ signal }, 'shutting down: finishing the current step and releasing claims')
     let code = 0
     try {
