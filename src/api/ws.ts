@@ -69,12 +69,16 @@ export function attachGraphqlWs(opts: {
       // Never put internal error text into close reasons.
       isProd: true,
       onConnect(ctx) {
-        const principal = authenticate(wsAuthorization(ctx.connectionParams, ctx.extra.request), opts.tokens)
+        const sent = wsAuthorization(ctx.connectionParams, ctx.extra.request)
+        const principal = authenticate(sent, opts.tokens)
         if (!principal) {
           // 4401 says "your credentials", which clients treat as final (no reconnect loop).
+          // A close reason holds at most 123 bytes.
           ctx.extra.socket.close(
             CloseCode.Unauthorized,
-            'Unauthorized: connectionParams.authorization must be "Bearer <token>"',
+            sent === null
+              ? 'Unauthorized: connectionParams.authorization must be "Bearer <token>"'
+              : 'Unauthorized: invalid token (not one this server accepts)',
           )
           return false
         }
