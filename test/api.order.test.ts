@@ -168,3 +168,19 @@ describe('response maps follow the selection order', () => {
     }
   })
 })
+
+describe('running on graphql-js keeps what the executor answered before', () => {
+  it('invalid variables are a 400 BAD_USER_INPUT for mutations and queries alike', async () => {
+    const mutation = await s.gql('mutation ($d: ID!) { startRun(definitionId: $d) { id } }', {
+      variables: { d: { not: 'an id' } },
+    })
+    const query = await s.gql('query ($slug: String!) { definition(slug: $slug) { id } }', {
+      variables: { slug: 42 },
+    })
+    for (const res of [mutation, query]) {
+      expect(res.status, JSON.stringify(res.body)).toBe(400)
+      expect(res.body.data).toBeUndefined()
+      expect(res.body.errors?.[0]?.extensions?.code).toBe('BAD_USER_INPUT')
+    }
+  })
+})

@@ -1,5 +1,5 @@
 /**
- * Who may call which root field (SPEC §6), checked per field.
+ * Who may call which root field, checked per field: viewer < operator < admin.
  *
  * Every root field declares the role it needs in its Pothos `extensions`
  * (`extensions: requires('operator')`); {@link guardRootFields} wraps each

@@ -32,7 +32,7 @@
  */
 
 import type { DocumentNode, ExecutionArgs, ExecutionResult } from 'graphql'
-import { execute, getOperationAST, getVariableValues, subscribe } from 'graphql'
+import { execute, GraphQLError, getOperationAST, getVariableValues, subscribe } from 'graphql'
 import { type CompiledQuery, compileQuery, isCompiledQuery } from 'graphql-jit'
 import type { Plugin } from 'graphql-yoga'
 
@@ -43,6 +43,30 @@ function jitApplies(args: ExecutionArgs): boolean {
   if (defs.length === 0) return true
   const coerced = getVariableValues(args.schema, defs, args.variableValues ?? {}, { maxErrors: 1 })
   return coerced.errors === undefined
+}
+
+/**
+ * graphql-js answers a request it cannot start (invalid variables, an unknown
+ * operation) with errors and no `data`. Those are the caller's mistake: mark
+ * them HTTP 400, as yoga's own executor does, so the status does not depend on
+ * which executor ran.
+ */
+function executeOnGraphqlJs(args: ExecutionArgs): ReturnType<typeof execute> {
+  const result = execute(args)
+  if (result instanceof Promise || 'data' in result || !result.errors) return result
+  return {
+    errors: result.errors.map(
+      (e) =>
+        new GraphQLError(e.message, {
+          nodes: e.nodes,
+          source: e.source,
+          positions: e.positions,
+          path: e.path,
+          originalError: e.originalError,
+          extensions: { ...e.extensions, http: { ...(e.extensions.http as object), status: 400 } },
+        }),
+    ),
+  }
 }
 
 /** Options of {@link useQueryJit}. */
@@ -81,7 +105,7 @@ export function useQueryJit(opts: QueryJitOptions = {}): Plugin {
     onExecute({ args, setExecuteFn }) {
       const query = jitApplies(args) ? compiledFor(args) : null
       if (!query) {
-        setExecuteFn(execute as Parameters<typeof setExecuteFn>[0])
+        setExecuteFn(executeOnGraphqlJs as Parameters<typeof setExecuteFn>[0])
         return
       }
       setExecuteFn((async (execArgs: ExecutionArgs) => {

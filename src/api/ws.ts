@@ -35,7 +35,7 @@ export interface WsTransport {
 }
 
 /**
- * The credential a WebSocket client sent. SPEC §6 names
+ * The credential a WebSocket client sent. The documented form is
  * `connectionParams.authorization: "Bearer TOKEN"`; clients in the wild also
  * send `Authorization`, a bare token, or the header on the upgrade request
  * (Node clients can set it), so each of those is read too. The token itself is
