@@ -117,5 +117,5 @@ describe.skipIf(missing !== null)('the private database across restarts', () => 
     expect(old.message).toMatch(/^Invalid token/)
     await third.stop()
     expect(findMariadbdProcesses(dataDir)).toEqual([])
-  })
+  }, 180_000)
 })

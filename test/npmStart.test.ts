@@ -134,11 +134,11 @@ async function holdClaimThenStop(stop: (npmPid: number) => void, opts: { detache
 describe('npm start', () => {
   it('stops gracefully on a SIGTERM sent to npm: claims released, no process left', async () => {
     await holdClaimThenStop((pid) => process.kill(pid, 'SIGTERM'))
-  })
+  }, 120_000)
 
   it('stops gracefully on Ctrl-C, which reaches npm and the server both', async () => {
     // A terminal sends SIGINT to the whole foreground process group; npm then
     // forwards it again. The server must take the pair as one request.
     await holdClaimThenStop((pid) => process.kill(-pid, 'SIGINT'), { detached: true })
-  })
+  }, 120_000)
 })

@@ -114,7 +114,7 @@ describe.skipIf(missing !== null)('the README tour', () => {
     expect(text).toMatch(/^event: complete$/m)
     expect(text).toMatch(/"setDefinitionState":\{"state":"PAUSED"\}/)
     expect(text).not.toMatch(/"errors"/)
-  })
+  }, 180_000)
 
   it('leaves a watch.mjs that explains itself in one line when it cannot watch', () => {
     const run = (env: Record<string, string>) => {
