@@ -50,7 +50,7 @@ async function serve(extra: Record<string, string> = {}) {
   })
   children.push(child)
   const seen = captureOutput(child)
-  const [, url] = await waitForOutput(child, seen, /showrunner is serving on (http:\/\/\S+)/, 60_000)
+  const [, url] = await waitForOutput(child, seen, /showrunner is serving on (http:\/\/\S+)\n/, 60_000)
   const status = async (token: string) => {
     const res = await fetch(`${url}/graphql`, {
       method: 'POST',

@@ -71,7 +71,7 @@ async function holdClaimThenStop(stop: (npmPid: number) => void, opts: { detache
     detached: opts.detached ?? false,
   })
   const seen = captureOutput(npm)
-  const [, url] = await waitForOutput(npm, seen, /showrunner is serving on (http:\/\/\S+)/, 60_000)
+  const [, url] = await waitForOutput(npm, seen, /showrunner is serving on (http:\/\/\S+)\n/, 60_000)
 
   const gql = async (query: string, variables: Record<string, unknown> = {}) => {
     const res = await fetch(`${url}/graphql`, {

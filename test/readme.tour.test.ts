@@ -72,7 +72,7 @@ describe.skipIf(missing !== null)('the README tour', () => {
       stdio: ['ignore', 'pipe', 'pipe'],
     })
     const seen = captureOutput(server)
-    const [, address] = await waitForOutput(server, seen, /showrunner is serving on http:\/\/(\S+)/, 90_000)
+    const [, address] = await waitForOutput(server, seen, /showrunner is serving on http:\/\/(\S+)\n/, 90_000)
 
     const script = ['set -eo pipefail']
     blocks.forEach((block, i) => {
