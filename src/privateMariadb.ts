@@ -540,9 +540,15 @@ async function initialise(
   )
   if (result !== 0) {
     await rm(tmp, { recursive: true, force: true })
+    // Its last lines are generic advice; the cause is in the [ERROR] lines above them.
+    const output = await tail(paths.install, from, 400)
+    const errors = output.split('\n').filter((line) => /\[ERROR\]|^ERROR/.test(line))
     throw new PrivateMariadbError(
       `mariadb-install-db failed (${typeof result === 'number' ? `exit code ${result}` : result}).` +
-        quoteLog(paths.install, await tail(paths.install, from)),
+        quoteLog(
+          paths.install,
+          errors.length > 0 ? errors.slice(-10).join('\n') : output.split('\n').slice(-20).join('\n'),
+        ),
     )
   }
   await rename(tmp, paths.data)

@@ -8,7 +8,7 @@
  * made to the blocks is the port (the server listens on a free one, not 4000).
  */
 import { type ChildProcess, spawn, spawnSync } from 'node:child_process'
-import { mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdtempSync, readFileSync, rmSync, symlinkSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterAll, describe, expect, it } from 'vitest'
@@ -126,6 +126,7 @@ describe.skipIf(missing !== null)('the README tour', () => {
       })
       return { status: r.status, lines: r.stderr.trim().split('\n') }
     }
+    expect(existsSync(join(dir, 'watch.mjs')), 'the tour did not get as far as writing watch.mjs').toBe(true)
     const noToken = run({})
     expect(noToken.status).not.toBe(0)
     expect(noToken.lines).toHaveLength(1)
