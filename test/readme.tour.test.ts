@@ -105,6 +105,9 @@ describe.skipIf(missing !== null)('the README tour', () => {
     expect(text).toMatch(/"resumeRun":\{"applied":true/)
     expect(text).toMatch(/"resolveCue":\{"applied":true,"step":\{"status":"COMPLETED"/)
     expect(text).toMatch(/"message": "Goodbye"/)
+    expect(text).toMatch(
+      /"runs":\[\{"id":"\d+","status":"COMPLETED","health":"OK","waitingSteps":0,"definition":\{"slug":"demo-manual"\}\}\]/,
+    )
     expect(text).toMatch(/"cancelRun":\{"applied":false,"run":\{"status":"COMPLETED"/)
     // The watchers: the WebSocket one printed several states ending in COMPLETED, and SSE completed.
     const watched = text.split('\n').filter((l) => /^\{"id":"\d+","status":/.test(l))
