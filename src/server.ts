@@ -24,11 +24,14 @@ import { createDb, type Db } from '../sql/db.ts'
 import { countDegraded } from '../sql/eventRuns.ts'
 import { waitingSummary } from '../sql/eventSteps.ts'
 import { migrate, pendingMigrations } from '../sql/migrate.ts'
+import { ChangeSignal } from './api/changeSignal.ts'
 import { type ApiContext, type ApiServices, createApiContext } from './api/context.ts'
 import { useDocumentNestingLimit } from './api/documentLimits.ts'
 import { API_CODES, createMaskError, useValidationErrorCodes } from './api/errors.ts'
 import { CSRF_HEADER, useAuthGate, useCsrfPrevention } from './api/httpGuards.ts'
+import { InboxFeed } from './api/inboxFeed.ts'
 import { useQueryJit } from './api/jit.ts'
+import { RunChangeFeed } from './api/runChangeFeed.ts'
 import { StatusPoller } from './api/statusPoller.ts'
 import { attachGraphqlWs, WS_PRINCIPAL, type WsTransport } from './api/ws.ts'
 import { authenticate, type Principal, type TokenEntry, tokenActor } from './auth.ts'
@@ -101,6 +104,9 @@ export interface App {
   readonly registry: StepRegistry
   readonly metrics: Metrics
   readonly poller: StatusPoller
+  /** The pollers behind `runChanges` and `waitingSteps`. */
+  readonly runChanges: RunChangeFeed
+  readonly inbox: InboxFeed
   /** The admin token generated because none was configured (printed once by start()); null otherwise. */
   readonly generatedToken: string | null
 }
@@ -158,6 +164,11 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     host = '127.0.0.1'
   }
 
+  // Changes made by this process wake the live feeds at once (see changeSignal.ts).
+  const changes = new ChangeSignal()
+  // A tick that finished a step changed a run; the feeds look after the tick.
+  let tickChangedRuns = false
+
   const runner =
     config.runner === 'on'
       ? new Runner({
@@ -172,9 +183,16 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
           settings: { webhookAllow: config.webhookAllow },
           logger: logger.child({ component: 'runner' }),
           observer: {
-            stepFinished: (kind, outcome) => metrics.steps.inc({ kind, outcome }),
+            stepFinished: (kind, outcome) => {
+              metrics.steps.inc({ kind, outcome })
+              tickChangedRuns = true
+            },
             claimConflict: () => metrics.claimConflicts.inc(),
-            tickDuration: (ms) => metrics.tickDuration.observe(ms / 1000),
+            tickDuration: (ms) => {
+              metrics.tickDuration.observe(ms / 1000)
+              if (tickChangedRuns) changes.notify()
+              tickChangedRuns = false
+            },
             tickError: () => metrics.tickErrors.inc(),
             tickLag: (ms) => metrics.tickLagMs.set(ms),
           },
@@ -188,17 +206,38 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     onWatchersChange: (delta) => metrics.openSubscriptions.inc(delta),
   })
 
+  const feedOptions = {
+    db,
+    intervalMs: config.statusPollMs,
+    logger,
+    onWatchersChange: (delta: 1 | -1) => metrics.openSubscriptions.inc(delta),
+  }
+  const runChanges = new RunChangeFeed(feedOptions)
+  const inbox = new InboxFeed(feedOptions)
+  changes.on(() => runChanges.wake())
+  changes.on(() => inbox.wake())
+
   const services: ApiServices = {
     db,
     registry,
     clock,
     metrics,
     poller,
+    runChanges,
+    inbox,
     logger,
     tickMs: config.tickMs,
     horizonMs: config.materializeHorizonHours * 3_600_000,
-    nudge: () => runner?.nudge(),
-    requestMaterialise: () => runner?.requestMaterialise(),
+    // Called by run and step controls after their writes, and by definition
+    // changes (which may withdraw or cancel runs): the feeds look at once.
+    nudge: () => {
+      runner?.nudge()
+      changes.notify()
+    },
+    requestMaterialise: () => {
+      runner?.requestMaterialise()
+      changes.notify()
+    },
   }
 
   const principalOf = (initial: YogaInitialContext & { [WS_PRINCIPAL]?: Principal }): Principal | null => {
@@ -391,7 +430,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
       logger.error({ err }, 'the runner did not stop cleanly')
     }
     // Completing every watcher ends SSE streams and sends `complete` on WebSockets.
-    await poller.close()
+    await Promise.all([poller.close(), runChanges.close(), inbox.close()])
     await ws?.close()
     httpServer.closeIdleConnections()
     const force = setTimeout(() => httpServer.closeAllConnections(), 2000)
@@ -416,6 +455,8 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     registry,
     metrics,
     poller,
+    runChanges,
+    inbox,
     generatedToken,
   }
 }
