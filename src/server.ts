@@ -28,6 +28,7 @@ import { ChangeSignal } from './api/changeSignal.ts'
 import { type ApiContext, type ApiServices, createApiContext } from './api/context.ts'
 import { useDocumentNestingLimit } from './api/documentLimits.ts'
 import { API_CODES, createMaskError, useValidationErrorCodes } from './api/errors.ts'
+import { GRAPHIQL_ASSET_PATH, renderSelfHostedGraphiQL, serveGraphiqlAsset } from './api/graphiql.ts'
 import { CSRF_HEADER, useAuthGate, useCsrfPrevention } from './api/httpGuards.ts'
 import { InboxFeed } from './api/inboxFeed.ts'
 import { useQueryJit } from './api/jit.ts'
@@ -111,11 +112,12 @@ export interface App {
   readonly generatedToken: string | null
 }
 
-type Route = '/graphql' | '/healthz' | '/readyz' | '/metrics' | 'other'
+type Route = '/graphql' | '/graphiql' | '/healthz' | '/readyz' | '/metrics' | 'other'
 
 function routeOf(pathname: string): Route {
   if (pathname === GRAPHQL_PATH || pathname === `${GRAPHQL_PATH}/`) return '/graphql'
   if (pathname === '/healthz' || pathname === '/readyz' || pathname === '/metrics') return pathname
+  if (pathname.startsWith(GRAPHIQL_ASSET_PATH)) return '/graphiql'
   return 'other'
 }
 
@@ -277,6 +279,8 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
       isHeadersEditorEnabled: true,
       shouldPersistHeaders: false,
     },
+    // Every asset from this server: GraphiQL works with no network beyond it.
+    renderGraphiQL: renderSelfHostedGraphiQL,
     context: (initial) => createApiContext(services, principalOf(initial)),
     plugins: [
       useCsrfPrevention([CSRF_HEADER]),
@@ -360,6 +364,14 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     if (route === '/healthz' || route === '/readyz' || route === '/metrics') {
       probe(route, req, res).catch((err) => {
         logger.error({ err, route }, 'probe failed')
+        if (!res.headersSent) sendJson(res, 500, { ok: false })
+        else res.destroy()
+      })
+      return
+    }
+    if (route === '/graphiql') {
+      serveGraphiqlAsset(pathname, req, res).catch((err) => {
+        logger.error({ err }, 'could not serve a GraphiQL asset')
         if (!res.headersSent) sendJson(res, 500, { ok: false })
         else res.destroy()
       })
