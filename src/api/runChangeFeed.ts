@@ -86,6 +86,25 @@ interface Seen {
   updatedAt: number
 }
 
+const filterKeys = new WeakMap<RunFilter, string>()
+
+/** Equal filters get equal keys (each filter object is keyed once). */
+function filterKey(filter: RunFilter): string {
+  let key = filterKeys.get(filter)
+  if (key === undefined) {
+    key = JSON.stringify([
+      filter.definitionId,
+      filter.statuses ? [...filter.statuses].sort() : null,
+      filter.scope,
+      filter.scheduledAfter?.getTime() ?? null,
+      filter.scheduledBefore?.getTime() ?? null,
+      filter.rehearsal,
+    ])
+    filterKeys.set(filter, key)
+  }
+  return key
+}
+
 function fingerprintOf(row: RunChangeRow): string {
   return `${row.status}|${row.health}|${row.currentPhase ?? ''}|${row.waitingSteps}`
 }
@@ -320,8 +339,15 @@ export class RunChangeFeed {
       const status = previously.get(run.id)
       return status !== undefined && matchesFilter(filter, { ...run, status })
     }
-    const listeners = [...this.listeners]
-    const wanted = changed.filter((row) => listeners.some((l) => concerns(l.filter, row)))
+    // Subscribers share a few filters: each run is tested once per distinct filter.
+    const groups = new Map<string, { filter: RunFilter; listeners: RunChangeListener[] }>()
+    for (const listener of this.listeners) {
+      const key = filterKey(listener.filter)
+      const group = groups.get(key)
+      if (group) group.listeners.push(listener)
+      else groups.set(key, { filter: listener.filter, listeners: [listener] })
+    }
+    const wanted = changed.filter((row) => [...groups.values()].some((g) => concerns(g.filter, row)))
     if (wanted.length === 0) return
     const runs: RunListRow[] = []
     for (let i = 0; i < wanted.length; i += FETCH_CHUNK) {
@@ -333,12 +359,17 @@ export class RunChangeFeed {
     const loaders = createLoaders(this.opts.db)
     loaders.rememberRuns(runs)
     for (const run of runs) {
-      for (const listener of this.listeners) {
-        if (!concerns(listener.filter, run)) continue
-        try {
-          listener.onChange({ run, loaders })
-        } catch (err) {
-          this.opts.logger?.warn({ err, runId: run.id }, 'a runChanges listener failed')
+      const change = { run, loaders }
+      for (const group of groups.values()) {
+        if (!concerns(group.filter, run)) continue
+        for (const listener of group.listeners) {
+          // Left meanwhile (an earlier listener's handler may end another's stream).
+          if (!this.listeners.has(listener)) continue
+          try {
+            listener.onChange(change)
+          } catch (err) {
+            this.opts.logger?.warn({ err, runId: run.id }, 'a runChanges listener failed')
+          }
         }
       }
     }
