@@ -212,6 +212,29 @@ describe('changes made elsewhere, and the cost of many subscribers (poll interva
     }
   })
 
+  it('a change whose transaction commits after newer changes were seen still arrives', async () => {
+    const late = await makeRun(elsewhere, { definition: fx })
+    const early = await makeRun(elsewhere, { definition: fx })
+    const client = wsClient(s, 'viewer')
+    const sub = wsSubscribe<RunEvent>(client, RUN_CHANGES, { filter: { definitionId: String(showId) } })
+    try {
+      await sleep(INTERVAL * 2)
+      await elsewhere.transaction(async (tx) => {
+        // Stamped now, visible only at commit ...
+        await runs.transition(tx, late.id, 'scheduled', 'running')
+        await sleep(20)
+        // ... while a newer change is committed and seen, moving the watermark past it.
+        await runs.transition(elsewhere, early.id, 'scheduled', 'running')
+        await sub.until((e) => runOf(e)?.id === String(early.id), 3000)
+        await sleep(INTERVAL * 2)
+      })
+      await sub.until((e) => runOf(e)?.id === String(late.id) && runOf(e)?.status === 'RUNNING', 3000)
+    } finally {
+      sub.stop()
+      await client.dispose()
+    }
+  })
+
   it('the inbox is re-sent when a cue parks or is answered elsewhere', async () => {
     const { run, steps: [first] = [] } = await makeRunWithSteps(elsewhere, 2, { definition: fx })
     const client = wsClient(s, 'viewer')
