@@ -8,7 +8,8 @@
  *   status filter once more); the inbox is re-sent on each change;
  * - on a server polling every 150 ms with no runner, a change written by
  *   "another instance" (straight to the database) arrives within the interval,
- *   a claim-like update that changes nothing a subscriber sees is not sent, and
+ *   so does one whose transaction commits after newer changes were seen, a
+ *   claim-like update that changes nothing a subscriber sees is not sent, and
  *   2,000 subscribers of each kind cost one statement per interval per kind;
  *   nobody listening costs none;
  * - no token, no subscription.
