@@ -43,7 +43,7 @@ export interface Config {
   logRetentionDays: number
   /** Days a terminal run (with its steps and logs) is kept; 0 keeps every run. @default 90 */
   runRetentionDays: number
-  /** Milliseconds between polls behind the runStatus subscription. @default 500 */
+  /** Milliseconds between polls behind the live subscriptions (runStatus, runChanges, waitingSteps). @default 500 */
   statusPollMs: number
   /** How far ahead schedules are materialised into runs, in hours. @default 24 */
   materializeHorizonHours: number
