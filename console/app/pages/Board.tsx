@@ -1,5 +1,5 @@
 /** The live board: health, runs in progress, what comes next, what just ended. */
-import { scopeLabel } from '../format.ts'
+import { duration, scopeLabel } from '../format.ts'
 import { useLive, useNow } from '../live.ts'
 import { BOARD, type BoardData, type HealthData, RUN_CHANGES, type RunCard } from '../operations.ts'
 import { useSession } from '../session.ts'
@@ -33,7 +33,7 @@ export function HealthStrip({ health, now }: { health: HealthData; now: number }
         </strong>
         {oldest && (
           <span>
-            oldest since <Ago iso={oldest} now={now} />
+            oldest waiting {duration(now - Date.parse(oldest))}
           </span>
         )}
       </div>
@@ -52,7 +52,7 @@ function RunRow({ run, now }: { run: RunCard; now: number }) {
         <a href={`#/runs/${run.id}`} class="row-title">
           {run.definition.title}
         </a>
-        <span class="muted"> · {scopeLabel(run.scope)}</span>
+        <span class="muted"> · {scopeLabel(run.scope)} </span>
         {run.rehearsal && <span class="badge s-rehearsal">rehearsal</span>}
       </div>
       <div class="row-meta">

@@ -29,7 +29,7 @@ export function Standby() {
       {list.length === 0 ? (
         <p class="empty">No run in progress has a cue ahead.</p>
       ) : (
-        <ol class="rows standby" aria-label="Next cues, soonest first">
+        <ol class="rows standby panel" aria-label="Next cues, soonest first">
           {list.map((c) => (
             <li key={c.run.id} class="row">
               <div class="row-main">
@@ -44,7 +44,11 @@ export function Standby() {
                   {c.run.status === 'PAUSED' ? (
                     'when the run resumes'
                   ) : c.blockedByCue ? (
-                    'after the cue waiting now'
+                    c.eta !== null && c.eta - now >= 1500 ? (
+                      `${duration(c.eta - now)} after the cue waiting now is answered`
+                    ) : (
+                      'as soon as the cue waiting now is answered'
+                    )
                   ) : c.eta !== null && c.eta - now < 1500 ? (
                     'any moment'
                   ) : c.eta !== null ? (
