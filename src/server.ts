@@ -25,11 +25,15 @@ import { createDb, type Db } from '../sql/db.ts'
 import { countDegraded } from '../sql/eventRuns.ts'
 import { waitingSummary } from '../sql/eventSteps.ts'
 import { migrate, pendingMigrations } from '../sql/migrate.ts'
+import { ChangeSignal } from './api/changeSignal.ts'
 import { type ApiContext, type ApiServices, createApiContext } from './api/context.ts'
 import { useDocumentNestingLimit } from './api/documentLimits.ts'
 import { API_CODES, createMaskError, useValidationErrorCodes } from './api/errors.ts'
+import { GRAPHIQL_ASSET_PATH, renderSelfHostedGraphiQL, serveGraphiqlAsset } from './api/graphiql.ts'
 import { CSRF_HEADER, useAuthGate, useCsrfPrevention } from './api/httpGuards.ts'
+import { InboxFeed } from './api/inboxFeed.ts'
 import { useQueryJit } from './api/jit.ts'
+import { RunChangeFeed } from './api/runChangeFeed.ts'
 import { StatusPoller } from './api/statusPoller.ts'
 import { attachGraphqlWs, WS_PRINCIPAL, type WsTransport } from './api/ws.ts'
 import { authenticate, type Principal, type TokenEntry, tokenActor } from './auth.ts'
@@ -102,15 +106,19 @@ export interface App {
   readonly registry: StepRegistry
   readonly metrics: Metrics
   readonly poller: StatusPoller
+  /** The pollers behind `runChanges` and `waitingSteps`. */
+  readonly runChanges: RunChangeFeed
+  readonly inbox: InboxFeed
   /** The admin token generated because none was configured (printed once by start()); null otherwise. */
   readonly generatedToken: string | null
 }
 
-type Route = '/graphql' | '/healthz' | '/readyz' | '/metrics' | 'console' | 'other'
+type Route = '/graphql' | '/graphiql' | '/healthz' | '/readyz' | '/metrics' | 'console' | 'other'
 
 function routeOf(pathname: string): Route {
   if (pathname === GRAPHQL_PATH || pathname === `${GRAPHQL_PATH}/`) return '/graphql'
   if (pathname === '/healthz' || pathname === '/readyz' || pathname === '/metrics') return pathname
+  if (pathname.startsWith(GRAPHIQL_ASSET_PATH)) return '/graphiql'
   if (CONSOLE_PATHS.has(pathname)) return 'console'
   return 'other'
 }
@@ -160,6 +168,11 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     host = '127.0.0.1'
   }
 
+  // Changes made by this process wake the live feeds at once (see changeSignal.ts).
+  const changes = new ChangeSignal()
+  // A tick that finished a step changed a run; the feeds look after the tick.
+  let tickChangedRuns = false
+
   const runner =
     config.runner === 'on'
       ? new Runner({
@@ -174,9 +187,16 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
           settings: { webhookAllow: config.webhookAllow },
           logger: logger.child({ component: 'runner' }),
           observer: {
-            stepFinished: (kind, outcome) => metrics.steps.inc({ kind, outcome }),
+            stepFinished: (kind, outcome) => {
+              metrics.steps.inc({ kind, outcome })
+              tickChangedRuns = true
+            },
             claimConflict: () => metrics.claimConflicts.inc(),
-            tickDuration: (ms) => metrics.tickDuration.observe(ms / 1000),
+            tickDuration: (ms) => {
+              metrics.tickDuration.observe(ms / 1000)
+              if (tickChangedRuns) changes.notify()
+              tickChangedRuns = false
+            },
             tickError: () => metrics.tickErrors.inc(),
             tickLag: (ms) => metrics.tickLagMs.set(ms),
           },
@@ -190,17 +210,38 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     onWatchersChange: (delta) => metrics.openSubscriptions.inc(delta),
   })
 
+  const feedOptions = {
+    db,
+    intervalMs: config.statusPollMs,
+    logger,
+    onWatchersChange: (delta: 1 | -1) => metrics.openSubscriptions.inc(delta),
+  }
+  const runChanges = new RunChangeFeed(feedOptions)
+  const inbox = new InboxFeed(feedOptions)
+  changes.on(() => runChanges.wake())
+  changes.on(() => inbox.wake())
+
   const services: ApiServices = {
     db,
     registry,
     clock,
     metrics,
     poller,
+    runChanges,
+    inbox,
     logger,
     tickMs: config.tickMs,
     horizonMs: config.materializeHorizonHours * 3_600_000,
-    nudge: () => runner?.nudge(),
-    requestMaterialise: () => runner?.requestMaterialise(),
+    // Called by run and step controls after their writes, and by definition
+    // changes (which may withdraw or cancel runs): the feeds look at once.
+    nudge: () => {
+      runner?.nudge()
+      changes.notify()
+    },
+    requestMaterialise: () => {
+      runner?.requestMaterialise()
+      changes.notify()
+    },
   }
 
   const principalOf = (initial: YogaInitialContext & { [WS_PRINCIPAL]?: Principal }): Principal | null => {
@@ -240,6 +281,8 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
       isHeadersEditorEnabled: true,
       shouldPersistHeaders: false,
     },
+    // Every asset from this server: GraphiQL works with no network beyond it.
+    renderGraphiQL: renderSelfHostedGraphiQL,
     context: (initial) => createApiContext(services, principalOf(initial)),
     plugins: [
       useCsrfPrevention([CSRF_HEADER]),
@@ -334,6 +377,14 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
       })
       return
     }
+    if (route === '/graphiql') {
+      serveGraphiqlAsset(pathname, req, res).catch((err) => {
+        logger.error({ err }, 'could not serve a GraphiQL asset')
+        if (!res.headersSent) sendJson(res, 500, { ok: false })
+        else res.destroy()
+      })
+      return
+    }
     if (route === 'console') {
       handleConsole(req, res, pathname).catch((err) => {
         logger.error({ err }, 'console request failed')
@@ -407,7 +458,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
       logger.error({ err }, 'the runner did not stop cleanly')
     }
     // Completing every watcher ends SSE streams and sends `complete` on WebSockets.
-    await poller.close()
+    await Promise.all([poller.close(), runChanges.close(), inbox.close()])
     await ws?.close()
     httpServer.closeIdleConnections()
     const force = setTimeout(() => httpServer.closeAllConnections(), 2000)
@@ -432,6 +483,8 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     registry,
     metrics,
     poller,
+    runChanges,
+    inbox,
     generatedToken,
   }
 }

@@ -9,7 +9,9 @@ import type { Logger } from '../log.ts'
 import type { Metrics } from '../metrics.ts'
 import type { Clock } from '../runner/engine.ts'
 import type { StepRegistry } from '../runner/steps/registry.ts'
+import type { InboxFeed } from './inboxFeed.ts'
 import { createLoaders, type Loaders } from './loaders.ts'
+import type { RunChangeFeed } from './runChangeFeed.ts'
 import type { StatusPoller } from './statusPoller.ts'
 
 /** Process-wide dependencies of the API, shared by every request. */
@@ -19,6 +21,10 @@ export interface ApiServices {
   clock: Clock
   metrics: Metrics
   poller: StatusPoller
+  /** The one poller behind every `runChanges` subscription. */
+  runChanges: RunChangeFeed
+  /** The one poller behind every `waitingSteps` subscription. */
+  inbox: InboxFeed
   logger: Logger
   /** The runner's tick, for the `health.runners` liveness window. */
   tickMs: number
