@@ -75,6 +75,29 @@ export async function gql<T>(token: string, query: string, variables?: Record<st
   return body.data
 }
 
+/**
+ * Every node of a `runPage` query, page after page (variables `first` and
+ * `after`), up to `max`; `more` tells whether the server had still more.
+ */
+export async function allPages<T>(
+  token: string,
+  query: string,
+  pageSize: number,
+  max: number,
+): Promise<{ nodes: T[]; more: boolean }> {
+  const nodes: T[] = []
+  let after: string | null = null
+  for (;;) {
+    const data: { runPage: { nodes: T[]; pageInfo: { hasNextPage: boolean; endCursor: string | null } } } =
+      await gql(token, query, { first: Math.min(pageSize, max - nodes.length), after })
+    nodes.push(...data.runPage.nodes)
+    const { hasNextPage, endCursor } = data.runPage.pageInfo
+    if (!hasNextPage || !endCursor) return { nodes, more: false }
+    if (nodes.length >= max) return { nodes, more: true }
+    after = endCursor
+  }
+}
+
 let wsClient: { token: string; client: Client } | null = null
 
 function subscriptionClient(token: string): Client {

@@ -31,7 +31,15 @@ export interface Live<T> {
 /** Subscriptions the server refused, so later pages poll at once instead of asking again. */
 const refused = new Set<string>()
 
-export function useLive<T>(token: string, query: string, opts: LiveOptions<T> = {}): Live<T> {
+/**
+ * `query` is a GraphQL document, or a function that loads the data some other
+ * way (several requests); give such a function a stable identity.
+ */
+export function useLive<T>(
+  token: string,
+  query: string | ((token: string) => Promise<T>),
+  opts: LiveOptions<T> = {},
+): Live<T> {
   const [data, setData] = useState<T | undefined>(undefined)
   const [error, setError] = useState<ApiError | null>(null)
   const [live, setLive] = useState(false)
@@ -44,7 +52,8 @@ export function useLive<T>(token: string, query: string, opts: LiveOptions<T> = 
   const refetch = useCallback(async () => {
     const mine = generation.current
     try {
-      const next = await gql<T>(token, query, optsRef.current.variables)
+      const next =
+        typeof query === 'string' ? await gql<T>(token, query, optsRef.current.variables) : await query(token)
       if (mine !== generation.current) return
       setData(next)
       setError(null)

@@ -21,8 +21,6 @@ export type DefinitionState = 'ACTIVE' | 'PAUSED' | 'ARCHIVED'
 export type DateTime = string
 export type Json = unknown
 
-export const IN_PROGRESS: readonly RunStatus[] = ['STARTING', 'RUNNING', 'PAUSED', 'ENDING']
-export const ENDED: readonly RunStatus[] = ['COMPLETED', 'FAILED', 'CANCELLED', 'MISSED']
 
 export const VIEWER = /* GraphQL */ `query Viewer { viewer { role actor } }`
 export interface ViewerData {
@@ -60,30 +58,28 @@ export interface HealthData {
   runners: { id: string; host: string; tickLagMs: number; lastTickAt: DateTime }[]
 }
 
-/** The board: runs in progress, runs just ended, what comes next, and health. */
+/** A page of the runs in progress (the server's query budget weighs `first`, so long lists come in pages). */
+export const IN_PROGRESS_PAGE = /* GraphQL */ `
+query InProgress($first: Int!, $after: String) {
+  runPage(filter: { statuses: [STARTING, RUNNING, PAUSED, ENDING] }, first: $first, after: $after) {
+    nodes { ...RunCard } pageInfo { hasNextPage endCursor }
+  }
+}
+${RUN_CARD}`
+export interface RunPageData<T> {
+  runPage: { nodes: T[]; pageInfo: { hasNextPage: boolean; endCursor: string | null } }
+}
+
+/** The rest of the board: runs just ended, what comes next, and health. */
 export const BOARD = /* GraphQL */ `
 query Board {
-  starting: runs(status: STARTING, limit: 200) { ...RunCard }
-  running: runs(status: RUNNING, limit: 200) { ...RunCard }
-  paused: runs(status: PAUSED, limit: 200) { ...RunCard }
-  ending: runs(status: ENDING, limit: 200) { ...RunCard }
-  completed: runs(status: COMPLETED, limit: 8) { ...RunCard }
-  failed: runs(status: FAILED, limit: 8) { ...RunCard }
-  cancelled: runs(status: CANCELLED, limit: 8) { ...RunCard }
-  missed: runs(status: MISSED, limit: 8) { ...RunCard }
+  ended: runPage(filter: { statuses: [COMPLETED, FAILED, CANCELLED, MISSED] }, first: 8) { nodes { ...RunCard } }
   definitions { id slug title timezone state schedule nextOccurrences(count: 3) }
   ${HEALTH_FIELDS}
 }
 ${RUN_CARD}`
 export interface BoardData {
-  starting: RunCard[]
-  running: RunCard[]
-  paused: RunCard[]
-  ending: RunCard[]
-  completed: RunCard[]
-  failed: RunCard[]
-  cancelled: RunCard[]
-  missed: RunCard[]
+  ended: { nodes: RunCard[] }
   definitions: {
     id: string
     slug: string
@@ -96,8 +92,12 @@ export interface BoardData {
   health: HealthData
 }
 
-/** Any change to any run: the board refetches when one arrives (when the server offers it). */
-export const RUN_CHANGES = /* GraphQL */ `subscription RunChanges { runChanges { id status } }`
+/**
+ * A change to a run in progress (or one leaving that state): the board and
+ * stand-by refetch when one arrives.
+ */
+export const RUN_CHANGES = /* GraphQL */ `
+subscription RunChanges { runChanges(filter: { statuses: [STARTING, RUNNING, PAUSED, ENDING] }) { id status } }`
 
 const CUE_FIELDS = `id seq phase kind params startedAt
   run { id scope status currentPhase rehearsal definition { id slug title } }`
@@ -144,20 +144,13 @@ export interface StepCard {
 
 /** Stand-by: the steps of every run in progress, to find each one's next cue. */
 export const STANDBY = /* GraphQL */ `
-query Standby {
-  starting: runs(status: STARTING, limit: 200) { ...RunCard steps { ${STEP_FIELDS} } }
-  running: runs(status: RUNNING, limit: 200) { ...RunCard steps { ${STEP_FIELDS} } }
-  paused: runs(status: PAUSED, limit: 200) { ...RunCard steps { ${STEP_FIELDS} } }
-  ending: runs(status: ENDING, limit: 200) { ...RunCard steps { ${STEP_FIELDS} } }
+query Standby($first: Int!, $after: String) {
+  runPage(filter: { statuses: [STARTING, RUNNING, PAUSED, ENDING] }, first: $first, after: $after) {
+    nodes { ...RunCard steps { ${STEP_FIELDS} } } pageInfo { hasNextPage endCursor }
+  }
 }
 ${RUN_CARD}`
 export type RunWithSteps = RunCard & { steps: StepCard[] }
-export interface StandbyData {
-  starting: RunWithSteps[]
-  running: RunWithSteps[]
-  paused: RunWithSteps[]
-  ending: RunWithSteps[]
-}
 
 export const RUN = /* GraphQL */ `
 query Run($id: ID!) {

@@ -1,7 +1,8 @@
 /** The live board: health, runs in progress, what comes next, what just ended. */
 import { duration, scopeLabel } from '../format.ts'
 import { useLive, useNow } from '../live.ts'
-import { BOARD, type BoardData, type HealthData, RUN_CHANGES, type RunCard } from '../operations.ts'
+import { allPages, gql } from '../api.ts'
+import { BOARD, type BoardData, type HealthData, IN_PROGRESS_PAGE, RUN_CHANGES, type RunCard } from '../operations.ts'
 import { useSession } from '../session.ts'
 import { Ago, At, ErrorNote, HealthBadge, Loading, Section, StatusBadge } from '../ui.tsx'
 
@@ -73,16 +74,36 @@ function RunRow({ run, now }: { run: RunCard; now: number }) {
   )
 }
 
+/** Most runs in progress the board lists. */
+export const BOARD_MAX_RUNS = 500
+
+type Loaded = BoardData & { inProgress: { nodes: RunCard[]; more: boolean } }
+
+async function loadBoard(token: string): Promise<Loaded> {
+  const [rest, inProgress] = await Promise.all([
+    gql<BoardData>(token, BOARD),
+    allPages<RunCard>(token, IN_PROGRESS_PAGE, 50, BOARD_MAX_RUNS),
+  ])
+  return { ...rest, inProgress }
+}
+
 export function Board() {
   const { token } = useSession()
   const now = useNow()
-  const board = useLive<BoardData>(token, BOARD, { subscription: { query: RUN_CHANGES }, livePollMs: 5000 })
+  const board = useLive<Loaded>(token, loadBoard, { subscription: { query: RUN_CHANGES }, livePollMs: 5000 })
   const d = board.data
-  if (!d) return board.error ? <ErrorNote error={board.error} /> : <Loading what="the board" />
-  const inProgress = [...d.starting, ...d.running, ...d.paused, ...d.ending].sort(
+  if (!d)
+    return (
+      <>
+        <h1>Board</h1>
+        {board.error ? <ErrorNote error={board.error} /> : <Loading what="the board" />}
+      </>
+    )
+  const more = d.inProgress.more
+  const inProgress = [...d.inProgress.nodes].sort(
     (a, b) => Date.parse(a.scheduledFor) - Date.parse(b.scheduledFor) || Number(a.id) - Number(b.id),
   )
-  const ended = [...d.completed, ...d.failed, ...d.cancelled, ...d.missed]
+  const ended = [...d.ended.nodes]
     .sort((a, b) => Date.parse(b.endedAt ?? b.scheduledFor) - Date.parse(a.endedAt ?? a.scheduledFor))
     .slice(0, 8)
   const next = d.definitions
@@ -97,7 +118,7 @@ export function Board() {
       <HealthStrip health={d.health} now={now} />
       <div class="columns">
         <Section
-          title={`In progress (${inProgress.length})`}
+          title={`In progress (${inProgress.length}${more ? '+' : ''})`}
           id="in-progress"
           extra={<span class="muted small">{board.live ? 'live' : 'polling'}</span>}
         >

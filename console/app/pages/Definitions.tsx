@@ -65,7 +65,13 @@ export function Definitions() {
   const { token } = useSession()
   const q = useLive<DefinitionsData>(token, DEFINITIONS, { pollMs: 10_000 })
   const defs = q.data?.definitions
-  if (!defs) return q.error ? <ErrorNote error={q.error} /> : <Loading what="definitions" />
+  if (!defs)
+    return (
+      <>
+        <h1>Definitions</h1>
+        {q.error ? <ErrorNote error={q.error} /> : <Loading what="definitions" />}
+      </>
+    )
   return (
     <>
       <h1>Definitions</h1>
@@ -150,8 +156,20 @@ export function DefinitionPage({ id }: { id: string }) {
   const now = useNow()
   const q = useLive<DefinitionData>(token, DEFINITION, { variables: { id }, pollMs: 5000 })
   const d = q.data?.definition
-  if (q.data && !d) return <p class="error">No definition has id {id}.</p>
-  if (!d || !q.data) return q.error ? <ErrorNote error={q.error} /> : <Loading what={`definition ${id}`} />
+  if (q.data && !d)
+    return (
+      <>
+        <h1>Definition {id}</h1>
+        <p class="error">No definition has id {id}.</p>
+      </>
+    )
+  if (!d || !q.data)
+    return (
+      <>
+        <h1>Definition {id}</h1>
+        {q.error ? <ErrorNote error={q.error} /> : <Loading what={`definition ${id}`} />}
+      </>
+    )
   return (
     <>
       <h1>

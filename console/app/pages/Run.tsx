@@ -17,8 +17,20 @@ export function RunPage({ id }: { id: string }) {
     livePollMs: 3000,
   })
   const run = q.data?.run
-  if (q.data && !run) return <p class="error">No run has id {id}.</p>
-  if (!run) return q.error ? <ErrorNote error={q.error} /> : <Loading what={`run ${id}`} />
+  if (q.data && !run)
+    return (
+      <>
+        <h1>Run {id}</h1>
+        <p class="error">No run has id {id}.</p>
+      </>
+    )
+  if (!run)
+    return (
+      <>
+        <h1>Run {id}</h1>
+        {q.error ? <ErrorNote error={q.error} /> : <Loading what={`run ${id}`} />}
+      </>
+    )
 
   async function control(mutation: string, verb: string, variables: Record<string, unknown> = {}) {
     try {

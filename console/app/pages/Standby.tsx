@@ -4,18 +4,27 @@
  */
 import { duration, scopeLabel } from '../format.ts'
 import { useLive, useNow } from '../live.ts'
-import { RUN_CHANGES, STANDBY, type StandbyData } from '../operations.ts'
+import { allPages } from '../api.ts'
+import { RUN_CHANGES, type RunWithSteps, STANDBY } from '../operations.ts'
 import { useSession } from '../session.ts'
 import { standbyList } from '../standby.ts'
 import { At, ErrorNote, Loading, StatusBadge } from '../ui.tsx'
 
+const loadRuns = (token: string) => allPages<RunWithSteps>(token, STANDBY, 25, 500)
+
 export function Standby() {
   const { token } = useSession()
   const now = useNow()
-  const q = useLive<StandbyData>(token, STANDBY, { subscription: { query: RUN_CHANGES }, livePollMs: 5000 })
+  const q = useLive(token, loadRuns, { subscription: { query: RUN_CHANGES }, livePollMs: 5000 })
   const d = q.data
-  if (!d) return q.error ? <ErrorNote error={q.error} /> : <Loading what="stand-by" />
-  const runs = [...d.starting, ...d.running, ...d.paused, ...d.ending]
+  if (!d)
+    return (
+      <>
+        <h1>Stand-by</h1>
+        {q.error ? <ErrorNote error={q.error} /> : <Loading what="stand-by" />}
+      </>
+    )
+  const runs = d.nodes
   const list = standbyList(runs, now)
   const without = runs.length - list.length
   return (
