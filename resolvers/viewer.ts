@@ -2,12 +2,14 @@
  * `viewer`: who the token belongs to. User interfaces ask it once at sign-in to
  * learn the role, so they offer only the controls the token may use.
  */
-import { ROLES } from '../src/auth.ts'
-import { requires } from '../src/api/authz.ts'
+
 import { builder } from '../schema/builder.ts'
+import { requires } from '../src/api/authz.ts'
+import { ROLES } from '../src/auth.ts'
 
 const RoleEnum = builder.enumType('Role', {
-  description: 'viewer: queries and subscriptions; operator: viewer + run controls; admin: operator + definitions.',
+  description:
+    'viewer: queries and subscriptions; operator: viewer + run controls; admin: operator + definitions.',
   values: Object.fromEntries(ROLES.map((r) => [r.toUpperCase(), { value: r }])) as {
     VIEWER: { value: 'viewer' }
     OPERATOR: { value: 'operator' }

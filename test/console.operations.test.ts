@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import * as ops from '../console/app/operations.ts'
 import { nextCue, standbyList } from '../console/app/standby.ts'
 import { schema } from '../schema/index.ts'
-import { type TestServer, startTestServer } from './helpers/server.ts'
+import { startTestServer, type TestServer } from './helpers/server.ts'
 
 const documents: [string, string][] = Object.entries(ops as Record<string, unknown>).filter(
   (e): e is [string, string] => typeof e[1] === 'string' && /^\s*(query|mutation|subscription)\b/.test(e[1]),
@@ -36,7 +36,15 @@ describe('the console operations', () => {
 
   it('are all found', () => {
     expect(documents.map(([name]) => name)).toEqual(
-      expect.arrayContaining(['VIEWER', 'BOARD', 'IN_PROGRESS_PAGE', 'INBOX', 'INBOX_LIVE', 'RUN_CHANGES', 'RUN']),
+      expect.arrayContaining([
+        'VIEWER',
+        'BOARD',
+        'IN_PROGRESS_PAGE',
+        'INBOX',
+        'INBOX_LIVE',
+        'RUN_CHANGES',
+        'RUN',
+      ]),
     )
   })
 
@@ -58,7 +66,13 @@ describe('the console operations', () => {
 
 describe('stand-by', () => {
   const now = Date.parse('2026-06-01T18:00:00Z')
-  const step = (seq: number, kind: string, params: unknown, status: ops.StepStatus = 'PENDING', extra = {}) => ({
+  const step = (
+    seq: number,
+    kind: string,
+    params: unknown,
+    status: ops.StepStatus = 'PENDING',
+    extra = {},
+  ) => ({
     id: String(seq),
     seq,
     phase: 'main',
@@ -121,9 +135,8 @@ describe('stand-by', () => {
     const paused = run([step(0, 'core.cue', { prompt: 'Go?' })], 'PAUSED')
     expect(nextCue(paused, now)?.eta).toBeNull()
     expect(nextCue(run([step(0, 'core.log', {})]), now)).toBeNull()
-    expect(standbyList([paused, run([step(0, 'core.cue', { prompt: 'Go?' })])], now).map((c) => c.run.status)).toEqual([
-      'RUNNING',
-      'PAUSED',
-    ])
+    expect(
+      standbyList([paused, run([step(0, 'core.cue', { prompt: 'Go?' })])], now).map((c) => c.run.status),
+    ).toEqual(['RUNNING', 'PAUSED'])
   })
 })

@@ -8,7 +8,7 @@ import type { Browser, Page } from 'playwright-core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { launchBrowser, newContext, signIn } from './helpers/browser.ts'
 import { createDefinition, startRun, waitingCues } from './helpers/consoleScene.ts'
-import { eventually, type TestServer, TOKENS, startTestServer } from './helpers/server.ts'
+import { eventually, startTestServer, type TestServer, TOKENS } from './helpers/server.ts'
 
 /** One cue, then a long wait so the run stays in progress after the cue. */
 const CUE_PROGRAM = {
@@ -152,7 +152,9 @@ describe('the console', () => {
     const pollMs = await pollMsOf(page)
     const runId = await startRun(s, definitionId, 'west')
     const t0 = Date.now()
-    await page.locator(`[data-testid="in-progress"] a[href="#/runs/${runId}"]`).waitFor({ timeout: pollMs + 2000 })
+    await page
+      .locator(`[data-testid="in-progress"] a[href="#/runs/${runId}"]`)
+      .waitFor({ timeout: pollMs + 2000 })
     // Live without a reload: the page was never navigated.
     expect(Date.now() - t0).toBeLessThan(pollMs + 2000)
     await page.context().close()
@@ -175,9 +177,11 @@ describe('the console', () => {
         await page.goto(`${s.url}/${hash}`)
         await page.locator(ready).first().waitFor()
         await page.waitForTimeout(100)
-        seen[hash] = (await page.locator('main button, main input, main select').evaluateAll((els) =>
-          els.map((e) => (e as HTMLElement).innerText || (e as HTMLInputElement).type),
-        )) as string[]
+        seen[hash] = (await page
+          .locator('main button, main input, main select')
+          .evaluateAll((els) =>
+            els.map((e) => (e as HTMLElement).textContent?.trim() || (e as HTMLInputElement).type),
+          )) as string[]
       }
       await page.context().close()
       return seen
@@ -235,7 +239,7 @@ describe('GraphiQL at /graphql', () => {
     await page.getByRole('button', { name: /Execute query/ }).click()
     const result = page.locator('section[aria-label="Result Window"]')
     await expect
-      .poll(async () => (await result.innerText()).replace(/\s+/g, ''), { timeout: 10_000 })
+      .poll(async () => ((await result.textContent()) ?? '').replace(/\s+/g, ''), { timeout: 10_000 })
       .toMatch(/"data":\{"health":\{"ok":(true|false)\}\}/)
     expect(outside).toEqual([])
     await context.close()

@@ -44,7 +44,9 @@ export function useLive<T>(
   const [error, setError] = useState<ApiError | null>(null)
   const [live, setLive] = useState(false)
   const varsKey = JSON.stringify(opts.variables ?? null)
-  const subKey = opts.subscription ? opts.subscription.query + JSON.stringify(opts.subscription.variables ?? null) : ''
+  const subKey = opts.subscription
+    ? opts.subscription.query + JSON.stringify(opts.subscription.variables ?? null)
+    : ''
   const optsRef = useRef(opts)
   optsRef.current = opts
   const generation = useRef(0)

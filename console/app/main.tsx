@@ -25,7 +25,13 @@ const SHORTCUTS: [string, string][] = [
   ['?', 'Show or hide these shortcuts'],
 ]
 
-function SignIn({ onSignedIn, problem }: { onSignedIn: (token: string, v: ViewerData['viewer']) => void; problem: string | null }) {
+function SignIn({
+  onSignedIn,
+  problem,
+}: {
+  onSignedIn: (token: string, v: ViewerData['viewer']) => void
+  problem: string | null
+}) {
   const [token, setToken] = useState('')
   const [error, setError] = useState<string | null>(problem)
   const [busy, setBusy] = useState(false)
@@ -169,9 +175,10 @@ function Shell({ session, onSignOut }: { session: Session; onSignOut: () => void
   )
   return (
     <>
-      <a class="skip-link" href="#main" onClick={(e) => { e.preventDefault(); mainRef.current?.focus() }}>
+      {/* A button, not a link: "#main" would be read as a route. */}
+      <button type="button" class="skip-link" onClick={() => mainRef.current?.focus()}>
         Skip to content
-      </a>
+      </button>
       <header class="top">
         <span class="brand">showrunner</span>
         <nav aria-label="Pages">
@@ -182,9 +189,12 @@ function Shell({ session, onSignOut }: { session: Session; onSignOut: () => void
               '#/inbox',
               'Inbox',
               waiting ? (
-                <span class="count" aria-label={`${waiting} waiting`} data-testid="inbox-count">
-                  {waiting}
-                </span>
+                <>
+                  <span class="count" aria-hidden="true" data-testid="inbox-count">
+                    {waiting}
+                  </span>
+                  <span class="visually-hidden"> ({waiting} waiting)</span>
+                </>
               ) : null,
             )}
             {link('standby', '#/standby', 'Stand-by')}
@@ -195,7 +205,12 @@ function Shell({ session, onSignOut }: { session: Session; onSignOut: () => void
           <span class="role" data-testid="role" title={session.actor}>
             {session.role.toLowerCase()}
           </span>
-          <button type="button" onClick={() => setHelp((h) => !h)} aria-expanded={help} aria-controls="shortcuts">
+          <button
+            type="button"
+            onClick={() => setHelp((h) => !h)}
+            aria-expanded={help}
+            aria-controls="shortcuts"
+          >
             Keys
           </button>
           <button type="button" onClick={onSignOut}>
@@ -225,7 +240,9 @@ function Shell({ session, onSignOut }: { session: Session; onSignOut: () => void
 }
 
 function App() {
-  const [signedIn, setSignedIn] = useState<{ token: string; role: Session['role']; actor: string } | null>(null)
+  const [signedIn, setSignedIn] = useState<{ token: string; role: Session['role']; actor: string } | null>(
+    null,
+  )
   const [checking, setChecking] = useState(() => storedToken() !== null)
   const [problem, setProblem] = useState<string | null>(null)
   const [toast, setToast] = useState<{ message: string; kind: 'ok' | 'error'; n: number } | null>(null)
@@ -258,7 +275,12 @@ function App() {
   }, [])
 
   let body: preact.ComponentChildren
-  if (checking) body = <main id="main"><p aria-busy="true">Signing in…</p></main>
+  if (checking)
+    body = (
+      <main id="main">
+        <p aria-busy="true">Signing in…</p>
+      </main>
+    )
   else if (!signedIn)
     body = (
       <SignIn

@@ -21,7 +21,6 @@ export type DefinitionState = 'ACTIVE' | 'PAUSED' | 'ARCHIVED'
 export type DateTime = string
 export type Json = unknown
 
-
 export const VIEWER = /* GraphQL */ `query Viewer { viewer { role actor } }`
 export interface ViewerData {
   viewer: { role: Role; actor: string }
@@ -216,7 +215,13 @@ export interface DefinitionData {
   definition:
     | (DefinitionCard & {
         nextOccurrences: DateTime[]
-        versions: { id: string; version: number; createdAt: DateTime; createdBy: string | null; program: Json }[]
+        versions: {
+          id: string
+          version: number
+          createdAt: DateTime
+          createdBy: string | null
+          program: Json
+        }[]
       })
     | null
   runs: RunCard[]

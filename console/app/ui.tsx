@@ -38,10 +38,24 @@ export function ErrorNote({ error }: { error: ApiError | null }) {
 }
 
 export function Loading({ what }: { what: string }) {
-  return <p class="muted" aria-busy="true">Loading {what}…</p>
+  return (
+    <p class="muted" aria-busy="true">
+      Loading {what}…
+    </p>
+  )
 }
 
-export function Section({ title, id, children, extra }: { title: string; id: string; children: ComponentChildren; extra?: ComponentChildren }) {
+export function Section({
+  title,
+  id,
+  children,
+  extra,
+}: {
+  title: string
+  id: string
+  children: ComponentChildren
+  extra?: ComponentChildren
+}) {
   return (
     <section class="panel" aria-labelledby={id}>
       <div class="panel-head">

@@ -50,11 +50,20 @@ export async function newContext(
 }
 
 /** Open the console at `url` (a server base URL) and sign in as `role`. */
-export async function signIn(context: BrowserContext, url: string, role: TokenName, hash = '#/'): Promise<Page> {
+export async function signIn(
+  context: BrowserContext,
+  url: string,
+  role: TokenName,
+  hash = '#/',
+): Promise<Page> {
   const page = await context.newPage()
   const outside: string[] = []
   page.on('request', (req) => {
-    if (!req.url().startsWith(url) && !req.url().startsWith(url.replace(/^http/, 'ws')) && !req.url().startsWith('data:'))
+    if (
+      !req.url().startsWith(url) &&
+      !req.url().startsWith(url.replace(/^http/, 'ws')) &&
+      !req.url().startsWith('data:')
+    )
       outside.push(req.url())
   })
   ;(page as Page & { outsideRequests?: string[] }).outsideRequests = outside

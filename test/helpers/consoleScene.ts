@@ -22,7 +22,11 @@ export const SHOW_PROGRAM = {
         { kind: 'core.wait', params: { seconds: 1800 } },
       ],
     },
-    { name: 'wrap-up', ending: true, steps: [{ kind: 'core.log', params: { message: 'that was the show' } }] },
+    {
+      name: 'wrap-up',
+      ending: true,
+      steps: [{ kind: 'core.log', params: { message: 'that was the show' } }],
+    },
   ],
 }
 
@@ -48,10 +52,7 @@ export async function must<T>(s: TestServer, query: string, variables?: Record<s
   return res.body.data
 }
 
-export async function createDefinition(
-  s: TestServer,
-  input: Record<string, unknown>,
-): Promise<string> {
+export async function createDefinition(s: TestServer, input: Record<string, unknown>): Promise<string> {
   const d = await must<{ createDefinition: { id: string } }>(
     s,
     'mutation ($input: CreateDefinitionInput!) { createDefinition(input: $input) { id } }',
@@ -60,7 +61,12 @@ export async function createDefinition(
   return d.createDefinition.id
 }
 
-export async function startRun(s: TestServer, definitionId: string, scope = '', rehearsal = false): Promise<string> {
+export async function startRun(
+  s: TestServer,
+  definitionId: string,
+  scope = '',
+  rehearsal = false,
+): Promise<string> {
   const d = await must<{ startRun: { id: string } }>(
     s,
     'mutation ($d: ID!, $s: String, $r: Boolean) { startRun(definitionId: $d, scope: $s, rehearsal: $r) { id } }',
@@ -80,7 +86,9 @@ export async function waitingCues(s: TestServer): Promise<WaitingCue[]> {
 }
 
 /** Two scheduled shows and a manual one, some runs in progress with cues waiting. */
-export async function buildScene(s: TestServer): Promise<{ show: string; fireworks: string; runs: string[] }> {
+export async function buildScene(
+  s: TestServer,
+): Promise<{ show: string; fireworks: string; runs: string[] }> {
   const show = await createDefinition(s, {
     slug: 'evening-show',
     title: 'Evening show',

@@ -1,8 +1,16 @@
 /** The live board: health, runs in progress, what comes next, what just ended. */
+
+import { allPages, gql } from '../api.ts'
 import { duration, scopeLabel } from '../format.ts'
 import { useLive, useNow } from '../live.ts'
-import { allPages, gql } from '../api.ts'
-import { BOARD, type BoardData, type HealthData, IN_PROGRESS_PAGE, RUN_CHANGES, type RunCard } from '../operations.ts'
+import {
+  BOARD,
+  type BoardData,
+  type HealthData,
+  IN_PROGRESS_PAGE,
+  RUN_CHANGES,
+  type RunCard,
+} from '../operations.ts'
 import { useSession } from '../session.ts'
 import { Ago, At, ErrorNote, HealthBadge, Loading, Section, StatusBadge } from '../ui.tsx'
 
@@ -32,11 +40,7 @@ export function HealthStrip({ health, now }: { health: HealthData; now: number }
         <strong>
           <a href="#/inbox">{health.waitingSteps}</a>
         </strong>
-        {oldest && (
-          <span>
-            oldest waiting {duration(now - Date.parse(oldest))}
-          </span>
-        )}
+        {oldest && <span>oldest waiting {duration(now - Date.parse(oldest))}</span>}
       </div>
       <div class={`tile ${health.degradedRuns === 0 ? 'good' : 'warn'}`}>
         <span class="tile-label">Degraded runs</span>

@@ -5,9 +5,9 @@ import { json, scheduleInWords, scopeLabel, viewerZone } from '../format.ts'
 import { useLive, useNow } from '../live.ts'
 import {
   DEFINITION,
+  DEFINITIONS,
   type DefinitionData,
   type DefinitionState,
-  DEFINITIONS,
   type DefinitionsData,
   SET_DEFINITION_STATE,
   START_RUN,
@@ -40,14 +40,30 @@ async function setState(session: Session, id: string, state: DefinitionState, re
   await refetch()
 }
 
-function StateControls({ id, state, title, refetch }: { id: string; state: DefinitionState; title: string; refetch: () => Promise<void> }) {
+function StateControls({
+  id,
+  state,
+  title,
+  refetch,
+}: {
+  id: string
+  state: DefinitionState
+  title: string
+  refetch: () => Promise<void>
+}) {
   const session = useSession()
   if (!can(session, 'ADMIN')) return null
   return (
-    <div class="controls" role="group" aria-label={`State of ${title}`}>
-      {state === 'ACTIVE' && <ActionButton label="Pause schedule" run={() => setState(session, id, 'PAUSED', refetch)} />}
+    <fieldset class="controls">
+      <legend class="visually-hidden">State of {title}</legend>
+      {state === 'ACTIVE' && (
+        <ActionButton label="Pause schedule" run={() => setState(session, id, 'PAUSED', refetch)} />
+      )}
       {state !== 'ACTIVE' && (
-        <ActionButton label={state === 'ARCHIVED' ? 'Restore' : 'Resume schedule'} run={() => setState(session, id, 'ACTIVE', refetch)} />
+        <ActionButton
+          label={state === 'ARCHIVED' ? 'Restore' : 'Resume schedule'}
+          run={() => setState(session, id, 'ACTIVE', refetch)}
+        />
       )}
       {state !== 'ARCHIVED' && (
         <ActionButton
@@ -57,7 +73,7 @@ function StateControls({ id, state, title, refetch }: { id: string; state: Defin
           run={() => setState(session, id, 'ARCHIVED', refetch)}
         />
       )}
-    </div>
+    </fieldset>
   )
 }
 
@@ -123,7 +139,11 @@ function StartRun({ definitionId, scopes }: { definitionId: string; scopes: stri
       onSubmit={async (e) => {
         e.preventDefault()
         try {
-          const data = await gql<{ startRun: { id: string } }>(session.token, START_RUN, { definitionId, scope, rehearsal })
+          const data = await gql<{ startRun: { id: string } }>(session.token, START_RUN, {
+            definitionId,
+            scope,
+            rehearsal,
+          })
           session.notify(`Run ${data.startRun.id} started.`)
           go(`/runs/${data.startRun.id}`)
         } catch (err) {
@@ -142,7 +162,12 @@ function StartRun({ definitionId, scopes }: { definitionId: string; scopes: stri
         </select>
       </label>
       <label>
-        <input type="checkbox" checked={rehearsal} onChange={(e) => setRehearsal((e.target as HTMLInputElement).checked)} /> rehearsal
+        <input
+          type="checkbox"
+          checked={rehearsal}
+          onChange={(e) => setRehearsal((e.target as HTMLInputElement).checked)}
+        />{' '}
+        rehearsal
       </label>
       <button type="submit" class="primary">
         Start a run now

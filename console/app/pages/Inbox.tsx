@@ -7,7 +7,15 @@ import { useEffect, useRef, useState } from 'preact/hooks'
 import { ApiError, gql } from '../api.ts'
 import { duration, promptOf, scopeLabel } from '../format.ts'
 import { type Live, useLive, useNow } from '../live.ts'
-import { type Cue, INBOX, INBOX_LIVE, type InboxData, RESOLVE_CUE, SKIP_STEP, type StepResultData } from '../operations.ts'
+import {
+  type Cue,
+  INBOX,
+  INBOX_LIVE,
+  type InboxData,
+  RESOLVE_CUE,
+  SKIP_STEP,
+  type StepResultData,
+} from '../operations.ts'
 import { can, useSession } from '../session.ts'
 import { ErrorNote, Loading } from '../ui.tsx'
 
@@ -22,7 +30,17 @@ export function useInbox() {
 /** Focus the oldest cue's answer box (the `a` shortcut lands here). */
 export const FOCUS_OLDEST_EVENT = 'showrunner:focus-oldest-cue'
 
-function CueCard({ cue, now, oldest, onDone }: { cue: Cue; now: number; oldest: boolean; onDone: () => void }) {
+function CueCard({
+  cue,
+  now,
+  oldest,
+  onDone,
+}: {
+  cue: Cue
+  now: number
+  oldest: boolean
+  onDone: () => void
+}) {
   const session = useSession()
   const [text, setText] = useState('')
   const [busy, setBusy] = useState(false)
@@ -127,7 +145,10 @@ export function Inbox({ inbox }: { inbox: Live<InboxData> }) {
           No cue is waiting.
         </p>
       ) : (
-        <ul class="cues" aria-label={`${cues.length} waiting cue${cues.length === 1 ? '' : 's'}, oldest first`}>
+        <ul
+          class="cues"
+          aria-label={`${cues.length} waiting cue${cues.length === 1 ? '' : 's'}, oldest first`}
+        >
           {cues.map((cue, i) => (
             <CueCard key={cue.id} cue={cue} now={now} oldest={i === 0} onDone={() => void inbox.refetch()} />
           ))}

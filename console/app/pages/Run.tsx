@@ -34,9 +34,15 @@ export function RunPage({ id }: { id: string }) {
 
   async function control(mutation: string, verb: string, variables: Record<string, unknown> = {}) {
     try {
-      const data = await gql<Record<string, { applied: boolean }>>(session.token, mutation, { id, ...variables })
+      const data = await gql<Record<string, { applied: boolean }>>(session.token, mutation, {
+        id,
+        ...variables,
+      })
       const applied = Object.values(data)[0]?.applied
-      session.notify(applied ? `${verb}.` : `Not ${verb.toLowerCase()}: the run had already moved on.`, applied ? 'ok' : 'error')
+      session.notify(
+        applied ? `${verb}.` : `Not ${verb.toLowerCase()}: the run had already moved on.`,
+        applied ? 'ok' : 'error',
+      )
     } catch (err) {
       session.notify(err instanceof ApiError ? err.message : String(err), 'error')
     }
@@ -70,12 +76,14 @@ export function RunPage({ id }: { id: string }) {
       {run.lastError && <p class="row-error">Last error: {run.lastError}</p>}
       {run.concurrencyHolder && (
         <p class="muted">
-          Held back by <a href={`#/runs/${run.concurrencyHolder.id}`}>{run.concurrencyHolder.definition.title}</a>{' '}
-          ({scopeLabel(run.concurrencyHolder.scope)}), which holds the same concurrency key.
+          Held back by{' '}
+          <a href={`#/runs/${run.concurrencyHolder.id}`}>{run.concurrencyHolder.definition.title}</a> (
+          {scopeLabel(run.concurrencyHolder.scope)}), which holds the same concurrency key.
         </p>
       )}
       {operator && UNFINISHED.has(run.status) && (
-        <div class="controls" role="group" aria-label="Run controls">
+        <fieldset class="controls">
+          <legend class="visually-hidden">Run controls</legend>
           {(run.status === 'RUNNING' || run.status === 'ENDING') && (
             <ActionButton label="Pause" run={() => control(PAUSE_RUN, 'Paused')} />
           )}
@@ -86,9 +94,11 @@ export function RunPage({ id }: { id: string }) {
             label="Cancel run"
             kind="danger"
             confirm={`Cancel this run of ${run.definition.title}? Its unfinished steps are cancelled.`}
-            run={() => control(CANCEL_RUN, 'Cancelled', { reason: `cancelled from the console by ${session.actor}` })}
+            run={() =>
+              control(CANCEL_RUN, 'Cancelled', { reason: `cancelled from the console by ${session.actor}` })
+            }
           />
-        </div>
+        </fieldset>
       )}
       <div class="columns">
         <Section title="Steps" id="steps">
@@ -113,7 +123,9 @@ export function RunPage({ id }: { id: string }) {
                       started <At iso={s.startedAt} />
                     </>
                   )}
-                  {s.startedAt && s.endedAt && <> · took {duration(Date.parse(s.endedAt) - Date.parse(s.startedAt))}</>}
+                  {s.startedAt && s.endedAt && (
+                    <> · took {duration(Date.parse(s.endedAt) - Date.parse(s.startedAt))}</>
+                  )}
                   {s.wakeAt && s.status === 'RUNNING' && !s.parked && (
                     <>
                       {' '}

@@ -2,9 +2,10 @@
  * Stand-by: what each running show will ask of a person next and about when,
  * the way show-control software lists the next cue, so no cue surprises anyone.
  */
+
+import { allPages } from '../api.ts'
 import { duration, scopeLabel } from '../format.ts'
 import { useLive, useNow } from '../live.ts'
-import { allPages } from '../api.ts'
 import { RUN_CHANGES, type RunWithSteps, STANDBY } from '../operations.ts'
 import { useSession } from '../session.ts'
 import { standbyList } from '../standby.ts'
