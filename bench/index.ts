@@ -13,7 +13,7 @@ import { rm } from 'node:fs/promises'
 import { fileURLToPath } from 'node:url'
 import { printResults, RESULTS_FILE, readResults } from './lib.ts'
 
-const BENCHMARKS = ['throughput', 'starvation', 'fanout', 'apiLatency'] as const
+const BENCHMARKS = ['throughput', 'starvation', 'fanout', 'apiLatency', 'consoleLoad'] as const
 
 function runOne(name: string): Promise<number> {
   const file = fileURLToPath(new URL(`./${name}.ts`, import.meta.url))

@@ -55,7 +55,7 @@ describe('the console operations', () => {
   it.each(documents.filter(([, text]) => !/^\s*subscription/.test(text)))(
     '%s passes the server’s depth and cost limits',
     async (name, text) => {
-      const first = name === 'STANDBY' ? 25 : 50
+      const first = name === 'STANDBY' ? ops.STANDBY_PAGE_SIZE : ops.IN_PROGRESS_PAGE_SIZE
       const res = await s.gql(text, { variables: { ...VARIABLES, first } })
       const codes = (res.body.errors ?? []).map((e) => e.extensions?.code)
       expect(codes, JSON.stringify(res.body.errors)).not.toContain('GRAPHQL_VALIDATION_FAILED')

@@ -14,6 +14,8 @@ export class ApiError extends Error {
 }
 
 const TOKEN_KEY = 'showrunner.token'
+/** Who the token was at sign-in (role and actor; not a secret), so a reload renders at once. */
+const VIEWER_KEY = 'showrunner.viewer'
 
 /** The token lives in sessionStorage: this tab only, gone when it closes. */
 export function storedToken(): string | null {
@@ -24,10 +26,24 @@ export function storedToken(): string | null {
   }
 }
 
-export function storeToken(token: string | null): void {
+export function storedViewer<T>(): T | null {
   try {
-    if (token === null) sessionStorage.removeItem(TOKEN_KEY)
-    else sessionStorage.setItem(TOKEN_KEY, token)
+    const text = sessionStorage.getItem(VIEWER_KEY)
+    return text ? (JSON.parse(text) as T) : null
+  } catch {
+    return null
+  }
+}
+
+export function storeToken(token: string | null, viewer?: unknown): void {
+  try {
+    if (token === null) {
+      sessionStorage.removeItem(TOKEN_KEY)
+      sessionStorage.removeItem(VIEWER_KEY)
+    } else {
+      sessionStorage.setItem(TOKEN_KEY, token)
+      sessionStorage.setItem(VIEWER_KEY, JSON.stringify(viewer ?? null))
+    }
   } catch {
     // Storage refused (private mode): the token then lasts as long as the page.
   }

@@ -100,6 +100,12 @@ export function useLive<T>(
           if (applied !== null) {
             setData(applied)
             setError(null)
+            if (awaitingFirstEvent) {
+              // The subscription answered: the fallback read is not needed; poll slowly from here.
+              awaitingFirstEvent = false
+              clearTimeout(timer)
+              timer = setTimeout(loop, every())
+            }
             return
           }
           // Many changes in a burst cost one refetch, at most every 100 ms.
@@ -119,7 +125,11 @@ export function useLive<T>(
     } else {
       setLive(false)
     }
-    loop()
+    // A subscription that sends the whole data at once makes a first read redundant;
+    // read anyway if it has said nothing soon (a socket a proxy holds open but mute).
+    let awaitingFirstEvent = subscribed && sub?.apply !== undefined
+    if (awaitingFirstEvent) timer = setTimeout(loop, 1500)
+    else loop()
     return () => {
       stopped = true
       clearTimeout(timer)

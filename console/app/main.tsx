@@ -6,7 +6,15 @@
 import './style.css'
 import { render } from 'preact'
 import { useCallback, useEffect, useRef, useState } from 'preact/hooks'
-import { ApiError, closeSubscriptions, gql, onUnauthenticated, storedToken, storeToken } from './api.ts'
+import {
+  ApiError,
+  closeSubscriptions,
+  gql,
+  onUnauthenticated,
+  storedToken,
+  storedViewer,
+  storeToken,
+} from './api.ts'
 import { VIEWER, type ViewerData } from './operations.ts'
 import { Board } from './pages/Board.tsx'
 import { DefinitionPage, Definitions } from './pages/Definitions.tsx'
@@ -240,10 +248,15 @@ function Shell({ session, onSignOut }: { session: Session; onSignOut: () => void
 }
 
 function App() {
+  // A reload renders at once with the role remembered at sign-in; the server re-confirms it below.
   const [signedIn, setSignedIn] = useState<{ token: string; role: Session['role']; actor: string } | null>(
-    null,
+    () => {
+      const token = storedToken()
+      const viewer = storedViewer<ViewerData['viewer']>()
+      return token && viewer ? { token, ...viewer } : null
+    },
   )
-  const [checking, setChecking] = useState(() => storedToken() !== null)
+  const [checking, setChecking] = useState(() => storedToken() !== null && signedIn === null)
   const [problem, setProblem] = useState<string | null>(null)
   const [toast, setToast] = useState<{ message: string; kind: 'ok' | 'error'; n: number } | null>(null)
 
@@ -258,11 +271,23 @@ function App() {
     onUnauthenticated(() => signOut('The server no longer accepts this token; sign in again.'))
     const token = storedToken()
     if (!token) return
-    gql<ViewerData>(token, VIEWER)
-      .then((d) => setSignedIn({ token, ...d.viewer }))
+    // Rendered already from the remembered role: confirm it once the page has settled.
+    const confirmAfterMs = signedIn ? 1000 : 0
+    const confirm = setTimeout(() => void confirmViewer(token), confirmAfterMs)
+    return () => clearTimeout(confirm)
+  }, [signOut])
+
+  function confirmViewer(token: string) {
+    return gql<ViewerData>(token, VIEWER)
+      .then((d) => {
+        storeToken(token, d.viewer)
+        setSignedIn((prev) =>
+          prev?.token === token && prev.role === d.viewer.role ? prev : { token, ...d.viewer },
+        )
+      })
       .catch((err) => setProblem(err instanceof Error ? err.message : String(err)))
       .finally(() => setChecking(false))
-  }, [signOut])
+  }
 
   useEffect(() => {
     if (!toast) return
@@ -286,7 +311,7 @@ function App() {
       <SignIn
         problem={problem}
         onSignedIn={(token, viewer) => {
-          storeToken(token)
+          storeToken(token, viewer)
           setProblem(null)
           setSignedIn({ token, ...viewer })
         }}

@@ -8,6 +8,7 @@ import {
   type BoardData,
   type HealthData,
   IN_PROGRESS_PAGE,
+  IN_PROGRESS_PAGE_SIZE,
   RUN_CHANGES,
   type RunCard,
 } from '../operations.ts'
@@ -86,7 +87,7 @@ type Loaded = BoardData & { inProgress: { nodes: RunCard[]; more: boolean } }
 async function loadBoard(token: string): Promise<Loaded> {
   const [rest, inProgress] = await Promise.all([
     gql<BoardData>(token, BOARD),
-    allPages<RunCard>(token, IN_PROGRESS_PAGE, 50, BOARD_MAX_RUNS),
+    allPages<RunCard>(token, IN_PROGRESS_PAGE, IN_PROGRESS_PAGE_SIZE, BOARD_MAX_RUNS),
   ])
   return { ...rest, inProgress }
 }

@@ -6,12 +6,12 @@
 import { allPages } from '../api.ts'
 import { duration, scopeLabel } from '../format.ts'
 import { useLive, useNow } from '../live.ts'
-import { RUN_CHANGES, type RunWithSteps, STANDBY } from '../operations.ts'
+import { RUN_CHANGES, type RunWithSteps, STANDBY, STANDBY_PAGE_SIZE } from '../operations.ts'
 import { useSession } from '../session.ts'
 import { standbyList } from '../standby.ts'
 import { At, ErrorNote, Loading, StatusBadge } from '../ui.tsx'
 
-const loadRuns = (token: string) => allPages<RunWithSteps>(token, STANDBY, 25, 500)
+const loadRuns = (token: string) => allPages<RunWithSteps>(token, STANDBY, STANDBY_PAGE_SIZE, 500)
 
 export function Standby() {
   const { token } = useSession()
