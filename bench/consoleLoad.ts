@@ -10,6 +10,7 @@
  *
  * Alone: `npx tsx bench/consoleLoad.ts`.
  */
+import { loadavg } from 'node:os'
 import { consoleBundle } from '../console/build.ts'
 import { launchBrowser, newContext } from '../test/helpers/browser.ts'
 import { createDefinition, must } from '../test/helpers/consoleScene.ts'
@@ -104,6 +105,8 @@ async function run(): Promise<Record<string, BenchResult>> {
         met: loadMs <= TARGET_MS && jsGzip <= TARGET_JS_GZIP_BYTES,
         detail: {
           runs: RUNS,
+          // The browser, the server and the database share this machine's cores.
+          loadAverage1m: Math.round((loadavg()[0] ?? 0) * 10) / 10,
           warmLoadsMs: warm.map((v) => Math.round(v)),
           coldFirstLoadMsIncludingBundling: Math.round(cold.ms),
           jsGzipBytes: jsGzip,

@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import * as ops from '../console/app/operations.ts'
 import { nextCue, standbyList } from '../console/app/standby.ts'
 import { schema } from '../schema/index.ts'
-import { startTestServer, type TestServer } from './helpers/server.ts'
+import { startTestServer, type TestServer, TOKENS } from './helpers/server.ts'
 
 const documents: [string, string][] = Object.entries(ops as Record<string, unknown>).filter(
   (e): e is [string, string] => typeof e[1] === 'string' && /^\s*(query|mutation|subscription)\b/.test(e[1]),
@@ -32,6 +32,18 @@ describe('the console operations', () => {
   })
   afterAll(async () => {
     await s?.close()
+  })
+
+  it('viewer answers the role and actor of the token, never the token', async () => {
+    for (const role of ['viewer', 'operator', 'admin'] as const) {
+      const res = await s.gql<{ viewer: { role: string; actor: string } }>('{ viewer { role actor } }', {
+        auth: role,
+      })
+      expect(res.body.data?.viewer.role).toBe(role.toUpperCase())
+      expect(res.body.data?.viewer.actor).toMatch(new RegExp(`^${role}#[0-9a-f]{8}$`))
+      expect(JSON.stringify(res.body)).not.toContain(TOKENS[role])
+    }
+    expect((await s.gql('{ viewer { role } }', { auth: null })).status).toBe(401)
   })
 
   it('are all found', () => {
