@@ -7,22 +7,23 @@
 import { builder } from '../schema/builder.ts'
 import { EventRunRef, RunStepRef } from '../schema/refs.ts'
 import { RunFilterInput } from '../schema/runPage.ts'
-import type { RunListRow } from '../sql/eventRuns.ts'
 import { withDefault } from '../src/api/args.ts'
 import { requires } from '../src/api/authz.ts'
 import type { ApiContext } from '../src/api/context.ts'
 import type { Inbox } from '../src/api/inboxFeed.ts'
-import { createLoaders } from '../src/api/loaders.ts'
+import type { Loaders } from '../src/api/loaders.ts'
+import type { RunChange } from '../src/api/runChangeFeed.ts'
 import { parseRunFilter } from '../src/api/runFilter.ts'
 
 /**
  * A subscription's context lives as long as the subscription, and so would its
- * DataLoaders' caches: each event gets fresh loaders, so `steps`, `logs` and
- * the like answer as of the event, not as of the first one.
+ * DataLoaders' caches. Each event brings its own instead: made fresh per poll
+ * (so `steps`, `logs` and the like answer as of the event, not the first one)
+ * and shared by every subscriber of that poll (so nested fields cost one
+ * statement per poll, not one per subscriber).
  */
-function freshLoaders(ctx: ApiContext, runs: readonly RunListRow[]): void {
-  ctx.loaders = createLoaders(ctx.services.db)
-  ctx.loaders.rememberRuns(runs)
+function useEventLoaders(ctx: ApiContext, loaders: Loaders): void {
+  ctx.loaders = loaders
 }
 
 builder.subscriptionFields((t) => ({
@@ -33,9 +34,9 @@ builder.subscriptionFields((t) => ({
     extensions: requires('viewer'),
     args: { filter: t.arg({ type: RunFilterInput }) },
     subscribe: (_root, args, ctx) => ctx.services.runChanges.watch(parseRunFilter(args.filter)),
-    resolve: (run: RunListRow, _args, ctx) => {
-      freshLoaders(ctx, [run])
-      return run
+    resolve: (change: RunChange, _args, ctx) => {
+      useEventLoaders(ctx, change.loaders)
+      return change.run
     },
   }),
   waitingSteps: t.field({
@@ -46,7 +47,7 @@ builder.subscriptionFields((t) => ({
     args: { limit: t.arg.int({ defaultValue: 100 }) },
     subscribe: (_root, args, ctx) => ctx.services.inbox.watch(withDefault(args.limit, 100)),
     resolve: (inbox: Inbox, _args, ctx) => {
-      freshLoaders(ctx, inbox.runs)
+      useEventLoaders(ctx, inbox.loaders)
       return inbox.steps
     },
   }),

@@ -25,7 +25,7 @@ import { createDb, type Db } from '../sql/db.ts'
 import { countDegraded } from '../sql/eventRuns.ts'
 import { waitingSummary } from '../sql/eventSteps.ts'
 import { migrate, pendingMigrations } from '../sql/migrate.ts'
-import { ChangeSignal } from './api/changeSignal.ts'
+import { ChangeSignal, useChangeSignalAfterMutations } from './api/changeSignal.ts'
 import { type ApiContext, type ApiServices, createApiContext } from './api/context.ts'
 import { useDocumentNestingLimit } from './api/documentLimits.ts'
 import { API_CODES, createMaskError, useValidationErrorCodes } from './api/errors.ts'
@@ -232,16 +232,8 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     logger,
     tickMs: config.tickMs,
     horizonMs: config.materializeHorizonHours * 3_600_000,
-    // Called by run and step controls after their writes, and by definition
-    // changes (which may withdraw or cancel runs): the feeds look at once.
-    nudge: () => {
-      runner?.nudge()
-      changes.notify()
-    },
-    requestMaterialise: () => {
-      runner?.requestMaterialise()
-      changes.notify()
-    },
+    nudge: () => runner?.nudge(),
+    requestMaterialise: () => runner?.requestMaterialise(),
   }
 
   const principalOf = (initial: YogaInitialContext & { [WS_PRINCIPAL]?: Principal }): Principal | null => {
@@ -296,6 +288,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
       }),
       costLimitPlugin({ maxCost: MAX_QUERY_COST, ignoreIntrospection: true, ...armorReports }),
       useValidationErrorCodes(),
+      useChangeSignalAfterMutations(changes),
       useQueryJit({
         onCompileError: (operationName, errors) =>
           yogaLog.warn(

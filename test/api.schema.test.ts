@@ -131,6 +131,22 @@ describe('schema', () => {
     expect(contractProblems(buildSchema(specSdl), schema)).toEqual([])
   })
 
+  it('has the names user interfaces code against (contract v2: runPage, runChanges, waitingSteps), exactly', () => {
+    const v2 = `
+      scalar DateTime
+      enum RunStatus { SCHEDULED STARTING RUNNING PAUSED ENDING COMPLETED CANCELLED FAILED MISSED }
+      type EventRun { id: ID! }
+      type RunStep { id: ID! }
+      input RunFilter { definitionId: ID  statuses: [RunStatus!]  scope: String
+        scheduledAfter: DateTime  scheduledBefore: DateTime  rehearsal: Boolean }
+      type PageInfo { endCursor: String  hasNextPage: Boolean! }
+      type RunPage { nodes: [EventRun!]!  pageInfo: PageInfo! }
+      type Query { runPage(filter: RunFilter, first: Int = 50, after: String): RunPage! }
+      type Subscription { runChanges(filter: RunFilter): EventRun!  waitingSteps(limit: Int = 100): [RunStep!]! }
+    `
+    expect(contractProblems(buildSchema(v2), schema)).toEqual([])
+  })
+
   it('the contract check itself notices a renamed field, a changed default and a changed nullability', () => {
     const altered = specSdl
       .replace(

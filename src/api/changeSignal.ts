@@ -1,10 +1,13 @@
 /**
  * "Something changed in this process": the in-process notice that lets the
  * live feeds push a change made here at once instead of at their next poll.
- * Mutations raise it after their writes (through the services' `nudge`), and
- * the co-hosted runner after a tick that advanced a run. Changes made by other
+ * Every mutation raises it once it has run ({@link useChangeSignalAfterMutations}),
+ * and the co-hosted runner after a tick that advanced a run. Changes made by other
  * instances are not signalled; the feeds find them at their next poll.
  */
+import { getOperationAST, OperationTypeNode } from 'graphql'
+import type { Plugin } from 'graphql-yoga'
+
 export class ChangeSignal {
   private readonly handlers = new Set<() => void>()
 
@@ -17,5 +20,21 @@ export class ChangeSignal {
   /** Tell every handler (each only schedules a poll; none throws). */
   notify(): void {
     for (const handler of this.handlers) handler()
+  }
+}
+
+/**
+ * A yoga plugin: after every mutation (over HTTP or WebSocket, applied or not),
+ * tell `signal`. Hooked here rather than in each control, so every mutation,
+ * present or future, wakes the live feeds; one that changed nothing costs one
+ * early poll.
+ */
+export function useChangeSignalAfterMutations(signal: ChangeSignal): Plugin {
+  return {
+    onExecute({ args }) {
+      const operation = getOperationAST(args.document, args.operationName)
+      if (operation?.operation !== OperationTypeNode.MUTATION) return
+      return { onExecuteDone: () => signal.notify() }
+    },
   }
 }

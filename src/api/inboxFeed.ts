@@ -12,18 +12,23 @@
  */
 import { Repeater, SlidingBuffer } from 'graphql-yoga'
 import type { Queryable } from '../../sql/db.ts'
-import { getByIds, type RunListRow } from '../../sql/eventRuns.ts'
+import { getByIds } from '../../sql/eventRuns.ts'
 import { listWaiting, type StepRow } from '../../sql/eventSteps.ts'
 import type { Logger } from '../log.ts'
+import { createLoaders, type Loaders } from './loaders.ts'
 import { PollLoop } from './pollLoop.ts'
 
 /** Longest inbox a subscriber can ask for. */
 export const MAX_INBOX = 500
 
-/** What a `waitingSteps` subscriber receives: the cues, and their runs (so `run` needs no query). */
+/**
+ * What a `waitingSteps` subscriber receives: the cues, and the DataLoaders its
+ * nested fields resolve with, already holding the cues' runs. One set per poll,
+ * shared by every subscriber it reaches (see RunChange in runChangeFeed.ts).
+ */
 export interface Inbox {
   steps: StepRow[]
-  runs: RunListRow[]
+  loaders: Loaders
 }
 
 interface InboxListener {
@@ -79,7 +84,7 @@ export class InboxFeed {
   /** The first `limit` cues and their runs, read now. */
   async read(limit: number): Promise<Inbox> {
     const steps = await listWaiting(this.opts.db, limit)
-    return { steps, runs: await this.runsOf(steps) }
+    return { steps, loaders: await this.loadersFor(steps) }
   }
 
   /**
@@ -131,9 +136,12 @@ export class InboxFeed {
     }
   }
 
-  private async runsOf(steps: readonly StepRow[]): Promise<RunListRow[]> {
+  /** Fresh loaders holding the runs of `steps` (one statement for all of them). */
+  private async loadersFor(steps: readonly StepRow[]): Promise<Loaders> {
+    const loaders = createLoaders(this.opts.db)
     const ids = [...new Set(steps.map((s) => s.runId))]
-    return ids.length === 0 ? [] : getByIds(this.opts.db, ids)
+    if (ids.length > 0) loaders.rememberRuns(await getByIds(this.opts.db, ids))
+    return loaders
   }
 
   private async poll(): Promise<void> {
@@ -154,11 +162,11 @@ export class InboxFeed {
       if (view.sent !== listener.sent) due.push({ listener, ...view })
     }
     if (due.length === 0) return
-    const runs = await this.runsOf(steps)
+    const loaders = await this.loadersFor(steps)
     for (const { listener, steps: mine, sent } of due) {
       listener.sent = sent
       try {
-        listener.onInbox({ steps: mine, runs })
+        listener.onInbox({ steps: mine, loaders })
       } catch (err) {
         this.opts.logger?.warn({ err }, 'a waitingSteps listener failed')
       }

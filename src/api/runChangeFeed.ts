@@ -31,6 +31,7 @@ import { getByIds, type RunListRow } from '../../sql/eventRuns.ts'
 import { changeBaseline, changedSince, type RunChangeRow } from '../../sql/runPage.ts'
 import type { Logger } from '../log.ts'
 import { isTerminal, type RunStatus } from '../states.ts'
+import { createLoaders, type Loaders } from './loaders.ts'
 import { PollLoop } from './pollLoop.ts'
 import { matchesFilter, type RunFilter } from './runFilter.ts'
 
@@ -47,10 +48,23 @@ const MAX_PENDING = 1000
 /** Runs read whole per statement. */
 const FETCH_CHUNK = 1000
 
+/**
+ * One change as subscribers receive it: the whole run as it is now, and the
+ * DataLoaders every subscriber of this poll's changes resolves nested fields
+ * (`definition`, `steps`, …) with. Shared, so 2,000 subscribers selecting
+ * `definition { title }` cost one statement, not 2,000; made fresh per poll, so
+ * nothing is older than the change. Rows are the same for every caller (roles
+ * decide what one may do, never which rows one sees), so sharing leaks nothing.
+ */
+export interface RunChange {
+  run: RunListRow
+  loaders: Loaders
+}
+
 export interface RunChangeListener {
   filter: RunFilter
-  /** A matching run changed; `run` is the whole row as it is now. */
-  onRun(run: RunListRow): void
+  /** A matching run changed. */
+  onChange(change: RunChange): void
   /** The feed is shutting down: finish. */
   onClose(): void
 }
@@ -70,6 +84,25 @@ interface Seen {
   status: RunStatus
   terminal: boolean
   updatedAt: number
+}
+
+const filterKeys = new WeakMap<RunFilter, string>()
+
+/** Equal filters get equal keys (each filter object is keyed once). */
+function filterKey(filter: RunFilter): string {
+  let key = filterKeys.get(filter)
+  if (key === undefined) {
+    key = JSON.stringify([
+      filter.definitionId,
+      filter.statuses ? [...filter.statuses].sort() : null,
+      filter.scope,
+      filter.scheduledAfter?.getTime() ?? null,
+      filter.scheduledBefore?.getTime() ?? null,
+      filter.rehearsal,
+    ])
+    filterKeys.set(filter, key)
+  }
+  return key
 }
 
 function fingerprintOf(row: RunChangeRow): string {
@@ -150,19 +183,19 @@ export class RunChangeFeed {
    * the whole run each time. A slow consumer gets each run's newest state once
    * (older pending states of the same run are replaced), never a stale one.
    */
-  async watch(filter: RunFilter): Promise<AsyncIterableIterator<RunListRow>> {
+  async watch(filter: RunFilter): Promise<AsyncIterableIterator<RunChange>> {
     // The baseline is taken before the stream opens, so what happens after the
     // subscription was accepted is reported and what happened before is not.
     await this.ready()
-    return new Repeater<RunListRow>(async (push, stop) => {
-      const pending = new Map<number, RunListRow>()
+    return new Repeater<RunChange>(async (push, stop) => {
+      const pending = new Map<number, RunChange>()
       let wakeUp: (() => void) | null = null
       let ended = false
       const unlisten = this.listen({
         filter,
-        onRun: (run) => {
-          pending.delete(run.id)
-          pending.set(run.id, run)
+        onChange: (change) => {
+          pending.delete(change.run.id)
+          pending.set(change.run.id, change)
           if (pending.size > MAX_PENDING) pending.delete(pending.keys().next().value as number)
           wakeUp?.()
         },
@@ -188,9 +221,9 @@ export class RunChangeFeed {
             wakeUp = null
             continue
           }
-          const [id, run] = next.value
+          const [id, change] = next.value
           pending.delete(id)
-          await Promise.race([push(run), stop])
+          await Promise.race([push(change), stop])
         }
       } finally {
         unlisten()
@@ -306,8 +339,15 @@ export class RunChangeFeed {
       const status = previously.get(run.id)
       return status !== undefined && matchesFilter(filter, { ...run, status })
     }
-    const listeners = [...this.listeners]
-    const wanted = changed.filter((row) => listeners.some((l) => concerns(l.filter, row)))
+    // Subscribers share a few filters: each run is tested once per distinct filter.
+    const groups = new Map<string, { filter: RunFilter; listeners: RunChangeListener[] }>()
+    for (const listener of this.listeners) {
+      const key = filterKey(listener.filter)
+      const group = groups.get(key)
+      if (group) group.listeners.push(listener)
+      else groups.set(key, { filter: listener.filter, listeners: [listener] })
+    }
+    const wanted = changed.filter((row) => [...groups.values()].some((g) => concerns(g.filter, row)))
     if (wanted.length === 0) return
     const runs: RunListRow[] = []
     for (let i = 0; i < wanted.length; i += FETCH_CHUNK) {
@@ -316,13 +356,20 @@ export class RunChangeFeed {
       if (generation !== this.generation) return
     }
     runs.sort((a, b) => a.updatedAt.getTime() - b.updatedAt.getTime() || a.id - b.id)
+    const loaders = createLoaders(this.opts.db)
+    loaders.rememberRuns(runs)
     for (const run of runs) {
-      for (const listener of this.listeners) {
-        if (!concerns(listener.filter, run)) continue
-        try {
-          listener.onRun(run)
-        } catch (err) {
-          this.opts.logger?.warn({ err, runId: run.id }, 'a runChanges listener failed')
+      const change = { run, loaders }
+      for (const group of groups.values()) {
+        if (!concerns(group.filter, run)) continue
+        for (const listener of group.listeners) {
+          // Left meanwhile (an earlier listener's handler may end another's stream).
+          if (!this.listeners.has(listener)) continue
+          try {
+            listener.onChange(change)
+          } catch (err) {
+            this.opts.logger?.warn({ err, runId: run.id }, 'a runChanges listener failed')
+          }
         }
       }
     }

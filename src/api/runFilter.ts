@@ -97,8 +97,10 @@ export function decodeCursor(cursor: string): RunPageKey {
       'after must be a pageInfo.endCursor from an earlier runPage answer; omit it to start at the newest run.',
     )
   if (!BASE64URL.test(cursor)) throw bad()
-  const m = CURSOR_TEXT.exec(Buffer.from(cursor, 'base64url').toString('utf8'))
-  if (!m) throw bad()
+  const text = Buffer.from(cursor, 'base64url').toString('utf8')
+  // Decoding forgives stray characters; only the exact encoding of a position is accepted.
+  const m = CURSOR_TEXT.exec(text)
+  if (!m || Buffer.from(text).toString('base64url') !== cursor) throw bad()
   const ms = Number(m[1])
   const id = Number(m[2])
   const scheduledFor = new Date(ms)
