@@ -6,7 +6,8 @@
  * benchmark could not run (a target not met is a figure, not a crash).
  *
  * Alone: `npx tsx bench/throughput.ts` (also the graphile-worker peer),
- * `bench/starvation.ts`, `bench/fanout.ts`, `bench/apiLatency.ts`, `bench/console.ts`.
+ * `bench/starvation.ts`, `bench/fanout.ts`, `bench/apiLatency.ts`, `bench/console.ts`,
+ * `bench/consoleLoad.ts`.
  */
 import { spawn } from 'node:child_process'
 import { rm } from 'node:fs/promises'

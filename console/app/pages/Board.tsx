@@ -138,7 +138,7 @@ export function Board() {
           )}
         </Section>
         <div class="stack">
-          <Section title="Next up" id="next-up">
+          <Section title="Next up (your time)" id="next-up">
             {next.length === 0 ? (
               <p class="muted">Nothing is scheduled.</p>
             ) : (

@@ -39,43 +39,45 @@ export function Standby() {
       {list.length === 0 ? (
         <p class="empty">No run in progress has a cue ahead.</p>
       ) : (
-        <ol class="rows standby panel" aria-label="Next cues, soonest first">
-          {list.map((c) => (
-            <li key={c.run.id} class="row">
-              <div class="row-main">
-                <strong class="cue-prompt">{c.prompt}</strong>
-              </div>
-              <div class="row-meta">
-                <a href={`#/runs/${c.run.id}`}>{c.run.definition.title}</a>
-                <span class="muted">{scopeLabel(c.run.scope)}</span>
-                <span>phase {c.step.phase}</span>
-                <StatusBadge status={c.run.status} />
-                <span class="eta">
-                  {c.run.status === 'PAUSED' ? (
-                    'when the run resumes'
-                  ) : c.blockedByCue ? (
-                    c.eta !== null && c.eta - now >= 1500 ? (
-                      `${duration(c.eta - now)} after the cue waiting now is answered`
-                    ) : (
-                      'as soon as the cue waiting now is answered'
-                    )
-                  ) : c.eta !== null && c.eta - now < 1500 ? (
-                    'any moment'
-                  ) : c.eta !== null ? (
-                    <>
-                      in about {duration(c.eta - now)} (<At iso={new Date(c.eta).toISOString()} />)
-                    </>
-                  ) : null}
-                </span>
-                {c.waits > 0 && (
-                  <span class="muted">
-                    after {c.waits} wait{c.waits === 1 ? '' : 's'}
+        <div class="panel">
+          <ol class="rows standby" aria-label="Next cues, soonest first">
+            {list.map((c) => (
+              <li key={c.run.id} class="row">
+                <div class="row-main">
+                  <strong class="cue-prompt">{c.prompt}</strong>
+                </div>
+                <div class="row-meta">
+                  <a href={`#/runs/${c.run.id}`}>{c.run.definition.title}</a>
+                  <span class="muted">{scopeLabel(c.run.scope)}</span>
+                  <span>phase {c.step.phase}</span>
+                  <StatusBadge status={c.run.status} />
+                  <span class="eta">
+                    {c.run.status === 'PAUSED' ? (
+                      'when the run resumes'
+                    ) : c.blockedByCue ? (
+                      c.eta !== null && c.eta - now >= 1500 ? (
+                        `${duration(c.eta - now)} after the cue waiting now is answered`
+                      ) : (
+                        'as soon as the cue waiting now is answered'
+                      )
+                    ) : c.eta !== null && c.eta - now < 1500 ? (
+                      'any moment'
+                    ) : c.eta !== null ? (
+                      <>
+                        in about {duration(c.eta - now)} (<At iso={new Date(c.eta).toISOString()} />)
+                      </>
+                    ) : null}
                   </span>
-                )}
-              </div>
-            </li>
-          ))}
-        </ol>
+                  {c.waits > 0 && (
+                    <span class="muted">
+                      after {c.waits} wait{c.waits === 1 ? '' : 's'}
+                    </span>
+                  )}
+                </div>
+              </li>
+            ))}
+          </ol>
+        </div>
       )}
       {without > 0 && (
         <p class="muted small">
