@@ -123,6 +123,31 @@ describe('the console', () => {
     await b.context().close()
   })
 
+  it('with the WebSocket blocked, the inbox falls back to polling and still follows the other console', async () => {
+    const { stepId } = await parkedCue('north')
+    const blocked = async () => {
+      const context = await newContext(browser)
+      // A proxy that refuses WebSocket upgrades: nothing can be pushed.
+      await context.routeWebSocket(/\/graphql$/, (ws) => ws.close())
+      return signIn(context, s.url, 'operator', '#/inbox')
+    }
+    const a = await blocked()
+    const b = await blocked()
+    const cueIn = (p: Page) => p.locator(`[data-cue-id="${stepId}"]`)
+    await cueIn(a).waitFor()
+    await cueIn(b).waitFor()
+    await b.getByText('Refreshing every few moments.').waitFor()
+    const pollMs = await pollMsOf(b)
+    const answered = a.waitForResponse((r) => (r.request().postData() ?? '').includes('SkipStep'))
+    await cueIn(a).getByRole('textbox').fill('not tonight')
+    await cueIn(a).getByRole('button', { name: 'Skip' }).click()
+    expect((await (await answered).json()).data.skipStep.applied).toBe(true)
+    // One poll interval, plus the time the poll in flight and the next one take on a busy machine.
+    await cueIn(b).waitFor({ state: 'detached', timeout: pollMs + 1000 })
+    await a.context().close()
+    await b.context().close()
+  })
+
   it('answers the oldest cue from the keyboard: a, type a note, Enter', async () => {
     const older = await parkedCue('south')
     const newer = await parkedCue('east')

@@ -115,6 +115,25 @@ export async function allPages<T>(
 }
 
 let wsClient: { token: string; client: Client } | null = null
+let socketUp = false
+const socketListeners = new Set<(up: boolean) => void>()
+
+/** True while the subscription socket is connected (so pushed data is current). */
+export function liveSocketUp(): boolean {
+  return socketUp
+}
+
+/** Hear when the subscription socket connects or drops; answers the function that stops listening. */
+export function onSocketChange(fn: (up: boolean) => void): () => void {
+  socketListeners.add(fn)
+  return () => socketListeners.delete(fn)
+}
+
+function setSocketUp(up: boolean): void {
+  if (up === socketUp) return
+  socketUp = up
+  for (const fn of socketListeners) fn(up)
+}
 
 function subscriptionClient(token: string): Client {
   if (wsClient?.token === token) return wsClient.client
@@ -126,6 +145,10 @@ function subscriptionClient(token: string): Client {
     lazy: true,
     retryAttempts: Number.POSITIVE_INFINITY,
     shouldRetry: () => true,
+    on: {
+      connected: () => setSocketUp(true),
+      closed: () => setSocketUp(false),
+    },
   })
   wsClient = { token, client }
   return client
@@ -134,6 +157,7 @@ function subscriptionClient(token: string): Client {
 export function closeSubscriptions(): void {
   wsClient?.client.dispose()
   wsClient = null
+  setSocketUp(false)
 }
 
 export interface SubscriptionHandlers<T> {

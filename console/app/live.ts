@@ -5,7 +5,7 @@
  * each answer before scheduling the next, so a slow server is never queued up.
  */
 import { useCallback, useEffect, useRef, useState } from 'preact/hooks'
-import { ApiError, gql, pollMs, subscribe } from './api.ts'
+import { ApiError, gql, liveSocketUp, onSocketChange, pollMs, subscribe } from './api.ts'
 
 export interface LiveOptions<T> {
   variables?: Record<string, unknown>
@@ -43,6 +43,8 @@ export function useLive<T>(
   const [data, setData] = useState<T | undefined>(undefined)
   const [error, setError] = useState<ApiError | null>(null)
   const [live, setLive] = useState(false)
+  const [socket, setSocket] = useState(liveSocketUp)
+  useEffect(() => onSocketChange(setSocket), [])
   const varsKey = JSON.stringify(opts.variables ?? null)
   const subKey = opts.subscription
     ? opts.subscription.query + JSON.stringify(opts.subscription.variables ?? null)
@@ -76,7 +78,8 @@ export function useLive<T>(
     const sub = optsRef.current.subscription
     const every = () => {
       const base = optsRef.current.pollMs ?? pollMs()
-      return subscribed ? (optsRef.current.livePollMs ?? base * 10) : base
+      // While the socket is down (blocked by a proxy, server restarting) nothing is pushed: poll at full rate.
+      return subscribed && liveSocketUp() ? (optsRef.current.livePollMs ?? base * 10) : base
     }
 
     const loop = async () => {
@@ -130,7 +133,15 @@ export function useLive<T>(
     let awaitingFirstEvent = subscribed && sub?.apply !== undefined
     if (awaitingFirstEvent) timer = setTimeout(loop, 1500)
     else loop()
+    // A socket that drops hands over to polling at once; one that comes back lets polling slow down.
+    const stopListening = onSocketChange((up) => {
+      if (stopped || !subscribed) return
+      clearTimeout(timer)
+      if (up) timer = setTimeout(loop, every())
+      else loop()
+    })
     return () => {
+      stopListening()
       stopped = true
       clearTimeout(timer)
       clearTimeout(debounce)
@@ -138,7 +149,7 @@ export function useLive<T>(
     }
   }, [token, query, varsKey, subKey])
 
-  return { data, error, live, refetch }
+  return { data, error, live: live && socket, refetch }
 }
 
 /** Re-render every `ms` so "waited 3 min" keeps counting. */

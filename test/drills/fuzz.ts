@@ -592,7 +592,8 @@ function selectionFor(ctx: Ctx, type: GraphQLNamedType, depthLeft: number): stri
   const leaves = fields.filter((f) => !isObjectType(getNamedType(f.type)))
   const objects = fields.filter((f) => isObjectType(getNamedType(f.type)))
   const chosen: GraphQLField<unknown, unknown>[] = []
-  const nLeaves = int(ctx.rng, 1, Math.min(6, leaves.length))
+  // A type may have no leaf field at all (a page: nodes and pageInfo).
+  const nLeaves = leaves.length === 0 ? 0 : int(ctx.rng, 1, Math.min(6, leaves.length))
   for (let i = 0; i < nLeaves; i++) chosen.push(pick(ctx.rng, leaves))
   if (depthLeft > 0) {
     const nObjects = int(ctx.rng, 0, Math.min(2, objects.length))
