@@ -41,7 +41,7 @@ export interface Config {
   logLevel: LogLevel
   /** Days a terminal run's logs are kept. @default 30 */
   logRetentionDays: number
-  /** Milliseconds between polls behind the runStatus subscription. @default 500 */
+  /** Milliseconds between polls behind the live subscriptions (runStatus, runChanges, waitingSteps). @default 500 */
   statusPollMs: number
   /** How far ahead schedules are materialised into runs, in hours. @default 24 */
   materializeHorizonHours: number

@@ -1,7 +1,7 @@
 /**
  * `runChanges` and `waitingSteps` through real sockets (graphql-ws, and SSE):
  *
- * - on a server whose poll interval is 10 s, a run started over the API, driven
+ * - on a server whose poll interval is 30 s, a run started over the API, driven
  *   by this server's runner to its cue, answered over the API and finished,
  *   reaches subscribers at every step well before any poll: changes made here
  *   are pushed at once; each filter sees only its runs (and a run leaving a
@@ -50,10 +50,10 @@ const INBOX = `subscription ($limit: Int) { waitingSteps(limit: $limit) { id kin
 
 const runOf = (e: { data?: RunEvent | null }) => e.data?.runChanges
 
-describe('changes made through this server are pushed at once (poll interval 10 s)', () => {
+describe('changes made through this server are pushed at once (poll interval 30 s)', () => {
   let s: TestServer
   beforeAll(async () => {
-    s = await startTestServer({ runner: true, env: { STATUS_POLL_MS: '10000' } })
+    s = await startTestServer({ runner: true, env: { STATUS_POLL_MS: '30000' } })
   })
   afterAll(async () => {
     await s?.close()
@@ -112,18 +112,19 @@ describe('changes made through this server are pushed at once (poll interval 10 
       await everything.until((e) => runOf(e)?.id === runId && runOf(e)?.waitingSteps === 0, 5000)
       await everything.until((e) => runOf(e)?.status === 'COMPLETED', 8000)
       await ended.until((e) => runOf(e)?.status === 'COMPLETED', 1000)
-      // The RUNNING-only subscriber hears the run leave its filter, once.
-      await running.until((e) => runOf(e)?.id === runId && runOf(e)?.status === 'COMPLETED', 1000)
+      // The RUNNING-only subscriber hears the run leave its filter, once: as ENDING
+      // (its wrap-up phase) or, if that was over before a look, as COMPLETED.
+      await running.until((e) => runOf(e)?.id === runId && runOf(e)?.status !== 'RUNNING', 1000)
       // Everything arrived before the first poll could have run: each was pushed.
-      expect(Date.now() - started).toBeLessThan(9000)
+      expect(Date.now() - started).toBeLessThan(25_000)
       expect(s.app.runChanges.polls).toBeGreaterThan(0)
 
       // Filters: nothing of this run for the other show; only the end for `ended`.
       expect(elsewhere.events).toEqual([])
       expect(ended.events.map((e) => runOf(e)?.status)).toEqual(['COMPLETED'])
-      expect(running.events.every((e) => ['RUNNING', 'COMPLETED'].includes(runOf(e)?.status ?? ''))).toBe(
-        true,
-      )
+      const left = running.events.map((e) => runOf(e)?.status).filter((st) => st !== 'RUNNING')
+      expect(left).toHaveLength(1)
+      expect(['ENDING', 'COMPLETED']).toContain(left[0])
       // Every event is a change: no two consecutive events of the run look the same.
       const seen = everything.events.map((e) => JSON.stringify(runOf(e)))
       for (let i = 1; i < seen.length; i++) expect(seen[i]).not.toBe(seen[i - 1])
@@ -197,7 +198,7 @@ describe('changes made elsewhere, and the cost of many subscribers (poll interva
       const e = await sub.until((x) => runOf(x)?.status === 'RUNNING', 3000)
       const took = Date.now() - t0
       expect(runOf(e)).toMatchObject({ id: String(run.id), status: 'RUNNING', waitingSteps: 0 })
-      expect(took).toBeLessThan(INTERVAL * 2 + 400)
+      expect(took).toBeLessThan(INTERVAL * 2 + 1000)
       await runs.setPhase(elsewhere, run.id, 'second act')
       await sub.until((x) => runOf(x)?.currentPhase === 'second act', 3000)
       const count = sub.events.length
