@@ -19,6 +19,7 @@ import { costLimitPlugin } from '@escape.tech/graphql-armor-cost-limit'
 import { maxDepthPlugin } from '@escape.tech/graphql-armor-max-depth'
 import { GraphQLError, type ValidationContext } from 'graphql'
 import { createYoga, type YogaInitialContext, type YogaServerInstance } from 'graphql-yoga'
+import { CONSOLE_PATHS, createConsoleHandler } from '../console/serve.ts'
 import { schema } from '../schema/index.ts'
 import { createDb, type Db } from '../sql/db.ts'
 import { countDegraded } from '../sql/eventRuns/index.ts'
@@ -117,12 +118,13 @@ export interface App {
   readonly generatedToken: string | null
 }
 
-type Route = '/graphql' | '/graphiql' | '/healthz' | '/readyz' | '/metrics' | 'other'
+type Route = '/graphql' | '/graphiql' | '/healthz' | '/readyz' | '/metrics' | 'console' | 'other'
 
 function routeOf(pathname: string): Route {
   if (pathname === GRAPHQL_PATH || pathname === `${GRAPHQL_PATH}/`) return '/graphql'
   if (pathname === '/healthz' || pathname === '/readyz' || pathname === '/metrics') return pathname
   if (pathname.startsWith(GRAPHIQL_ASSET_PATH)) return '/graphiql'
+  if (CONSOLE_PATHS.has(pathname)) return 'console'
   return 'other'
 }
 
@@ -355,6 +357,12 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     res.end(body)
   }
 
+  // The operator console at `/`: a page that talks to /graphql like any client.
+  const handleConsole = createConsoleHandler({
+    pollMs: Math.max(500, config.statusPollMs),
+    onBuildError: (err) => logger.error({ err }, 'the console could not be built'),
+  })
+
   const httpServer = createServer((req, res) => {
     const pathname = new URL(req.url ?? '/', 'http://localhost').pathname
     const route = routeOf(pathname)
@@ -371,6 +379,14 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     if (route === '/graphiql') {
       serveGraphiqlAsset(pathname, req, res).catch((err) => {
         logger.error({ err }, 'could not serve a GraphiQL asset')
+        if (!res.headersSent) sendJson(res, 500, { ok: false })
+        else res.destroy()
+      })
+      return
+    }
+    if (route === 'console') {
+      handleConsole(req, res, pathname).catch((err) => {
+        logger.error({ err }, 'console request failed')
         if (!res.headersSent) sendJson(res, 500, { ok: false })
         else res.destroy()
       })

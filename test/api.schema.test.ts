@@ -172,6 +172,7 @@ describe('schema', () => {
       'Query.runs': 'viewer',
       'Query.run': 'viewer',
       'Query.waitingSteps': 'viewer',
+      'Query.viewer': 'viewer',
       'Query.definitions': 'viewer',
       'Query.definition': 'viewer',
       'Query.health': 'viewer',
