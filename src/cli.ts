@@ -8,6 +8,7 @@ import { createDb, DB_ERRNO, isDbErrno, poolOptionsFromUrl } from '../sql/db.ts'
 import { migrate } from '../sql/migrate.ts'
 import { type Config, ConfigError, generateToken, loadConfig } from './config.ts'
 import { loadDemo } from './demo.ts'
+import { installLastResortHandlers } from './lastResort.ts'
 import { createLogger, type Logger } from './log.ts'
 import { MariadbNotInstalledError, type PrivateMariadb, startPrivateMariadb } from './privateMariadb.ts'
 import { systemClock } from './runner/engine.ts'
@@ -109,6 +110,13 @@ async function serve(opts: { dataDir: string; demo?: boolean }): Promise<void> {
   }
   process.on('SIGINT', () => void shutdown('SIGINT'))
   process.on('SIGTERM', () => void shutdown('SIGTERM'))
+  installLastResortHandlers({
+    logger: log,
+    stop: async () => {
+      await app.stop()
+      await privateDb?.stop()
+    },
+  })
 
   let started: Awaited<ReturnType<typeof app.start>>
   try {

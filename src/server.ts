@@ -29,6 +29,7 @@ import { useDocumentNestingLimit } from './api/documentLimits.ts'
 import { API_CODES, createMaskError, useValidationErrorCodes } from './api/errors.ts'
 import { CSRF_HEADER, useAuthGate, useCsrfPrevention } from './api/httpGuards.ts'
 import { useQueryJit } from './api/jit.ts'
+import { requestTarget } from './api/requestTarget.ts'
 import { StatusPoller } from './api/statusPoller.ts'
 import { attachGraphqlWs, WS_PRINCIPAL, type WsTransport } from './api/ws.ts'
 import { authenticate, type Principal, type TokenEntry, tokenActor } from './auth.ts'
@@ -313,9 +314,14 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     res.end(body)
   }
 
-  const httpServer = createServer((req, res) => {
-    const pathname = new URL(req.url ?? '/', 'http://localhost').pathname
-    const route = routeOf(pathname)
+  function handleRequest(req: IncomingMessage, res: ServerResponse): void {
+    const target = requestTarget(req)
+    if (!target.ok) {
+      res.setHeader('connection', 'close')
+      sendJson(res, 400, { ok: false, error: `Bad request: ${target.reason}.` })
+      return
+    }
+    const route = routeOf(target.pathname)
     const stopTimer = metrics.httpRequestDuration.startTimer({ method: req.method ?? 'GET', route })
     res.once('close', () => stopTimer({ status: String(res.statusCode) }))
     if (route === '/healthz' || route === '/readyz' || route === '/metrics') {
@@ -330,7 +336,22 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
       sendJson(res, 404, { ok: false, error: `Not found. GraphQL is at ${GRAPHQL_PATH}.` })
       return
     }
-    yoga(req, res)
+    Promise.resolve(yoga(req, res)).catch((err: unknown) => {
+      logger.error({ err }, 'unexpected error while answering a GraphQL request')
+      if (!res.headersSent) sendJson(res, 500, { ok: false, error: 'Unexpected error.' })
+      else res.destroy()
+    })
+  }
+
+  const httpServer = createServer((req, res) => {
+    // Whatever one request does wrong, it is answered here and never ends the process.
+    try {
+      handleRequest(req, res)
+    } catch (err) {
+      logger.error({ err, method: req.method }, 'unexpected error while routing a request')
+      if (!res.headersSent) sendJson(res, 500, { ok: false, error: 'Unexpected error.' })
+      else res.destroy()
+    }
   })
   // Slow-loris guard: a client must send its headers promptly.
   httpServer.headersTimeout = 20_000
