@@ -18,6 +18,8 @@ import type { Logger } from '../log.ts'
 
 export const DATABASE_UNAVAILABLE_MESSAGE = 'The database is unavailable; retry shortly.'
 export const UNEXPECTED_MESSAGE = 'Unexpected error.'
+/** MariaDB's "Data too long for column" (strict mode refuses rather than truncates). */
+const ER_DATA_TOO_LONG = 1406
 /** Codes beyond SPEC §5's, for errors the GraphQL layer itself raises. */
 export const API_CODES = {
   /** The document does not validate against the schema (or exceeds depth/cost limits). */
@@ -65,6 +67,16 @@ export function createMaskError(logger: Logger): MaskError {
         ...where,
         extensions: { code: ERROR_CODES.DATABASE_UNAVAILABLE },
       })
+    }
+    if (cause instanceof DatabaseError && cause.errno === ER_DATA_TOO_LONG) {
+      // A length the API layer failed to check: still the caller's input, so say
+      // which field, never the statement.
+      logger.warn({ err: cause, path: where?.path }, 'a value reached the database longer than its column')
+      const column = /for column '([^']{1,64})'/.exec(String((cause.cause as Error | undefined)?.message))?.[1]
+      return new GraphQLError(
+        `A value is longer than ${column ? `the ${column} field` : 'its field'} allows; shorten it and retry.`,
+        { ...where, extensions: { code: ERROR_CODES.BAD_USER_INPUT } },
+      )
     }
     if (error instanceof GraphQLError && cause instanceof GraphQLError) {
       // Raised on purpose somewhere in the GraphQL layer: keep its message.
