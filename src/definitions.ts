@@ -107,7 +107,8 @@ export function fieldProblems(f: DefinitionFields, current?: DefinitionRow): str
     if (f.scopes.length > FIELD_LIMITS.scopes) problems.push(`scopes: at most ${FIELD_LIMITS.scopes} scopes`)
     if (new Set(f.scopes).size !== f.scopes.length) problems.push('scopes: must not repeat a scope')
     f.scopes.forEach((s, i) => {
-      if (s.length > FIELD_LIMITS.scope) problems.push(`scopes[${i}]: at most ${FIELD_LIMITS.scope} characters`)
+      if (s.length > FIELD_LIMITS.scope)
+        problems.push(`scopes[${i}]: at most ${FIELD_LIMITS.scope} characters`)
     })
   }
   return problems

@@ -242,7 +242,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     context: (initial) => createApiContext(services, principalOf(initial)),
     plugins: [
       useCsrfPrevention([CSRF_HEADER]),
-      useAuthGate(tokens),
+      useAuthGate(tokens, logger.child({ component: 'auth' })),
       useDocumentNestingLimit(),
       maxDepthPlugin({
         n: MAX_QUERY_DEPTH,
@@ -376,6 +376,8 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
       tokens,
       maxPayloadBytes: config.maxBodyBytes,
       logger,
+      maxOperations: config.limits.wsMaxSubscriptions,
+      initTimeoutMs: config.limits.wsInitTimeoutMs,
     })
     await new Promise<void>((resolve, reject) => {
       const onError = (err: Error) => reject(err)

@@ -24,6 +24,8 @@ const ER_DATA_TOO_LONG = 1406
 export const API_CODES = {
   /** The document does not validate against the schema (or exceeds depth/cost limits). */
   GRAPHQL_VALIDATION_FAILED: 'GRAPHQL_VALIDATION_FAILED',
+  /** A WebSocket already holds as many operations as one socket may. */
+  TOO_MANY_OPERATIONS: 'TOO_MANY_OPERATIONS',
   /** A bug or an unexpected failure; details are in the server log. */
   INTERNAL_SERVER_ERROR: 'INTERNAL_SERVER_ERROR',
 } as const
@@ -72,7 +74,9 @@ export function createMaskError(logger: Logger): MaskError {
       // A length the API layer failed to check: still the caller's input, so say
       // which field, never the statement.
       logger.warn({ err: cause, path: where?.path }, 'a value reached the database longer than its column')
-      const column = /for column '([^']{1,64})'/.exec(String((cause.cause as Error | undefined)?.message))?.[1]
+      const column = /for column '([^']{1,64})'/.exec(
+        String((cause.cause as Error | undefined)?.message),
+      )?.[1]
       return new GraphQLError(
         `A value is longer than ${column ? `the ${column} field` : 'its field'} allows; shorten it and retry.`,
         { ...where, extensions: { code: ERROR_CODES.BAD_USER_INPUT } },
