@@ -63,7 +63,7 @@ export interface Config {
 export interface RequestLimits {
   /** Deepest selection (MAX_QUERY_DEPTH). @default 10 */
   maxDepth: number
-  /** Largest computed query cost (MAX_QUERY_COST). @default 5000 */
+  /** Largest computed query cost (MAX_QUERY_COST). @default 20000 */
   maxCost: number
   /** Most aliases in one document (MAX_QUERY_ALIASES). @default 30 */
   maxAliases: number
@@ -80,7 +80,7 @@ export interface RequestLimits {
 /** The limits' defaults; tests and library callers start from these. */
 export const DEFAULT_LIMITS: RequestLimits = {
   maxDepth: 10,
-  maxCost: 5000,
+  maxCost: 20_000,
   maxAliases: 30,
   maxTokens: 2000,
   maxOccurrences: 2000,

@@ -15,10 +15,16 @@
  */
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
-import { costLimitPlugin } from '@escape.tech/graphql-armor-cost-limit'
+import { maxAliasesPlugin } from '@escape.tech/graphql-armor-max-aliases'
 import { maxDepthPlugin } from '@escape.tech/graphql-armor-max-depth'
+import { maxTokensPlugin } from '@escape.tech/graphql-armor-max-tokens'
 import { GraphQLError, type ValidationContext } from 'graphql'
-import { createYoga, type YogaInitialContext, type YogaServerInstance } from 'graphql-yoga'
+import {
+  createGraphQLError,
+  createYoga,
+  type YogaInitialContext,
+  type YogaServerInstance,
+} from 'graphql-yoga'
 import { schema } from '../schema/index.ts'
 import { createDb, type Db } from '../sql/db.ts'
 import { countDegraded } from '../sql/eventRuns.ts'
@@ -29,6 +35,7 @@ import { useDocumentNestingLimit } from './api/documentLimits.ts'
 import { API_CODES, createMaskError, useValidationErrorCodes } from './api/errors.ts'
 import { CSRF_HEADER, useAuthGate, useCsrfPrevention } from './api/httpGuards.ts'
 import { useQueryJit } from './api/jit.ts'
+import { useQueryBudget } from './api/queryBudget.ts'
 import { requestTarget } from './api/requestTarget.ts'
 import { StatusPoller } from './api/statusPoller.ts'
 import { attachGraphqlWs, WS_PRINCIPAL, type WsTransport } from './api/ws.ts'
@@ -42,27 +49,40 @@ import { Runner } from './runner/runner.ts'
 import { createDefaultRegistry, type StepRegistry } from './runner/steps/registry.ts'
 
 export const GRAPHQL_PATH = '/graphql'
-/** Deepest selection accepted (introspection is exempt). */
-export const MAX_QUERY_DEPTH = 10
-/** Largest static query cost accepted (graphql-armor's cost model; introspection is exempt). */
-export const MAX_QUERY_COST = 5000
-
 /**
  * graphql-armor throws its rejection out of validation by default (so it reaches
  * clients as an HTTP 200 "Syntax Error"). Report it as the validation error it
- * is instead: HTTP 400, code GRAPHQL_VALIDATION_FAILED.
+ * is instead: HTTP 400, code GRAPHQL_VALIDATION_FAILED, with the variable that
+ * raises the limit named.
  */
-const armorReports = {
+const armorReports = (variable: string) => ({
   propagateOnRejection: false,
   onReject: [
     (ctx: ValidationContext | null, err: GraphQLError) =>
       ctx?.reportError(
-        new GraphQLError(err.message.replace(/^Syntax Error:\s*/, ''), {
+        new GraphQLError(`${err.message.replace(/^Syntax Error:\s*/, '')} (${variable})`, {
           extensions: { code: API_CODES.GRAPHQL_VALIDATION_FAILED },
         }),
       ),
   ],
-}
+})
+
+/**
+ * The token limit trips inside the parser, where there is no validation
+ * context to report to: it throws the same validation error itself, which also
+ * stops the parse at the first token past the limit.
+ */
+const tokenLimitReports = (limit: number) => ({
+  propagateOnRejection: true,
+  onReject: [
+    () => {
+      throw createGraphQLError(
+        `Token limit of ${limit} exceeded: the document is too long (MAX_QUERY_TOKENS).`,
+        { extensions: { code: API_CODES.GRAPHQL_VALIDATION_FAILED, http: { status: 400 } } },
+      )
+    },
+  ],
+})
 
 /** Optional collaborators of {@link buildApp}; everything has a production default. */
 export interface BuildAppDeps {
@@ -198,6 +218,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     logger,
     tickMs: config.tickMs,
     horizonMs: config.materializeHorizonHours * 3_600_000,
+    maxOccurrences: config.limits.maxOccurrences,
     nudge: () => runner?.nudge(),
     requestMaterialise: () => runner?.requestMaterialise(),
   }
@@ -244,13 +265,17 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
       useCsrfPrevention([CSRF_HEADER]),
       useAuthGate(tokens, logger.child({ component: 'auth' })),
       useDocumentNestingLimit(),
+      maxTokensPlugin({ n: config.limits.maxTokens, ...tokenLimitReports(config.limits.maxTokens) }),
       maxDepthPlugin({
-        n: MAX_QUERY_DEPTH,
+        n: config.limits.maxDepth,
+        // Introspection nests `ofType` deeper than any query needs; the query
+        // budget bounds it instead (one __schema, list nesting at most 3).
         ignoreIntrospection: true,
         flattenFragments: true,
-        ...armorReports,
+        ...armorReports('MAX_QUERY_DEPTH'),
       }),
-      costLimitPlugin({ maxCost: MAX_QUERY_COST, ignoreIntrospection: true, ...armorReports }),
+      maxAliasesPlugin({ n: config.limits.maxAliases, ...armorReports('MAX_QUERY_ALIASES') }),
+      useQueryBudget({ maxCost: config.limits.maxCost, maxOccurrences: config.limits.maxOccurrences }),
       useValidationErrorCodes(),
       useQueryJit({
         onCompileError: (operationName, errors) =>
