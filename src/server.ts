@@ -47,8 +47,11 @@ import { createRunCounts } from './runCounts.ts'
 import { type Clock, systemClock } from './runner/engine.ts'
 import { Runner } from './runner/runner.ts'
 import { createDefaultRegistry, type StepRegistry } from './runner/steps/registry.ts'
+import { createSnapshot } from './snapshot.ts'
 
 export const GRAPHQL_PATH = '/graphql'
+/** How old the figures behind `/readyz` and `/metrics` may be, in milliseconds. */
+export const PROBE_SNAPSHOT_MS = 2000
 /**
  * graphql-armor throws its rejection out of validation by default (so it reaches
  * clients as an HTTP 200 "Syntax Error"). Report it as the validation error it
@@ -88,6 +91,12 @@ const tokenLimitReports = (limit: number) => ({
 export interface BuildAppDeps {
   /** A pool to use instead of opening one on `config.databaseUrl`; the caller keeps ownership (stop() leaves it open). */
   db?: Db
+  /**
+   * The runner's pool, likewise the caller's. @default a pool of
+   * RUNNER_DB_POOL_SIZE on `config.databaseUrl`; `db` when only that is given
+   * without a URL
+   */
+  runnerDb?: Db
   /** @default createLogger({ level: config.logLevel, instance: config.instanceId }) */
   logger?: Logger
   /** Step kinds the runner and program validation know. @default createDefaultRegistry() */
@@ -161,8 +170,24 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
       'buildApp needs a database: set DATABASE_URL (mysql://user:pass@host:3306/db) or pass deps.db.',
     )
   }
-  const db = deps.db ?? createDb(config.databaseUrl as string)
+  // Two pools: the API's, whose wait queue is bounded so a flood answers "busy"
+  // instead of queueing for ever, and the runner's own, so no amount of API
+  // load can keep a tick waiting for a connection.
+  const db =
+    deps.db ??
+    createDb(config.databaseUrl as string, {
+      connectionLimit: config.dbPoolSize,
+      queueLimit: config.dbQueueLimit,
+    })
   const ownsDb = deps.db === undefined
+  const runnerDb =
+    config.runner !== 'on'
+      ? null
+      : (deps.runnerDb ??
+        (config.databaseUrl
+          ? createDb(config.databaseUrl, { connectionLimit: config.runnerDbPoolSize })
+          : db))
+  const ownsRunnerDb = runnerDb !== null && runnerDb !== db && deps.runnerDb === undefined
   const registry = deps.registry ?? createDefaultRegistry()
   const clock = deps.clock ?? systemClock
   const metrics = deps.metrics ?? createMetrics({ log: logger, now: () => clock.now().getTime() })
@@ -182,7 +207,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
   const runner =
     config.runner === 'on'
       ? new Runner({
-          db,
+          db: runnerDb as Db,
           registry,
           clock,
           instanceId: config.instanceId,
@@ -287,16 +312,36 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     ],
   })
 
-  metrics.setRunsByStatusSource(
+  // The unauthenticated probes read snapshots: a scrape flood costs one read per
+  // PROBE_SNAPSHOT_MS, not statements per scrape.
+  const runCounts = createSnapshot(
     createRunCounts(db, {
       onRefreshError: (err) =>
         logger.warn({ err }, 'metrics: could not count the terminal runs; the last counts stay'),
     }),
+    PROBE_SNAPSHOT_MS,
   )
-  metrics.setAttentionSource(async () => {
+  const attention = createSnapshot(async () => {
     const [waiting, degradedRuns] = await Promise.all([waitingSummary(db), countDegraded(db)])
     return { waitingSteps: waiting.count, oldestWaitingStepAt: waiting.oldestAt, degradedRuns }
-  })
+  }, PROBE_SNAPSHOT_MS)
+  const readiness = createSnapshot(async () => {
+    let database = await db.ping()
+    let pending = 0
+    if (database) {
+      try {
+        pending = (await pendingMigrations(db)).length
+      } catch {
+        database = false
+      }
+    }
+    return { database, pending }
+  }, PROBE_SNAPSHOT_MS)
+  // Rendering the page is CPU on the event loop the runner shares: a flood of
+  // scrapes renders it once per second, not once per scrape.
+  const metricsPage = createSnapshot(() => metrics.render(), 1000)
+  metrics.setRunsByStatusSource(() => runCounts.get())
+  metrics.setAttentionSource(() => attention.get())
 
   async function probe(
     route: '/healthz' | '/readyz' | '/metrics',
@@ -314,15 +359,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     }
     if (route === '/readyz') {
       const reasons: string[] = []
-      let database = await db.ping()
-      let pending = 0
-      if (database) {
-        try {
-          pending = (await pendingMigrations(db)).length
-        } catch {
-          database = false
-        }
-      }
+      const { database, pending } = await readiness.get()
       if (!database) reasons.push('the database does not answer')
       if (pending > 0) reasons.push(`${pending} migration(s) pending`)
       if (stopping) reasons.push('shutting down')
@@ -334,7 +371,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
       })
       return
     }
-    const { contentType, body } = await metrics.render()
+    const { contentType, body } = await metricsPage.get()
     res.writeHead(200, { 'content-type': contentType, 'cache-control': 'no-store' })
     res.end(body)
   }
@@ -449,6 +486,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     metrics.setRunsByStatusSource(null)
     metrics.setAttentionSource(null)
     if (ownsDb) await db.close()
+    if (ownsRunnerDb) await runnerDb?.close()
     logger.info({}, 'stopped')
   }
 

@@ -5,6 +5,8 @@
  * - an AppError → its message and `extensions.code`;
  * - a database that cannot be reached → DATABASE_UNAVAILABLE, "The database is
  *   unavailable; retry shortly.";
+ * - a full wait queue on the API's pool → DATABASE_UNAVAILABLE with reason
+ *   BUSY, "The server is busy: … Retry in a moment";
  * - a GraphQL error raised on purpose (validation, variable coercion, our
  *   scalars, the auth gate) → as it is, with a code added when it has none;
  * - anything else → "Unexpected error." with INTERNAL_SERVER_ERROR, and the real
@@ -12,12 +14,14 @@
  */
 import { GraphQLError, type GraphQLErrorOptions } from 'graphql'
 import type { Plugin } from 'graphql-yoga'
-import { DatabaseError } from '../../sql/db.ts'
+import { DatabaseError, isPoolBusy } from '../../sql/db.ts'
 import { AppError, ERROR_CODES } from '../errors.ts'
 import type { Logger } from '../log.ts'
 
 export const DATABASE_UNAVAILABLE_MESSAGE = 'The database is unavailable; retry shortly.'
 export const UNEXPECTED_MESSAGE = 'Unexpected error.'
+export const DATABASE_BUSY_MESSAGE =
+  'The server is busy: too many requests are waiting for the database. Retry in a moment, or send fewer at once.'
 /** MariaDB's "Data too long for column" (strict mode refuses rather than truncates). */
 const ER_DATA_TOO_LONG = 1406
 /** Codes beyond SPEC §5's, for errors the GraphQL layer itself raises. */
@@ -62,6 +66,14 @@ export function createMaskError(logger: Logger): MaskError {
     const where = located(error)
     if (cause instanceof AppError) {
       return new GraphQLError(cause.message, { ...where, extensions: { code: cause.code } })
+    }
+    if (isPoolBusy(cause)) {
+      // Load, not an outage: the statement never reached the database.
+      logger.warn({ path: where?.path }, 'database pool busy: refused a request instead of queueing it')
+      return new GraphQLError(DATABASE_BUSY_MESSAGE, {
+        ...where,
+        extensions: { code: ERROR_CODES.DATABASE_UNAVAILABLE, reason: 'BUSY' },
+      })
     }
     if (cause instanceof DatabaseError && cause.unavailable) {
       logger.warn({ err: cause, path: where?.path }, 'database unavailable while answering a request')
