@@ -70,6 +70,20 @@ describe('alias and token limits', () => {
   })
 })
 
+describe('repeated fields', () => {
+  it('one field selected hundreds of times in a set is refused before the quadratic standard rules run', async () => {
+    const res = await timed(`{ definitions { ${'id '.repeat(1900)} } }`)
+    expectRefused(res, /Repeated field limit: "id" is selected 1900 times in one selection set; at most 20/)
+  })
+
+  it('the same through fragments', async () => {
+    const res = await timed(
+      `{ definitions { ...A ...A ...B } } fragment A on EventDefinition { ${'id '.repeat(15)} } fragment B on EventDefinition { id }`,
+    )
+    expectRefused(res, /Repeated field limit/)
+  })
+})
+
 describe('introspection costs like anything else', () => {
   it('the full introspection query GraphiQL sends passes', async () => {
     const res = await timed(getIntrospectionQuery({ descriptions: true, inputValueDeprecation: true }))

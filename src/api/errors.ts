@@ -72,7 +72,7 @@ export function createMaskError(logger: Logger): MaskError {
       logger.warn({ path: where?.path }, 'database pool busy: refused a request instead of queueing it')
       return new GraphQLError(DATABASE_BUSY_MESSAGE, {
         ...where,
-        extensions: { code: ERROR_CODES.DATABASE_UNAVAILABLE, reason: 'BUSY' },
+        extensions: { code: ERROR_CODES.DATABASE_UNAVAILABLE },
       })
     }
     if (cause instanceof DatabaseError && cause.unavailable) {

@@ -31,6 +31,8 @@
  * that raises it.
  */
 import {
+  BREAK,
+  type DocumentNode,
   type FieldNode,
   type FragmentDefinitionNode,
   GraphQLError,
@@ -49,6 +51,7 @@ import {
   type ValidationContext,
   type ValueNode,
   type VariableDefinitionNode,
+  visit,
 } from 'graphql'
 import type { Plugin } from 'graphql-yoga'
 import { AppError, ERROR_CODES } from '../errors.ts'
@@ -69,7 +72,7 @@ export const MAX_INTROSPECTION_LIST_NESTING = 3
  * fragments many times each expand exponentially; past this the document is
  * refused without walking the rest.
  */
-export const MAX_EXPANDED_FIELDS = 20_000
+export const MAX_EXPANDED_FIELDS = 5000
 /** The field whose `count` is capped per request. */
 const OCCURRENCES_FIELD = 'nextOccurrences'
 
@@ -295,11 +298,66 @@ export function queryBudgetRule(budget: QueryBudget) {
   })
 }
 
-/** Yoga plugin adding {@link queryBudgetRule} to validation (HTTP, SSE and WebSocket alike). */
+/**
+ * How often one selection set may select the same response name. graphql-js's
+ * OverlappingFieldsCanBeMerged compares every pair of same-named fields, so
+ * `{ definitions { id id id … } }` (a couple of thousand times, within the
+ * token limit) costs a second of CPU in validation alone.
+ */
+export const MAX_REPEATED_FIELD = 20
+
+/** Fields selecting one response name more than {@link MAX_REPEATED_FIELD} times in one selection set. */
+function repeatedFields(document: DocumentNode): GraphQLError[] {
+  const fragments = new Map<string, FragmentDefinitionNode>()
+  for (const d of document.definitions) {
+    if (d.kind === Kind.FRAGMENT_DEFINITION) fragments.set(d.name.value, d)
+  }
+  const errors: GraphQLError[] = []
+  const countInto = (set: SelectionSetNode, counts: Map<string, number>, spreadDepth: number) => {
+    for (const sel of set.selections) {
+      if (sel.kind === Kind.FIELD) {
+        const name = sel.alias?.value ?? sel.name.value
+        counts.set(name, (counts.get(name) ?? 0) + 1)
+      } else if (spreadDepth < 2) {
+        const inner =
+          sel.kind === Kind.INLINE_FRAGMENT ? sel.selectionSet : fragments.get(sel.name.value)?.selectionSet
+        if (inner) countInto(inner, counts, spreadDepth + 1)
+      }
+    }
+  }
+  visit(document, {
+    SelectionSet(set) {
+      if (errors.length > 0) return BREAK
+      const counts = new Map<string, number>()
+      countInto(set, counts, 0)
+      for (const [name, n] of counts) {
+        if (n > MAX_REPEATED_FIELD) {
+          errors.push(
+            refusal(
+              `Repeated field limit: "${name.slice(0, 40)}" is selected ${n} times in one selection set; at most ${MAX_REPEATED_FIELD}.`,
+            ),
+          )
+          return BREAK
+        }
+      }
+      return undefined
+    },
+  })
+  return errors
+}
+
+/**
+ * Yoga plugin adding {@link queryBudgetRule} to validation (HTTP, SSE and
+ * WebSocket alike). Repeated fields are checked first, on their own: such a
+ * document never reaches the standard rules, one of which costs time
+ * quadratic in them.
+ */
 export function useQueryBudget(budget: QueryBudget): Plugin {
   return {
-    onValidate({ addValidationRule }) {
-      addValidationRule(queryBudgetRule(budget))
+    onValidate({ params, setResult, addValidationRule }) {
+      const errors = repeatedFields(params.documentAST)
+      if (errors.length > 0) setResult(errors)
+      else addValidationRule(queryBudgetRule(budget))
     },
   }
 }

@@ -109,7 +109,7 @@ export function attachGraphqlWs(opts: {
           return [
             new GraphQLError(
               `Too many operations on this WebSocket: at most ${maxOperations} may be open at once (WS_MAX_SUBSCRIPTIONS). Complete some, or open another socket.`,
-              { extensions: { code: API_CODES.TOO_MANY_OPERATIONS, limit: maxOperations } },
+              { extensions: { code: API_CODES.TOO_MANY_OPERATIONS } },
             ),
           ]
         }
