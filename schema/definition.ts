@@ -3,7 +3,7 @@ import { withDefault } from '../src/api/args.ts'
 import { takeOccurrences } from '../src/api/queryBudget.ts'
 import { badInput } from '../src/errors.ts'
 import { MAX_NEXT_OCCURRENCES, nextOccurrences } from '../src/runner/schedule.ts'
-import { DefinitionStateEnum } from './enums.ts'
+import { DefinitionStateEnum, OverlapPolicyEnum } from './enums.ts'
 import { EventDefinitionRef, EventVersionRef } from './refs.ts'
 
 EventDefinitionRef.implement({
@@ -27,6 +27,20 @@ EventDefinitionRef.implement({
     }),
     scopes: t.exposeStringList('scopes'),
     state: t.expose('state', { type: DefinitionStateEnum }),
+    overlap: t.expose('overlap', {
+      type: OverlapPolicyEnum,
+      description: 'Applied per scope when an occurrence comes due while an earlier run is in progress.',
+    }),
+    startsAt: t.expose('startsAt', {
+      type: 'DateTime',
+      nullable: true,
+      description: 'The schedule has no occurrence before this instant.',
+    }),
+    endsAt: t.expose('endsAt', {
+      type: 'DateTime',
+      nullable: true,
+      description: 'The schedule has no occurrence after this instant.',
+    }),
     createdAt: t.expose('createdAt', { type: 'DateTime' }),
     updatedAt: t.expose('updatedAt', { type: 'DateTime' }),
     currentVersion: t.field({
@@ -43,7 +57,7 @@ EventDefinitionRef.implement({
     nextOccurrences: t.field({
       type: ['DateTime'],
       description:
-        'The next `count` (1..1000) occurrences strictly after `after` (default: now), in UTC. Empty for a manual-only definition.',
+        'The next `count` (1..1000) occurrences strictly after `after` (default: now), in UTC, inside startsAt/endsAt. Empty for a manual-only definition.',
       args: {
         count: t.arg.int({ defaultValue: 5 }),
         after: t.arg({ type: 'DateTime' }),
@@ -57,7 +71,7 @@ EventDefinitionRef.implement({
         }
         if (def.schedule === null) return []
         takeOccurrences(ctx.budget, count, ctx.services.maxOccurrences)
-        return nextOccurrences(def.schedule, def.timezone, { count, after })
+        return nextOccurrences(def.schedule, def.timezone, { count, after, bounds: def })
       },
     }),
   }),

@@ -11,7 +11,7 @@ import { loadDemo } from './demo.ts'
 import { installLastResortHandlers } from './lastResort.ts'
 import { createLogger, type Logger } from './log.ts'
 import { MariadbNotInstalledError, type PrivateMariadb, startPrivateMariadb } from './privateMariadb.ts'
-import { systemClock } from './runner/engine.ts'
+import { systemClock } from './runner/clock.ts'
 import { createDefaultRegistry } from './runner/steps/registry.ts'
 import { buildApp } from './server.ts'
 

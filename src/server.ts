@@ -27,7 +27,7 @@ import {
 } from 'graphql-yoga'
 import { schema } from '../schema/index.ts'
 import { createDb, type Db } from '../sql/db.ts'
-import { countDegraded } from '../sql/eventRuns.ts'
+import { countDegraded } from '../sql/eventRuns/index.ts'
 import { waitingSummary } from '../sql/eventSteps.ts'
 import { migrate, pendingMigrations } from '../sql/migrate.ts'
 import { type ApiContext, type ApiServices, createApiContext } from './api/context.ts'
@@ -44,7 +44,7 @@ import { type Config, generateToken } from './config.ts'
 import { createLogger, type Logger } from './log.ts'
 import { createMetrics, type Metrics } from './metrics.ts'
 import { createRunCounts } from './runCounts.ts'
-import { type Clock, systemClock } from './runner/engine.ts'
+import { type Clock, systemClock } from './runner/clock.ts'
 import { Runner } from './runner/runner.ts'
 import { createDefaultRegistry, type StepRegistry } from './runner/steps/registry.ts'
 import { createSnapshot } from './snapshot.ts'
@@ -204,6 +204,11 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     host = '127.0.0.1'
   }
 
+  const runCounts = createRunCounts(db, {
+    onRefreshError: (err) =>
+      logger.warn({ err }, 'metrics: could not count the terminal runs; the last counts stay'),
+  })
+
   const runner =
     config.runner === 'on'
       ? new Runner({
@@ -215,6 +220,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
           leaseMs: config.leaseMs,
           horizonMs: config.materializeHorizonHours * 3_600_000,
           logRetentionMs: config.logRetentionDays * 86_400_000,
+          runRetentionMs: config.runRetentionDays * 86_400_000,
           settings: { webhookAllow: config.webhookAllow },
           logger: logger.child({ component: 'runner' }),
           observer: {
@@ -223,6 +229,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
             tickDuration: (ms) => metrics.tickDuration.observe(ms / 1000),
             tickError: () => metrics.tickErrors.inc(),
             tickLag: (ms) => metrics.tickLagMs.set(ms),
+            runsDeleted: (byStatus) => runCounts.adjustForDeletedRuns(byStatus),
           },
         })
       : null
@@ -314,13 +321,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
 
   // The unauthenticated probes read snapshots: a scrape flood costs one read per
   // PROBE_SNAPSHOT_MS, not statements per scrape.
-  const runCounts = createSnapshot(
-    createRunCounts(db, {
-      onRefreshError: (err) =>
-        logger.warn({ err }, 'metrics: could not count the terminal runs; the last counts stay'),
-    }),
-    PROBE_SNAPSHOT_MS,
-  )
+  const runCountsSnapshot = createSnapshot(() => runCounts(), PROBE_SNAPSHOT_MS)
   const attention = createSnapshot(async () => {
     const [waiting, degradedRuns] = await Promise.all([waitingSummary(db), countDegraded(db)])
     return { waitingSteps: waiting.count, oldestWaitingStepAt: waiting.oldestAt, degradedRuns }
@@ -340,7 +341,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
   // Rendering the page is CPU on the event loop the runner shares: a flood of
   // scrapes renders it once per second, not once per scrape.
   const metricsPage = createSnapshot(() => metrics.render(), 1000)
-  metrics.setRunsByStatusSource(() => runCounts.get())
+  metrics.setRunsByStatusSource(() => runCountsSnapshot.get())
   metrics.setAttentionSource(() => attention.get())
 
   async function probe(

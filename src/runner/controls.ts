@@ -8,13 +8,13 @@
 import type { Db } from '../../sql/db.ts'
 import * as definitions from '../../sql/eventDefinitions.ts'
 import * as logs from '../../sql/eventRunLogs.ts'
-import type { RunListRow } from '../../sql/eventRuns.ts'
-import * as runs from '../../sql/eventRuns.ts'
+import type { RunListRow } from '../../sql/eventRuns/index.ts'
+import * as runs from '../../sql/eventRuns/index.ts'
 import type { StepRow } from '../../sql/eventSteps.ts'
 import * as steps from '../../sql/eventSteps.ts'
+import { NON_TERMINAL } from '../../sql/states.ts'
 import { badInput, conflict, notFound } from '../errors.ts'
-import { NON_TERMINAL } from '../states.ts'
-import type { Clock } from './engine.ts'
+import type { Clock } from './clock.ts'
 import { resolveConcurrencyKey } from './materialise.ts'
 
 export interface ControlDeps {
@@ -88,6 +88,7 @@ export async function startRun(deps: ControlDeps, input: StartRunInput): Promise
       params: typedParams,
       rehearsal,
       startedBy: input.actor,
+      overlap: definitions.runOverlap(def.overlap),
     })
   })
   if (id !== null) {
