@@ -12,6 +12,7 @@
 import type { Queryable, SqlValue } from './db.ts'
 import { chunkRows, clampLimit, parseJson, placeholders, toJson } from './json.ts'
 import type { StepOnError, StepStatus } from './states.ts'
+import { KEY_HOLDING } from './states.ts'
 
 /** One step of an expanded program: what a run's step row is made from. */
 export interface StepSpec {
@@ -604,10 +605,16 @@ export async function cancelUnfinished(db: Queryable, runId: number): Promise<nu
  * next owner (at-least-once), under the same idempotency key.
  */
 export async function reclaimStale(db: Queryable, now: Date): Promise<number> {
+  // Walk the runs that can hold a step lease (the status index's live ranges)
+  // and their steps, not the steps table: every finished run's steps are in it,
+  // and no index of steps serves a lease range. A step of a terminal run holds
+  // no lease (ending a run ends its steps). STRAIGHT_JOIN keeps that order.
   const res = await db.run(
-    `UPDATE event_run_steps SET claimed_by = NULL, claim_expires_at = NULL
-      WHERE status = 'running' AND claim_expires_at IS NOT NULL AND claim_expires_at < ?`,
-    [now],
+    `UPDATE event_runs r STRAIGHT_JOIN event_run_steps s ON s.run_id = r.id
+        SET s.claimed_by = NULL, s.claim_expires_at = NULL
+      WHERE r.status IN (${placeholders(KEY_HOLDING.length)})
+        AND s.status = 'running' AND s.claim_expires_at IS NOT NULL AND s.claim_expires_at < ?`,
+    [...KEY_HOLDING, now],
   )
   return res.affectedRows
 }

@@ -35,7 +35,7 @@ import { authenticate, type Principal, type TokenEntry, tokenActor } from './aut
 import { type Config, generateToken } from './config.ts'
 import { createLogger, type Logger } from './log.ts'
 import { createMetrics, type Metrics } from './metrics.ts'
-import { createRunCounts } from './runCounts.ts'
+import { runCountsFor } from './runCounts.ts'
 import { type Clock, systemClock } from './runner/engine.ts'
 import { Runner } from './runner/runner.ts'
 import { createDefaultRegistry, type StepRegistry } from './runner/steps/registry.ts'
@@ -262,7 +262,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
   })
 
   metrics.setRunsByStatusSource(
-    createRunCounts(db, {
+    runCountsFor(db, {
       onRefreshError: (err) =>
         logger.warn({ err }, 'metrics: could not count the terminal runs; the last counts stay'),
     }),

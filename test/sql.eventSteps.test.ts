@@ -455,7 +455,10 @@ describe('nextStep / nextSteps', () => {
 
 describe('invariant 10 (steps): reclaim releases the lease only', () => {
   it('releases expired step leases, keeps status and attempts; the next begin re-runs the step', async () => {
-    const [stale, live, parked] = (await fresh(3)) as [StepRow, StepRow, StepRow]
+    const { run, steps: made } = await makeRunWithSteps(db, 3)
+    const [stale, live, parked] = made as [StepRow, StepRow, StepRow]
+    // Steps run only once their run has started; the sweep looks at started runs' steps.
+    await runs.transition(db, run.id, 'scheduled', 'running')
     const T = Date.now()
     expect(await steps.begin(db, stale.id, 'crashed', at(1_000, T), new Date(T))).toBe(true)
     expect(await steps.begin(db, live.id, 'alive', at(60_000, T), new Date(T))).toBe(true)

@@ -33,11 +33,20 @@ function newRunValues(run: NewRun): SqlValue[] {
     run.rehearsal ? 1 : 0,
     run.startedBy ?? null,
     run.scheduledFor,
+    run.scheduledFor,
+    run.definitionId,
   ]
 }
 
 const INSERT_RUN_COLUMNS = `(definition_id, version_id, scope, scheduled_for, timezone, concurrency_key,
-   params, rehearsal, started_by, wake_at)`
+   params, rehearsal, started_by, wake_at, missed_at)`
+
+// The instant the run becomes missed, from its definition's grace as stored
+// when the row is written: a grace change re-stamps the scheduled runs
+// (resetMissedAt), and this reads the value that change committed, so a run made
+// at the same moment never keeps the old one.
+const MISSED_AT = '? + INTERVAL (SELECT d.grace_seconds FROM event_definitions d WHERE d.id = ?) SECOND'
+const ROW_SQL = `(${placeholders(10)}, ${MISSED_AT})`
 
 /**
  * Materialise one occurrence: the new run's id, or `null` when the occurrence
@@ -46,7 +55,7 @@ const INSERT_RUN_COLUMNS = `(definition_id, version_id, scope, scheduled_for, ti
  */
 export async function materialise(db: Queryable, run: NewRun): Promise<number | null> {
   const res = await db.run(
-    `INSERT IGNORE INTO event_runs ${INSERT_RUN_COLUMNS} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    `INSERT IGNORE INTO event_runs ${INSERT_RUN_COLUMNS} VALUES ${ROW_SQL}`,
     newRunValues(run),
   )
   return res.affectedRows === 1 ? res.insertId : null
@@ -55,10 +64,24 @@ export async function materialise(db: Queryable, run: NewRun): Promise<number | 
 /** Materialise many occurrences in one statement; answers how many were new. */
 export async function materialiseMany(db: Queryable, runs: readonly NewRun[]): Promise<number> {
   if (runs.length === 0) return 0
-  const rowSql = `(${placeholders(10)})`
   const res = await db.runQuery(
-    `INSERT IGNORE INTO event_runs ${INSERT_RUN_COLUMNS} VALUES ${runs.map(() => rowSql).join(', ')}`,
+    `INSERT IGNORE INTO event_runs ${INSERT_RUN_COLUMNS} VALUES ${runs.map(() => ROW_SQL).join(', ')}`,
     runs.flatMap(newRunValues),
+  )
+  return res.affectedRows
+}
+
+/**
+ * Re-stamp when a definition's scheduled runs become missed, from its grace as
+ * stored now: called after the grace changed. It walks the missed sweep's
+ * index, which holds only runs waiting to start, not the definition's history.
+ */
+export async function resetMissedAt(db: Queryable, definitionId: number): Promise<number> {
+  const res = await db.run(
+    `UPDATE event_runs FORCE INDEX (idx_evrun_missed)
+        SET missed_at = scheduled_for + INTERVAL (SELECT d.grace_seconds FROM event_definitions d WHERE d.id = ?) SECOND
+      WHERE missed_at IS NOT NULL AND definition_id = ? AND status = 'scheduled'`,
+    [definitionId, definitionId],
   )
   return res.affectedRows
 }

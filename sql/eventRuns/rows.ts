@@ -28,6 +28,8 @@ export interface RunRow {
   claimExpiresAt: Date | null
   claimToken: string | null
   wakeAt: Date | null
+  /** When a `scheduled` run becomes missed (its start instant plus its grace); null once it left `scheduled`. */
+  missedAt: Date | null
   startedAt: Date | null
   endedAt: Date | null
   createdAt: Date
@@ -45,7 +47,7 @@ export interface RunListRow extends RunRow {
 
 export const RUN_COLUMNS = `r.id, r.definition_id, r.version_id, r.scope, r.scheduled_for, r.timezone, r.concurrency_key,
   r.params, r.rehearsal, r.started_by, r.status, r.health, r.current_phase, r.last_error, r.claimed_by,
-  r.claim_expires_at, r.claim_token, r.wake_at, r.started_at, r.ended_at, r.created_at, r.updated_at`
+  r.claim_expires_at, r.claim_token, r.wake_at, r.missed_at, r.started_at, r.ended_at, r.created_at, r.updated_at`
 
 // `waitingSteps` counts PARKED steps only: a cue waiting on a person. It is
 // derived from the steps rather than stored on the run, because a column would
@@ -115,6 +117,7 @@ export function hydrate(row: Raw): RunRow {
     claimExpiresAt: (row.claim_expires_at as Date | null) ?? null,
     claimToken: (row.claim_token as string | null) ?? null,
     wakeAt: (row.wake_at as Date | null) ?? null,
+    missedAt: (row.missed_at as Date | null) ?? null,
     startedAt: (row.started_at as Date | null) ?? null,
     endedAt: (row.ended_at as Date | null) ?? null,
     createdAt: row.created_at as Date,

@@ -195,11 +195,13 @@ async function startInTransaction(
   const defs = new Map(
     (await definitions.getByIds(tx, [...new Set(locked.map((r) => r.definitionId))])).map((d) => [d.id, d]),
   )
-  // Past its grace window a run is `missed`, not started; the missed sweep takes it.
-  const startable = locked.filter((r) => {
-    const def = defs.get(r.definitionId)
-    return def !== undefined && r.scheduledFor.getTime() + def.graceSeconds * 1000 >= now.getTime()
-  })
+  // Past its grace window (`missed_at`, the instant the missed sweep and the
+  // keyed claim also compare) a run is `missed`, not started; the sweep takes it.
+  const startable = locked.filter(
+    (r) =>
+      defs.get(r.definitionId) !== undefined &&
+      (r.missedAt === null || r.missedAt.getTime() >= now.getTime()),
+  )
   // Each version of the batch is expanded once (and cached across batches), and
   // its leading pure steps counted once: a batch is mostly runs of a few versions.
   const expanded = new Map<number, { specs: StepSpec[]; pure: number } | StartRefused>()
@@ -311,6 +313,7 @@ async function startInTransaction(
         claimToken: as.token,
         claimExpiresAt: as.leaseUntil,
         wakeAt: as.leaseUntil,
+        missedAt: null,
         startedAt: now,
         definitionTitle: p.title,
       })
