@@ -74,6 +74,8 @@ const NAMES: [RegExp, string][] = [
   [/wake_at <= \? AND r\.status IN/, 'due keyed runs'],
   [/FROM event_run_logs WHERE id > \?/, 'log retention: the oldest lines'],
   [/DELETE FROM runner_heartbeats/, 'heartbeat prune'],
+  [/AND ended_at < \?$/, 'log retention: which runs of old lines ended before the cutoff'],
+  [/^DELETE FROM event_run_logs/, 'log retention: delete the lines of those runs'],
   [/INSERT INTO runner_heartbeats/, 'heartbeat'],
   [/MAX\(id\), 0\) AS id FROM event_runs WHERE created_at/, 'the id mark'],
   [/SUM\(id <= \?\)/, 'the count up to the marks'],
@@ -162,7 +164,11 @@ async function main(): Promise<void> {
       'What to look for in review: every `event_runs`, `event_run_steps` and `event_run_logs` access is',
       'a `range`, `ref`, `eq_ref` or `const` on the index named, with `rows` near what the statement',
       'returns. Only the first run-count of a process reads the whole table (`ALL`), once; every later',
-      'call reads the index ranges past its marks. `rows` is the optimiser’s estimate, not a count.',
+      'call reads the index ranges past its marks. `rows` is the optimiser’s estimate, not a count:',
+      'it ignores LIMIT (the oldest log lines are read 1,000 at most), and EXPLAIN of the heartbeat’s',
+      'INSERT … ON DUPLICATE KEY UPDATE shows no access path (it is a primary-key upsert). “No',
+      'matching min/max row” and “Impossible WHERE” mean the optimiser answered from the index',
+      'ends without reading rows. Rows actually read are asserted by test/idle.rowsRead.test.ts.',
       '',
     ]
     let group = ''

@@ -9,10 +9,10 @@ import { NON_TERMINAL, RUN_STATUSES, TERMINAL } from '../states.ts'
 import type { Raw } from './rows.ts'
 
 /**
- * Terminal runs that ended before `before`: what the log retention sweep walks.
- * Only terminal runs are ever eligible, which is a bound at all only because
- * every path a run can take reaches a terminal status. `withLogsOnly` skips runs
- * whose logs are already gone, so repeated sweeps make progress.
+ * Terminal runs that ended before `before`, lowest id first. `withLogsOnly`
+ * skips runs whose logs are already gone. It reads every terminal run up to the
+ * ones it answers, so it grows with the history: the runner's log retention
+ * walks the log lines instead ({@link endedBefore}).
  */
 export async function terminalBefore(
   db: Queryable,
@@ -49,27 +49,6 @@ export async function countByStatus(db: Queryable): Promise<Record<RunStatus, nu
   const rows = await db.execute<Raw>('SELECT status, COUNT(*) AS n FROM event_runs GROUP BY status')
   const out = Object.fromEntries(RUN_STATUSES.map((status) => [status, 0])) as Record<RunStatus, number>
   for (const r of rows) out[r.status as RunStatus] = Number(r.n)
-  return out
-}
-
-/**
- * Run counts of the statuses a run is still moving through (every one present,
- * zero when none). It walks only the status index's ranges for those statuses,
- * so its cost follows the runs in flight and scheduled ahead, not the history
- * {@link countByStatus} counts.
- */
-export async function countLiveByStatus(
-  db: Queryable,
-): Promise<Record<(typeof NON_TERMINAL)[number], number>> {
-  const rows = await db.execute<Raw>(
-    `SELECT status, COUNT(*) AS n FROM event_runs WHERE status IN (${placeholders(NON_TERMINAL.length)}) GROUP BY status`,
-    [...NON_TERMINAL],
-  )
-  const out = Object.fromEntries(NON_TERMINAL.map((status) => [status, 0])) as Record<
-    (typeof NON_TERMINAL)[number],
-    number
-  >
-  for (const r of rows) out[r.status as (typeof NON_TERMINAL)[number]] = Number(r.n)
   return out
 }
 
