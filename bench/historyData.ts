@@ -2,14 +2,16 @@
  * A database a year in: five scheduled definitions, `finished` terminal runs
  * (one completed step each, 20 s apart, going back in time; mostly completed,
  * some failed, cancelled, missed, one in fifty degraded), the log as retention
- * leaves it (lines of the last 30 days only), and `ahead` runs scheduled 1 h
- * onwards, made an hour ago. Inserted set-wise from MariaDB's sequence engine
+ * leaves it (lines of the last 29 days only: nothing for a first sweep to
+ * delete), `ahead` runs scheduled 1 h onwards, made an hour ago, and three runs
+ * parked on a cue (one of them degraded), which an idle instance leaves alone. Inserted set-wise from MariaDB's sequence engine
  * (`seq_1_to_N`), in slices, so a million runs take a minute or two, not an hour.
  *
  * The definitions are marked materialised two days ahead, so the runner finds
  * nothing to materialise: the instance is idle.
  */
 import type { Db } from '../sql/db.ts'
+import * as runs from '../sql/eventRuns/index.ts'
 import { createDefinition } from '../src/definitions.ts'
 import { systemClock } from '../src/runner/engine.ts'
 import { createDefaultRegistry } from '../src/runner/steps/registry.ts'
@@ -76,7 +78,7 @@ export async function fillHistory(db: Db, shape: HistoryShape, now = new Date())
   await db.runQuery(
     `INSERT INTO event_run_logs (run_id, at, level, message)
      SELECT id, ended_at, 'info', 'finished' FROM event_runs
-      WHERE ended_at >= ? - INTERVAL 30 DAY ORDER BY ended_at, id`,
+      WHERE ended_at >= ? - INTERVAL 29 DAY ORDER BY ended_at, id`,
     [now],
   )
   if (shape.ahead > 0) {
@@ -88,6 +90,24 @@ export async function fillHistory(db: Db, shape: HistoryShape, now = new Date())
               ? + INTERVAL 3600 + seq SECOND, ? + INTERVAL 3900 + seq SECOND, ? - INTERVAL 1 HOUR
          FROM seq_1_to_${Math.floor(shape.ahead)}`,
       [now, now, now, now],
+    )
+  }
+  for (let i = 0; i < 3; i++) {
+    const id = await runs.materialise(db, {
+      definitionId: defs[i] as number,
+      versionId: versions[i] as number,
+      scope: `parked-${i}`,
+      scheduledFor: new Date(now.getTime() - 3600_000),
+      timezone: 'UTC',
+      concurrencyKey: null,
+    })
+    if (id === null) throw new Error('fillHistory: a parked run already existed')
+    await runs.transition(db, id, 'scheduled', 'running', { wakeAt: null, phase: 'main' })
+    if (i === 0) await runs.setHealth(db, id, 'degraded')
+    await db.run(
+      `INSERT INTO event_run_steps (run_id, seq, phase_index, phase, kind, status, parked, attempts, started_at)
+       VALUES (?, 0, 0, 'main', 'core.cue', 'running', 1, 1, ?)`,
+      [id, new Date(now.getTime() - 3000_000)],
     )
   }
   await db.runQuery('ANALYZE TABLE event_runs, event_run_steps, event_run_logs')
