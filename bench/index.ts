@@ -7,14 +7,22 @@
  *
  * Alone: `npx tsx bench/throughput.ts` (also the graphile-worker peer),
  * `bench/starvation.ts`, `bench/fanout.ts`, `bench/apiLatency.ts`, `bench/console.ts`,
- * `bench/consoleLoad.ts`.
+ * `bench/consoleLoad.ts`, `bench/history.ts`.
  */
 import { spawn } from 'node:child_process'
 import { rm } from 'node:fs/promises'
 import { fileURLToPath } from 'node:url'
 import { printResults, RESULTS_FILE, readResults } from './lib.ts'
 
-const BENCHMARKS = ['throughput', 'starvation', 'fanout', 'apiLatency', 'console', 'consoleLoad'] as const
+const BENCHMARKS = [
+  'throughput',
+  'starvation',
+  'fanout',
+  'apiLatency',
+  'console',
+  'consoleLoad',
+  'history',
+] as const
 
 function runOne(name: string): Promise<number> {
   const file = fileURLToPath(new URL(`./${name}.ts`, import.meta.url))

@@ -27,13 +27,6 @@ import { releaseKey, transitionSets } from './transitions.ts'
 const DUE_STATUSES = ['scheduled', ...IN_FLIGHT] as const
 
 /**
- * The grace window applies to this run (`r` aliased): not backfilled, not held
- * back by BUFFER_ONE. What the missed sweep requires; {@link WITHIN_GRACE} is
- * the claim's side of the same rule, and `src/runner/grace.ts` the batch start's.
- */
-const GRACE_APPLIES = 'r.grace_exempt = 0'
-
-/**
  * Runs that need the runner now: `wake_at` has passed and the run is not paused
  * or terminal. It selects rather than claims, so two sweepers may see the same
  * candidates and then disagree, harmlessly, about who owns each.
@@ -77,32 +70,45 @@ export async function findDueKeyed(db: Queryable, now: Date, limit = 50): Promis
 }
 
 /**
- * Scheduled runs whose start instant passed more than their own definition's
- * grace window ago. Only `scheduled` qualifies: a run that reached `starting` has
- * begun, and "began then stalled" is a different fact from "never began".
+ * Runs whose `missed_at` has passed: scheduled runs whose start instant is more
+ * than their definition's grace window ago. Only `scheduled` qualifies: a run
+ * that reached `starting` has begun, and "began then stalled" is a different
+ * fact from "never began".
+ *
+ * It reads the range `missed_at < now` of idx_evrun_missed, oldest first, and
+ * answers every row it read: `missed_at` is set only while a run is
+ * `scheduled`, so the range holds the runs to mark and nothing else, however
+ * many runs finished or wait ahead. A row answered with another status is a
+ * stray stamp the caller clears ({@link clearMissedAt}), so it is read once.
  */
 export async function findMissed(db: Queryable, now: Date, limit = 100): Promise<RunRow[]> {
   const n = clampLimit(limit, 100)
-  // Ids first, then rows: the join sorts through a temporary table, which must
-  // not carry the runs' JSON columns (that puts it on disk, every tick; see list).
   const rows = await db.execute<Raw>(
-    `${SELECT_RUN}
-       JOIN (SELECT r.id FROM event_runs r
-               JOIN event_definitions d ON d.id = r.definition_id
-              WHERE r.status = 'scheduled' AND ${GRACE_APPLIES}
-                AND r.scheduled_for + INTERVAL d.grace_seconds SECOND < ?
-              ORDER BY r.scheduled_for, r.id
-              LIMIT ${n}) page ON page.id = r.id`,
+    `${SELECT_RUN} FORCE INDEX (idx_evrun_missed)
+      WHERE r.missed_at < ?
+      ORDER BY r.missed_at, r.id
+      LIMIT ${n}`,
     [now],
   )
-  return sortRows(rows, 'oldest first').map(hydrate)
+  return rows.map(hydrate)
+}
+
+/** Drop the missed sweep's stamp from runs that are no longer `scheduled`. */
+export async function clearMissedAt(db: Queryable, ids: readonly number[]): Promise<number> {
+  if (ids.length === 0) return 0
+  const res = await db.runQuery(
+    `UPDATE event_runs SET missed_at = NULL
+      WHERE id IN (${placeholders(ids.length)}) AND status <> 'scheduled' AND missed_at IS NOT NULL`,
+    [...ids],
+  )
+  return res.affectedRows
 }
 
 // A start claim also requires the run to be inside its grace window, so a run
-// that should be `missed` can never be started by a sweeper that got there first.
-// A grace-exempt run (backfilled, or held back by BUFFER_ONE) is never late.
-const WITHIN_GRACE = `(grace_exempt = 1 OR scheduled_for + INTERVAL (SELECT d.grace_seconds FROM event_definitions d
-     WHERE d.id = event_runs.definition_id) SECOND >= ?)`
+// that should be `missed` can never be started by a sweeper that got there
+// first. The same column as the missed sweep's, so the two agree at the
+// boundary; a run without the stamp (none should be left) is not held back.
+const WITHIN_GRACE = '(missed_at IS NULL OR missed_at >= ?)'
 // A run the schedule made starts only while its definition is active: a pause
 // withdraws those runs in the transaction that pauses, and this guard keeps a
 // claim that raced it from starting one anyway. Runs a person asked for start.
@@ -165,7 +171,7 @@ export async function claimStart(
 ): Promise<ClaimStartResult> {
   const claimSql = `UPDATE event_runs
         SET status = 'starting', claimed_by = ?, claim_expires_at = ${LEASE_EXPIRY}, claim_token = NULL, wake_at = ?,
-            started_at = COALESCE(started_at, NOW(3)), start_reserve = NULL
+            started_at = COALESCE(started_at, NOW(3)), start_reserve = NULL, missed_at = NULL
       WHERE id = ? AND status = 'scheduled' AND ${WITHIN_GRACE} AND ${SCHEDULE_ACTIVE}`
   const overlap = run.overlap && run.definitionId !== undefined ? run.overlap : null
   if (!run.concurrencyKey && !overlap) {
@@ -359,8 +365,11 @@ async function takeOverlap(tx: Queryable, run: OverlapCandidate): Promise<Overla
           supersededId = heldId
         }
       }
-      // Held: its grace window does not run while it waits.
-      await tx.run(`UPDATE event_runs SET grace_exempt = 1 WHERE id = ? AND status = 'scheduled'`, [run.id])
+      // Held: its grace window does not run while it waits (no missed_at: the sweep never sees it).
+      await tx.run(
+        `UPDATE event_runs SET grace_exempt = 1, missed_at = NULL WHERE id = ? AND status = 'scheduled'`,
+        [run.id],
+      )
       await tx.run(`UPDATE overlap_locks SET held_run_id = ? WHERE ${where}`, [
         run.id,
         run.definitionId,

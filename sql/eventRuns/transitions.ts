@@ -26,8 +26,10 @@ export interface TransitionOptions {
 
 export function transitionSets(to: RunStatus, opts: TransitionOptions): { sets: string[]; args: SqlValue[] } {
   // Every status move hands back the row's start reserve (migration 0003): the
-  // first one, out of `scheduled`, is the one that grows the row.
-  const sets = ['status = ?', 'start_reserve = NULL']
+  // first one, out of `scheduled`, is the one that grows the row. It also
+  // leaves the missed sweep's index (`missed_at`, set only while `scheduled`):
+  // NULL again on every later move, which rewrites no index entry.
+  const sets = ['status = ?', 'start_reserve = NULL', 'missed_at = NULL']
   const args: SqlValue[] = [to]
   if (opts.phase !== undefined) {
     sets.push('current_phase = ?')

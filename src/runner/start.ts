@@ -196,13 +196,15 @@ async function startInTransaction(
   const defs = new Map(
     (await definitions.getByIds(tx, [...new Set(locked.map((r) => r.definitionId))])).map((d) => [d.id, d]),
   )
-  // Past its grace window a run is `missed`, not started; the missed sweep takes
-  // it. A run the schedule made waits while its definition is not active (a
-  // pause withdraws those runs in the same transaction; this covers a batch
-  // that read the definition after the pause committed).
+  // Past its grace window (`missed_at`, the instant the missed sweep and the
+  // keyed claim also compare; NULL for a grace-exempt run) a run is `missed`,
+  // not started; the sweep takes it. A run the schedule made waits while its
+  // definition is not active (a pause withdraws those runs in the same
+  // transaction; this covers a batch that read the definition after the pause
+  // committed).
   const startable = locked.filter((r) => {
     const def = defs.get(r.definitionId)
-    if (def === undefined || !withinGrace(r, def.graceSeconds, now)) return false
+    if (def === undefined || !withinGrace(r, now)) return false
     return def.state === 'active' || r.startedBy !== 'schedule'
   })
   // Each version of the batch is expanded once (and cached across batches), and
@@ -316,6 +318,7 @@ async function startInTransaction(
         claimToken: as.token,
         claimExpiresAt: as.leaseUntil,
         wakeAt: as.leaseUntil,
+        missedAt: null,
         startedAt: now,
         definitionTitle: p.title,
       })
