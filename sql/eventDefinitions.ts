@@ -166,26 +166,35 @@ export async function listMaterialisable(db: Queryable): Promise<DefinitionRow[]
  * Move a definition to `state`. Archiving is refused while any of its runs is
  * not terminal. Answers whether the row changed.
  *
- * Archiving is a short transaction: the definition row is locked first, then the
- * runs are counted with a locking read (which sees the latest committed rows,
- * not a snapshot). Everything that creates runs ({@link lockForNewRuns}) takes
- * a shared lock on the same row first, so a run can never be added between the
- * count and the archive.
+ * Archiving is a short transaction that first writes the definition's
+ * `run_guard`, then counts its runs with a locking read (which sees the latest
+ * committed rows, not a snapshot); `updated_at` is assigned itself so the
+ * guard does not count as an edit. Everything that creates runs
+ * ({@link lockForNewRuns}) writes the same column first. On one server the
+ * second writer waits for the first; on a Galera cluster, where row locks do
+ * not cross nodes, the two writes conflict in certification and the loser runs
+ * again. Either way a run can never be added between the count and the archive.
  */
 export async function setState(db: Db, id: number, state: DefinitionState): Promise<boolean> {
   if (state === 'archived') {
-    return db.transaction(async (tx) => {
-      const [row] = await tx.execute<Raw>('SELECT state FROM event_definitions WHERE id = ? FOR UPDATE', [id])
-      if (!row) return false
-      const [live] = await tx.execute<Raw>(
-        `SELECT COUNT(*) AS n FROM event_runs
-          WHERE definition_id = ? AND status IN (${placeholders(NON_TERMINAL.length)}) LOCK IN SHARE MODE`,
-        [id, ...NON_TERMINAL],
-      )
-      if (Number(live?.n ?? 0) > 0) return false
-      const res = await tx.run(`UPDATE event_definitions SET state = 'archived' WHERE id = ?`, [id])
-      return res.affectedRows === 1
-    })
+    return db.transaction(
+      async (tx) => {
+        const guard = await tx.run(
+          'UPDATE event_definitions SET run_guard = run_guard + 1, updated_at = updated_at WHERE id = ?',
+          [id],
+        )
+        if (guard.affectedRows !== 1) return false
+        const [live] = await tx.execute<Raw>(
+          `SELECT COUNT(*) AS n FROM event_runs
+            WHERE definition_id = ? AND status IN (${placeholders(NON_TERMINAL.length)}) LOCK IN SHARE MODE`,
+          [id, ...NON_TERMINAL],
+        )
+        if (Number(live?.n ?? 0) > 0) return false
+        const res = await tx.run(`UPDATE event_definitions SET state = 'archived' WHERE id = ?`, [id])
+        return res.affectedRows === 1
+      },
+      { retryable: true },
+    )
   }
   const res = await db.run(
     // MariaDB assigns left to right and later expressions see earlier new values,
@@ -199,15 +208,19 @@ export async function setState(db: Db, id: number, state: DefinitionState): Prom
 }
 
 /**
- * Inside a transaction that is about to create runs: take a shared lock on the
- * definition row and answer its current state (null when it does not exist).
- * Archiving takes the exclusive lock, so it waits for the runs to commit and
- * then counts them.
+ * Inside a transaction that is about to create runs: write the definition's
+ * `run_guard` (the write an archive must conflict with, on one server or
+ * across the nodes of a cluster; see {@link setState}) and answer its current
+ * state (null when it does not exist). The transaction should be marked
+ * `retryable`: on a cluster it may lose that conflict at COMMIT.
  */
 export async function lockForNewRuns(tx: Queryable, id: number): Promise<DefinitionState | null> {
-  const [row] = await tx.execute<Raw>('SELECT state FROM event_definitions WHERE id = ? LOCK IN SHARE MODE', [
-    id,
-  ])
+  const guard = await tx.run(
+    'UPDATE event_definitions SET run_guard = run_guard + 1, updated_at = updated_at WHERE id = ?',
+    [id],
+  )
+  if (guard.affectedRows !== 1) return null
+  const [row] = await tx.execute<Raw>('SELECT state FROM event_definitions WHERE id = ?', [id])
   return row ? (row.state as DefinitionState) : null
 }
 

@@ -33,7 +33,9 @@ function hydrate(row: Raw): VersionRow {
 /**
  * Publish a program as the definition's next version and make it current, in one
  * short transaction; the definition row is locked so two publishers number their
- * versions one after the other. Answers the new version.
+ * versions one after the other (on a Galera cluster, where the lock holds only
+ * on its node, the two writes to that row conflict at COMMIT instead and the
+ * loser runs again, numbering after the winner). Answers the new version.
  */
 export async function publish(
   db: Db,
@@ -41,24 +43,27 @@ export async function publish(
   program: unknown,
   createdBy: string | null,
 ): Promise<VersionRow> {
-  return db.transaction(async (tx) => {
-    await tx.execute('SELECT id FROM event_definitions WHERE id = ? FOR UPDATE', [definitionId])
-    const [max] = await tx.execute<Raw>(
-      'SELECT COALESCE(MAX(version), 0) AS v FROM event_versions WHERE definition_id = ?',
-      [definitionId],
-    )
-    const version = Number(max?.v ?? 0) + 1
-    const res = await tx.run(
-      'INSERT INTO event_versions (definition_id, version, program, created_by) VALUES (?, ?, ?, ?)',
-      [definitionId, version, toJson(program), createdBy],
-    )
-    await tx.run('UPDATE event_definitions SET current_version_id = ? WHERE id = ?', [
-      res.insertId,
-      definitionId,
-    ])
-    const [row] = await tx.execute<Raw>(`${SELECT_VERSION} WHERE id = ?`, [res.insertId])
-    return hydrate(row as Raw)
-  })
+  return db.transaction(
+    async (tx) => {
+      await tx.execute('SELECT id FROM event_definitions WHERE id = ? FOR UPDATE', [definitionId])
+      const [max] = await tx.execute<Raw>(
+        'SELECT COALESCE(MAX(version), 0) AS v FROM event_versions WHERE definition_id = ?',
+        [definitionId],
+      )
+      const version = Number(max?.v ?? 0) + 1
+      const res = await tx.run(
+        'INSERT INTO event_versions (definition_id, version, program, created_by) VALUES (?, ?, ?, ?)',
+        [definitionId, version, toJson(program), createdBy],
+      )
+      await tx.run('UPDATE event_definitions SET current_version_id = ? WHERE id = ?', [
+        res.insertId,
+        definitionId,
+      ])
+      const [row] = await tx.execute<Raw>(`${SELECT_VERSION} WHERE id = ?`, [res.insertId])
+      return hydrate(row as Raw)
+    },
+    { retryable: true },
+  )
 }
 
 export async function getById(db: Queryable, id: number): Promise<VersionRow | null> {

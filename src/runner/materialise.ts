@@ -72,18 +72,22 @@ export async function materialiseDefinition(
   if (from < floor) from = floor
   if (to <= from) return 0
   const rows = occurrenceRuns(def, from, to)
-  // One short transaction under a shared lock on the definition: an archive
-  // racing this pass either waits and then sees these runs, or wins first and
-  // this pass writes nothing.
-  return db.transaction(async (tx) => {
-    if ((await definitions.lockForNewRuns(tx, def.id)) !== 'active') return 0
-    let created = 0
-    for (let i = 0; i < rows.length; i += 1000) {
-      created += await runs.materialiseMany(tx, rows.slice(i, i + 1000))
-    }
-    await definitions.setWatermark(tx, def.id, to)
-    return created
-  })
+  // One short transaction that first writes the definition's guard: an archive
+  // racing this pass either waits (or, on another cluster node, loses at COMMIT)
+  // and then sees these runs, or wins first and this pass writes nothing. Safe
+  // to repeat: a second pass inserts only what the first did not commit.
+  return db.transaction(
+    async (tx) => {
+      if ((await definitions.lockForNewRuns(tx, def.id)) !== 'active') return 0
+      let created = 0
+      for (let i = 0; i < rows.length; i += 1000) {
+        created += await runs.materialiseMany(tx, rows.slice(i, i + 1000))
+      }
+      await definitions.setWatermark(tx, def.id, to)
+      return created
+    },
+    { retryable: true },
+  )
 }
 
 /**
