@@ -5,7 +5,7 @@
  */
 import type { Db } from '../sql/db.ts'
 import type { DefinitionRow } from '../sql/eventDefinitions.ts'
-import * as runs from '../sql/eventRuns.ts'
+import * as runs from '../sql/eventRuns/index.ts'
 import { createDefinition } from '../src/definitions.ts'
 import { systemClock } from '../src/runner/engine.ts'
 import { resolveConcurrencyKey } from '../src/runner/materialise.ts'

@@ -12,7 +12,7 @@
  * 100 ms, on its own pool) does not round the figure.
  */
 import type { Db } from '../sql/db.ts'
-import * as runs from '../sql/eventRuns.ts'
+import * as runs from '../sql/eventRuns/index.ts'
 import { createDefinition } from '../src/definitions.ts'
 import { systemClock } from '../src/runner/engine.ts'
 import { Runner, type RunnerLogger } from '../src/runner/runner.ts'

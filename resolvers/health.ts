@@ -2,12 +2,12 @@
 
 import { builder } from '../schema/builder.ts'
 import { HealthRef, type HealthShape } from '../schema/refs.ts'
-import * as runs from '../sql/eventRuns.ts'
+import * as runs from '../sql/eventRuns/index.ts'
 import * as steps from '../sql/eventSteps.ts'
 import * as heartbeats from '../sql/runnerHeartbeats.ts'
+import { RUN_STATUSES } from '../sql/states.ts'
 import { requires } from '../src/api/authz.ts'
 import type { ApiContext } from '../src/api/context.ts'
-import { RUN_STATUSES } from '../src/states.ts'
 
 /** A runner counts as live when it ticked within this window. */
 export function livenessWindowMs(tickMs: number): number {

@@ -3,7 +3,7 @@
 import { builder } from '../schema/builder.ts'
 import { RunStatusEnum } from '../schema/enums.ts'
 import { EventRunRef, TransitionResultRef } from '../schema/refs.ts'
-import * as runs from '../sql/eventRuns.ts'
+import * as runs from '../sql/eventRuns/index.ts'
 import { parseId, parseOptionalId, withDefault } from '../src/api/args.ts'
 import { requires } from '../src/api/authz.ts'
 import { selectsField } from '../src/api/selection.ts'

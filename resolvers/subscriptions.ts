@@ -2,7 +2,7 @@
 
 import { builder } from '../schema/builder.ts'
 import { RunStatusEventRef } from '../schema/refs.ts'
-import { statusesOf } from '../sql/eventRuns.ts'
+import { statusesOf } from '../sql/eventRuns/index.ts'
 import { parseId } from '../src/api/args.ts'
 import { requires } from '../src/api/authz.ts'
 import { notFound } from '../src/errors.ts'

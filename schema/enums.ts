@@ -2,7 +2,7 @@
  * The state enums: the uppercase of the stored lowercase values, which are what
  * resolvers see (`'running'`), so rows pass through without mapping.
  */
-import { DEFINITION_STATES, RUN_HEALTHS, RUN_STATUSES, STEP_STATUSES } from '../src/states.ts'
+import { DEFINITION_STATES, RUN_HEALTHS, RUN_STATUSES, STEP_STATUSES } from '../sql/states.ts'
 import { builder } from './builder.ts'
 
 function valuesOf<const T extends readonly string[]>(stored: T) {

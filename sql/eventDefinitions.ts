@@ -3,10 +3,11 @@
  * immutable; the program lives in `event_versions` and the definition points at
  * its current version.
  */
-import type { DefinitionState } from '../src/states.ts'
-import { NON_TERMINAL } from '../src/states.ts'
+
 import type { Db, Queryable, SqlValue } from './db.ts'
 import { parseJson, placeholders, toJson } from './json.ts'
+import type { DefinitionState } from './states.ts'
+import { NON_TERMINAL } from './states.ts'
 
 export interface DefinitionRow {
   id: number

@@ -9,13 +9,24 @@
  * (`running`/`pending` with a future `wake_at`: a timer or a retry backoff), or
  * done (`completed | failed | skipped | cancelled`).
  */
-import type { StepSpec } from '../src/runner/program.ts'
-import type { StepOnError, StepStatus } from '../src/states.ts'
 import type { Queryable, SqlValue } from './db.ts'
-
-export type { StepSpec }
-
 import { chunkRows, clampLimit, parseJson, placeholders, toJson } from './json.ts'
+import type { StepOnError, StepStatus } from './states.ts'
+
+/** One step of an expanded program: what a run's step row is made from. */
+export interface StepSpec {
+  /** Position in the whole program, 0-based. */
+  seq: number
+  phaseIndex: number
+  phase: string
+  ending: boolean
+  kind: string
+  params: Record<string, unknown>
+  maxAttempts: number
+  backoffMs: number
+  timeoutMs: number
+  onError: StepOnError
+}
 
 export interface StepRow {
   id: number

@@ -6,8 +6,8 @@
  * many as they like without "metric already registered" errors.
  */
 import { Counter, collectDefaultMetrics, Gauge, Histogram, Registry } from 'prom-client'
+import { RUN_STATUSES } from '../sql/states.ts'
 import { type Logger, silentLogger } from './log.ts'
-import { RUN_STATUSES } from './states.ts'
 
 /** Answers how many runs are in each status; called on every scrape. */
 export type RunsByStatusSource = () => Promise<Record<string, number>>

@@ -14,8 +14,8 @@
  * figures.
  */
 import type { Queryable } from '../sql/db.ts'
-import { countByStatus, countLiveByStatus } from '../sql/eventRuns.ts'
-import { TERMINAL } from './states.ts'
+import { countByStatus, countLiveByStatus } from '../sql/eventRuns/index.ts'
+import { TERMINAL } from '../sql/states.ts'
 
 /** Options of {@link createRunCounts}. */
 export interface RunCountsOptions {

@@ -5,7 +5,7 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import * as logs from '../sql/eventRunLogs.ts'
-import * as runs from '../sql/eventRuns.ts'
+import * as runs from '../sql/eventRuns/index.ts'
 import * as steps from '../sql/eventSteps.ts'
 import { makeDefinition, newRun, stepSpecs } from './helpers/fixtures.ts'
 import { startTestServer, type TestServer } from './helpers/server.ts'

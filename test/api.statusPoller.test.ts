@@ -6,8 +6,8 @@
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { Queryable } from '../sql/db.ts'
-import type { RunStatusSnapshot } from '../sql/eventRuns.ts'
-import * as runs from '../sql/eventRuns.ts'
+import type { RunStatusSnapshot } from '../sql/eventRuns/index.ts'
+import * as runs from '../sql/eventRuns/index.ts'
 import { POLL_CHUNK, StatusPoller } from '../src/api/statusPoller.ts'
 import { makeDefinition, makeRun } from './helpers/fixtures.ts'
 import {

@@ -4,7 +4,7 @@
  * background once a value exists, one at a time.
  */
 import { beforeEach, describe, expect, it } from 'vitest'
-import * as runs from '../sql/eventRuns.ts'
+import * as runs from '../sql/eventRuns/index.ts'
 import { createRunCounts } from '../src/runCounts.ts'
 import { useTestDb, wrapStatements } from './helpers/db.ts'
 import { makeDefinition, makeRun, resetRuns } from './helpers/fixtures.ts'

@@ -4,7 +4,7 @@
  * pause or cancel from inside a batch, and the per-step timeout.
  */
 import { describe, expect, it } from 'vitest'
-import * as runsSql from '../sql/eventRuns.ts'
+import * as runsSql from '../sql/eventRuns/index.ts'
 import * as stepsSql from '../sql/eventSteps.ts'
 import { cancelRun, pauseRun, resolveCue, resumeRun, startRun } from '../src/runner/controls.ts'
 import { Runner } from '../src/runner/runner.ts'

@@ -1,6 +1,6 @@
 import { expect, it } from 'vitest'
 import * as logsSql from '../sql/eventRunLogs.ts'
-import * as runsSql from '../sql/eventRuns.ts'
+import * as runsSql from '../sql/eventRuns/index.ts'
 import * as stepsSql from '../sql/eventSteps.ts'
 import { createDefinition } from '../src/definitions.ts'
 import { resolveCue, startRun } from '../src/runner/controls.ts'

@@ -5,7 +5,7 @@
  * runner.multiInstance.test.ts.
  */
 import { beforeEach, describe, expect, it } from 'vitest'
-import * as runsSql from '../sql/eventRuns.ts'
+import * as runsSql from '../sql/eventRuns/index.ts'
 import * as versionsSql from '../sql/eventVersions.ts'
 import { cancelRun, pauseRun, resumeRun, startRun } from '../src/runner/controls.ts'
 import type { EngineDeps } from '../src/runner/engine.ts'

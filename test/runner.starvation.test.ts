@@ -5,8 +5,8 @@
  * picked up just as fast.
  */
 import { expect, it } from 'vitest'
-import type { NewRun } from '../sql/eventRuns.ts'
-import * as runsSql from '../sql/eventRuns.ts'
+import type { NewRun } from '../sql/eventRuns/index.ts'
+import * as runsSql from '../sql/eventRuns/index.ts'
 import { resolveCue, startRun } from '../src/runner/controls.ts'
 import { Runner } from '../src/runner/runner.ts'
 import { useTestDb } from './helpers/db.ts'

@@ -6,9 +6,9 @@
 import { describe, expect, it } from 'vitest'
 import { DatabaseError, DB_ERRNO, type Db, isDbErrno } from '../sql/db.ts'
 import * as definitions from '../sql/eventDefinitions.ts'
-import * as runs from '../sql/eventRuns.ts'
+import * as runs from '../sql/eventRuns/index.ts'
 import * as versions from '../sql/eventVersions.ts'
-import type { RunStatus } from '../src/states.ts'
+import type { RunStatus } from '../sql/states.ts'
 import { useTestDb } from './helpers/db.ts'
 import { at, makeDefinition, makeRun, newRun, unique } from './helpers/fixtures.ts'
 

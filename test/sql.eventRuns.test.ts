@@ -6,11 +6,11 @@
 import { beforeEach, describe, expect, it } from 'vitest'
 import type { Db } from '../sql/db.ts'
 import * as logs from '../sql/eventRunLogs.ts'
-import type { NewRun, RunRow } from '../sql/eventRuns.ts'
-import * as runs from '../sql/eventRuns.ts'
+import type { NewRun, RunRow } from '../sql/eventRuns/index.ts'
+import * as runs from '../sql/eventRuns/index.ts'
 import * as steps from '../sql/eventSteps.ts'
 import * as versions from '../sql/eventVersions.ts'
-import type { RunStatus } from '../src/states.ts'
+import type { RunStatus } from '../sql/states.ts'
 import { useTestDb } from './helpers/db.ts'
 import {
   at,

@@ -5,7 +5,7 @@
  */
 import { beforeEach, describe, expect, it } from 'vitest'
 import type { Db } from '../sql/db.ts'
-import * as runs from '../sql/eventRuns.ts'
+import * as runs from '../sql/eventRuns/index.ts'
 import type { StepRow } from '../sql/eventSteps.ts'
 import * as steps from '../sql/eventSteps.ts'
 import { useTestDb } from './helpers/db.ts'

@@ -10,7 +10,7 @@
 import { performance } from 'node:perf_hooks'
 import { beforeAll, beforeEach, describe, expect, it } from 'vitest'
 import { DB_ERRNO, type Db, isDbErrno, type Queryable } from '../sql/db.ts'
-import * as runs from '../sql/eventRuns.ts'
+import * as runs from '../sql/eventRuns/index.ts'
 import { useTestDb } from './helpers/db.ts'
 import {
   at,

@@ -10,7 +10,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { Db } from '../sql/db.ts'
 import * as logs from '../sql/eventRunLogs.ts'
-import * as runs from '../sql/eventRuns.ts'
+import * as runs from '../sql/eventRuns/index.ts'
 import { createTestDb, type TestDb } from './helpers/db.ts'
 import { makeDefinition, newRun } from './helpers/fixtures.ts'
 

@@ -14,9 +14,9 @@
  */
 import { Repeater, SlidingBuffer } from 'graphql-yoga'
 import type { Queryable } from '../../sql/db.ts'
-import { type RunStatusSnapshot, statusesOf } from '../../sql/eventRuns.ts'
+import { type RunStatusSnapshot, statusesOf } from '../../sql/eventRuns/index.ts'
+import { isTerminal } from '../../sql/states.ts'
 import type { Logger } from '../log.ts'
-import { isTerminal } from '../states.ts'
 
 /** Ids per statement: keeps the IN list and the packet bounded. */
 export const POLL_CHUNK = 1000

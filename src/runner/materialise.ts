@@ -10,8 +10,8 @@
 import type { Db } from '../../sql/db.ts'
 import type { DefinitionRow } from '../../sql/eventDefinitions.ts'
 import * as definitions from '../../sql/eventDefinitions.ts'
-import type { NewRun } from '../../sql/eventRuns.ts'
-import * as runs from '../../sql/eventRuns.ts'
+import type { NewRun } from '../../sql/eventRuns/index.ts'
+import * as runs from '../../sql/eventRuns/index.ts'
 import { occurrencesBetween } from './schedule.ts'
 import { renderTemplate } from './template.ts'
 

@@ -3,9 +3,14 @@
  * published, so that a run never meets a malformed program; expanded into one
  * row per step when a run starts.
  */
+
+import { z } from 'zod'
+import type { StepSpec } from '../../sql/eventSteps.ts'
+import { STEP_ON_ERROR, type StepOnError } from '../../sql/states.ts'
 import { badInput } from '../errors.ts'
-import { STEP_ON_ERROR, type StepOnError } from '../states.ts'
+import { describeType, zodProblems } from './steps/params.ts'
 import type { StepRegistry } from './steps/registry.ts'
+import type { ParamProblem } from './steps/types.ts'
 import { joinPath, templateProblems } from './template.ts'
 
 export interface RetryDef {
@@ -42,21 +47,6 @@ export interface ProgramProblem {
   message: string
 }
 
-/** One step of an expanded program: what a run's step row is made from. */
-export interface StepSpec {
-  /** Position in the whole program, 0-based. */
-  seq: number
-  phaseIndex: number
-  phase: string
-  ending: boolean
-  kind: string
-  params: Record<string, unknown>
-  maxAttempts: number
-  backoffMs: number
-  timeoutMs: number
-  onError: StepOnError
-}
-
 /** The per-step defaults of SPEC §4. */
 export const STEP_DEFAULTS = {
   attempts: 5,
@@ -81,19 +71,80 @@ export const PROGRAM_LIMITS = {
 /** Problems shown in the error message; `details.problems` carries all of them. */
 const MESSAGE_PROBLEMS = 25
 
-const PROGRAM_KEYS = ['phases']
-const PHASE_KEYS = ['name', 'ending', 'steps']
-const STEP_KEYS = ['kind', 'params', 'retry', 'timeoutSeconds', 'onError']
-const RETRY_KEYS = ['attempts', 'backoffSeconds']
+/** A zod error function: "is required" when absent, else "must be <what>, not <what it is>". */
+const expected =
+  (what: string) =>
+  (issue: { code?: string; input?: unknown }): string | undefined =>
+    issue.code === 'invalid_type' || issue.code === 'invalid_value'
+      ? issue.input === undefined
+        ? 'is required'
+        : `must be ${what}, not ${describeType(issue.input)}`
+      : undefined
+
+/** An object with exactly these keys: anything else is named with the keys that are allowed. */
+function strictObject<T extends z.core.$ZodLooseShape>(shape: T, what: string) {
+  const allowed = Object.keys(shape).join(', ')
+  return z.strictObject(shape, {
+    error: (issue) =>
+      issue.code === 'unrecognized_keys' ? `unknown key (allowed: ${allowed})` : expected(what)(issue),
+  })
+}
+
+/** A number in [min, max], with the range in every message. */
+function boundedNumber(min: number, max: number, integer: boolean) {
+  const range = (issue: { input?: unknown }) => `must be from ${min} to ${max}; got ${String(issue.input)}`
+  const base = z.number({ error: expected('a number') })
+  return (integer ? base.int({ error: `must be a whole number from ${min} to ${max}` }) : base)
+    .min(min, { error: range })
+    .max(max, { error: range })
+}
+
+const retrySchema = strictObject(
+  {
+    attempts: boundedNumber(1, PROGRAM_LIMITS.maxAttempts, true).optional(),
+    backoffSeconds: boundedNumber(0, PROGRAM_LIMITS.maxBackoffSeconds, false).optional(),
+  },
+  'an object like {"attempts": 3, "backoffSeconds": 2}',
+)
+
+/** One step; its kind and params are checked against the registry by {@link stepKindProblems}. */
+const stepSchema = strictObject(
+  {
+    kind: z.string({ error: expected('a non-empty string') }).min(1, 'must be a non-empty string, not empty'),
+    params: z.record(z.string(), z.unknown(), { error: expected('an object') }).optional(),
+    retry: retrySchema.optional(),
+    timeoutSeconds: boundedNumber(1, PROGRAM_LIMITS.maxTimeoutSeconds, false).optional(),
+    onError: z
+      .enum(STEP_ON_ERROR, {
+        error: (issue) => `must be "fail" or "degrade"; got ${JSON.stringify(issue.input)}`,
+      })
+      .optional(),
+  },
+  'an object with a "kind"',
+)
+
+const phaseSchema = strictObject(
+  {
+    name: z
+      .string({ error: expected('a string') })
+      .refine((name) => name.trim() !== '', 'must not be empty')
+      .refine((name) => name.length <= PROGRAM_LIMITS.maxPhaseName, {
+        error: (issue) =>
+          `must be at most ${PROGRAM_LIMITS.maxPhaseName} characters; got ${String(issue.input).length}`,
+      }),
+    ending: z.boolean({ error: expected('true or false') }).optional(),
+    steps: z.array(stepSchema, { error: expected('an array') }).min(1, 'must not be empty'),
+  },
+  'an object with "name" and "steps"',
+)
+
+const programSchema = strictObject(
+  { phases: z.array(phaseSchema, { error: expected('an array') }).min(1, 'must not be empty') },
+  'an object like {"phases": [...]}',
+)
 
 function isObject(v: unknown): v is Record<string, unknown> {
   return v !== null && typeof v === 'object' && !Array.isArray(v)
-}
-
-function typeName(v: unknown): string {
-  if (v === null) return 'null'
-  if (Array.isArray(v)) return 'an array'
-  return typeof v === 'object' ? 'an object' : `a ${typeof v}`
 }
 
 /** A path relative to `base` (kinds answer `url`, `headers.X-Y`, `[0]` or ''). */
@@ -102,78 +153,69 @@ function under(base: string, relative: string): string {
   return relative.startsWith('[') ? `${base}${relative}` : `${base}.${relative}`
 }
 
-class Problems {
-  readonly list: ProgramProblem[] = []
-  add(path: string, message: string): void {
-    this.list.push({ path, message })
-  }
-  unknownKeys(obj: Record<string, unknown>, allowed: string[], path: string): void {
-    for (const key of Object.keys(obj)) {
-      if (!allowed.includes(key))
-        this.add(joinPath(path, key), `unknown key (allowed: ${allowed.join(', ')})`)
+/**
+ * What the shape cannot say: the kind must be registered and accept its params,
+ * placeholders must be known, phase names unique, only ending phases may follow
+ * an ending one, and the whole program is bounded. Read from the raw input, so
+ * these are reported beside the shape's problems, not instead of them.
+ */
+function crossProblems(input: Record<string, unknown>, registry: StepRegistry): ProgramProblem[] {
+  const problems: ProgramProblem[] = []
+  if (!Array.isArray(input.phases)) return problems
+  const names = new Map<string, number>()
+  let firstEnding: { index: number; name: string } | null = null
+  let totalSteps = 0
+  input.phases.forEach((phase: unknown, i) => {
+    if (!isObject(phase)) return
+    const path = joinPath('phases', i)
+    const { name, ending } = phase
+    if (typeof name === 'string' && name.trim() !== '' && name.length <= PROGRAM_LIMITS.maxPhaseName) {
+      const first = names.get(name)
+      if (first !== undefined)
+        problems.push({
+          path: joinPath(path, 'name'),
+          message: `duplicates the name of phases[${first}] (${JSON.stringify(name)})`,
+        })
+      else names.set(name, i)
     }
-  }
-  /** Check an optional number; answers it when valid. */
-  number(
-    obj: Record<string, unknown>,
-    key: string,
-    path: string,
-    min: number,
-    max: number,
-    integer: boolean,
-  ): number | undefined {
-    const v = obj[key]
-    if (v === undefined) return undefined
-    const at = joinPath(path, key)
-    if (typeof v !== 'number' || !Number.isFinite(v)) {
-      this.add(at, `must be a number, not ${typeName(v)}`)
-    } else if (integer && !Number.isInteger(v)) {
-      this.add(at, `must be a whole number from ${min} to ${max}`)
-    } else if (v < min || v > max) {
-      this.add(at, `must be from ${min} to ${max}; got ${v}`)
-    } else {
-      return v
-    }
-    return undefined
-  }
+    if (ending === true) firstEnding ??= { index: i, name: typeof name === 'string' ? name : '' }
+    else if (firstEnding !== null && (ending === undefined || ending === false))
+      problems.push({
+        path,
+        message: `must be an ending phase: it follows the ending phase phases[${firstEnding.index}] (${JSON.stringify(firstEnding.name)}), and only ending phases may follow one`,
+      })
+    if (!Array.isArray(phase.steps)) return
+    totalSteps += phase.steps.length
+    phase.steps.forEach((step: unknown, j) => {
+      if (isObject(step))
+        problems.push(...stepKindProblems(step, joinPath(joinPath(path, 'steps'), j), registry))
+    })
+  })
+  if (totalSteps > PROGRAM_LIMITS.maxSteps)
+    problems.push({
+      path: 'phases',
+      message: `has ${totalSteps} steps in total; at most ${PROGRAM_LIMITS.maxSteps} are allowed`,
+    })
+  return problems
 }
 
-function checkStep(raw: unknown, path: string, registry: StepRegistry, problems: Problems): StepDef | null {
-  if (!isObject(raw)) {
-    problems.add(path, `must be an object with a "kind", not ${typeName(raw)}`)
-    return null
-  }
-  problems.unknownKeys(raw, STEP_KEYS, path)
-  let ok = true
-
-  let params: Record<string, unknown> | undefined
+function stepKindProblems(
+  step: Record<string, unknown>,
+  path: string,
+  registry: StepRegistry,
+): ProgramProblem[] {
+  const problems: ProgramProblem[] = []
   const paramsPath = joinPath(path, 'params')
-  if (raw.params !== undefined) {
-    if (isObject(raw.params)) params = raw.params
-    else {
-      problems.add(paramsPath, `must be an object, not ${typeName(raw.params)}`)
-      ok = false
-    }
-  }
-
-  const kindPath = joinPath(path, 'kind')
-  const kindName = raw.kind
-  if (typeof kindName !== 'string' || kindName === '') {
-    problems.add(
-      kindPath,
-      kindName === undefined ? 'is required' : `must be a non-empty string, not ${typeName(kindName)}`,
-    )
-    ok = false
-  } else {
-    const kind = registry.get(kindName)
+  const params = step.params
+  if (typeof step.kind === 'string' && step.kind !== '') {
+    const kind = registry.get(step.kind)
     if (!kind) {
-      problems.add(
-        kindPath,
-        `unknown step kind ${JSON.stringify(kindName)} (known: ${registry.kinds().join(', ')})`,
-      )
-      ok = false
-    } else if (raw.params === undefined || params) {
-      let found: { path: string; message: string }[]
+      problems.push({
+        path: joinPath(path, 'kind'),
+        message: `unknown step kind ${JSON.stringify(step.kind)} (known: ${registry.kinds().join(', ')})`,
+      })
+    } else if (params === undefined || isObject(params)) {
+      let found: ParamProblem[]
       try {
         found = kind.validate(params ?? {})
       } catch (err) {
@@ -184,76 +226,53 @@ function checkStep(raw: unknown, path: string, registry: StepRegistry, problems:
           },
         ]
       }
-      for (const p of found) problems.add(under(paramsPath, p.path), p.message)
-      if (found.length > 0) ok = false
+      for (const p of found) problems.push({ path: under(paramsPath, p.path), message: p.message })
     }
   }
-  if (params) {
-    const found = templateProblems(params, paramsPath)
-    for (const p of found) problems.add(p.path, p.message)
-    if (found.length > 0) ok = false
-  }
+  if (isObject(params)) problems.push(...templateProblems(params, paramsPath))
+  return problems
+}
 
-  let retry: RetryDef | undefined
-  if (raw.retry !== undefined) {
-    const retryPath = joinPath(path, 'retry')
-    if (!isObject(raw.retry)) {
-      problems.add(
-        retryPath,
-        `must be an object like {"attempts": 3, "backoffSeconds": 2}, not ${typeName(raw.retry)}`,
-      )
-      ok = false
-    } else {
-      problems.unknownKeys(raw.retry, RETRY_KEYS, retryPath)
-      const before = problems.list.length
-      const attempts = problems.number(raw.retry, 'attempts', retryPath, 1, PROGRAM_LIMITS.maxAttempts, true)
-      const backoffSeconds = problems.number(
-        raw.retry,
-        'backoffSeconds',
-        retryPath,
-        0,
-        PROGRAM_LIMITS.maxBackoffSeconds,
-        false,
-      )
-      if (problems.list.length > before) ok = false
-      retry = {
-        ...(attempts !== undefined && { attempts }),
-        ...(backoffSeconds !== undefined && { backoffSeconds }),
-      }
-    }
-  }
+/** The keys of each level in the order a person reads them; unknown keys are named first. */
+const KEY_ORDER: Record<string, readonly string[]> = {
+  '': ['phases'],
+  phases: ['name', 'ending', 'steps'],
+  steps: ['kind', 'params', 'retry', 'timeoutSeconds', 'onError'],
+  retry: ['attempts', 'backoffSeconds'],
+}
 
-  const before = problems.list.length
-  const timeoutSeconds = problems.number(
-    raw,
-    'timeoutSeconds',
-    path,
-    1,
-    PROGRAM_LIMITS.maxTimeoutSeconds,
-    false,
+function pathSegments(path: string): (string | number)[] {
+  return [...path.matchAll(/\[(\d+)\]|\["((?:[^"\\]|\\.)*)"\]|([^.[\]]+)/g)].map((m) =>
+    m[1] !== undefined ? Number(m[1]) : (m[2] ?? m[3] ?? ''),
   )
-  if (problems.list.length > before) ok = false
+}
 
-  let onError: StepOnError | undefined
-  if (raw.onError !== undefined) {
-    if ((STEP_ON_ERROR as readonly unknown[]).includes(raw.onError)) onError = raw.onError as StepOnError
-    else {
-      problems.add(
-        joinPath(path, 'onError'),
-        `must be "fail" or "degrade"; got ${JSON.stringify(raw.onError)}`,
-      )
-      ok = false
+/**
+ * Problems sorted as the program reads: phase by phase, step by step, a
+ * level's unknown keys first, and a problem of a whole object after those of
+ * its parts (the shape checker and the cross checks each find them in their
+ * own order). Params keep the order their kind answered.
+ */
+function inDocumentOrder(problems: ProgramProblem[]): ProgramProblem[] {
+  const keyed = problems.map((problem, index) => ({ problem, index, at: pathSegments(problem.path) }))
+  const rank = (parent: string | number | undefined, key: string): number => {
+    const order = typeof parent === 'number' || parent === undefined ? undefined : KEY_ORDER[parent]
+    return order ? order.indexOf(key) : 0
+  }
+  keyed.sort((a, b) => {
+    for (let i = 0; i < Math.min(a.at.length, b.at.length); i++) {
+      const x = a.at[i] as string | number
+      const y = b.at[i] as string | number
+      if (x === y) continue
+      if (typeof x === 'number' && typeof y === 'number') return x - y
+      // A key's level is named by the key above it, or by the list it stands in (phases[1] → a phase's keys).
+      const above = a.at[i - 1]
+      const parent = i === 0 ? '' : typeof above === 'number' ? a.at[i - 2] : above
+      return rank(parent, String(x)) - rank(parent, String(y)) || a.index - b.index
     }
-  }
-
-  if (!ok || typeof kindName !== 'string') return null
-  return {
-    kind: kindName,
-    ...(params !== undefined && { params }),
-    ...(retry !== undefined && { retry }),
-    ...(timeoutSeconds !== undefined && { timeoutSeconds }),
-    ...(onError !== undefined && { onError }),
-  }
+    return b.at.length - a.at.length || a.index - b.index
+  })
+  return keyed.map((k) => k.problem)
 }
 
 /**
@@ -268,103 +287,19 @@ function check(
   json: unknown,
   registry: StepRegistry,
 ): { program: Program | null; problems: ProgramProblem[] } {
-  const problems = new Problems()
   let input = json
   if (typeof input === 'string') {
     try {
       input = JSON.parse(input)
     } catch {
-      problems.add('', 'is a string that is not valid JSON')
-      return { program: null, problems: problems.list }
+      return { program: null, problems: [{ path: '', message: 'is a string that is not valid JSON' }] }
     }
   }
-  if (!isObject(input)) {
-    problems.add('', `must be an object like {"phases": [...]}, not ${typeName(input)}`)
-    return { program: null, problems: problems.list }
-  }
-  problems.unknownKeys(input, PROGRAM_KEYS, '')
-  const rawPhases = input.phases
-  if (!Array.isArray(rawPhases)) {
-    problems.add(
-      'phases',
-      rawPhases === undefined ? 'is required' : `must be an array, not ${typeName(rawPhases)}`,
-    )
-    return { program: null, problems: problems.list }
-  }
-  if (rawPhases.length === 0) problems.add('phases', 'must not be empty')
-
-  const phases: Phase[] = []
-  const names = new Map<string, number>()
-  let firstEnding: { index: number; name: string } | null = null
-  let totalSteps = 0
-  let ok = true
-
-  rawPhases.forEach((raw: unknown, i) => {
-    const path = joinPath('phases', i)
-    if (!isObject(raw)) {
-      problems.add(path, `must be an object with "name" and "steps", not ${typeName(raw)}`)
-      ok = false
-      return
-    }
-    problems.unknownKeys(raw, PHASE_KEYS, path)
-    const start = problems.list.length
-
-    const name = raw.name
-    const namePath = joinPath(path, 'name')
-    if (typeof name !== 'string') {
-      problems.add(namePath, name === undefined ? 'is required' : `must be a string, not ${typeName(name)}`)
-    } else if (name.trim() === '') {
-      problems.add(namePath, 'must not be empty')
-    } else if (name.length > PROGRAM_LIMITS.maxPhaseName) {
-      problems.add(namePath, `must be at most ${PROGRAM_LIMITS.maxPhaseName} characters; got ${name.length}`)
-    } else if (names.has(name)) {
-      problems.add(namePath, `duplicates the name of phases[${names.get(name)}] (${JSON.stringify(name)})`)
-    } else {
-      names.set(name, i)
-    }
-
-    let ending = false
-    if (raw.ending !== undefined) {
-      if (typeof raw.ending !== 'boolean') {
-        problems.add(joinPath(path, 'ending'), `must be true or false, not ${typeName(raw.ending)}`)
-      } else {
-        ending = raw.ending
-      }
-    }
-    if (ending) {
-      firstEnding ??= { index: i, name: typeof name === 'string' ? name : '' }
-    } else if (firstEnding !== null && (raw.ending === undefined || typeof raw.ending === 'boolean')) {
-      problems.add(
-        path,
-        `must be an ending phase: it follows the ending phase phases[${firstEnding.index}] (${JSON.stringify(firstEnding.name)}), and only ending phases may follow one`,
-      )
-    }
-
-    const stepsPath = joinPath(path, 'steps')
-    const steps: StepDef[] = []
-    if (!Array.isArray(raw.steps)) {
-      problems.add(
-        stepsPath,
-        raw.steps === undefined ? 'is required' : `must be an array, not ${typeName(raw.steps)}`,
-      )
-    } else if (raw.steps.length === 0) {
-      problems.add(stepsPath, 'must not be empty')
-    } else {
-      totalSteps += raw.steps.length
-      raw.steps.forEach((rawStep: unknown, j) => {
-        const step = checkStep(rawStep, joinPath(stepsPath, j), registry, problems)
-        if (step) steps.push(step)
-      })
-    }
-    if (problems.list.length > start) ok = false
-    if (typeof name === 'string') phases.push({ name, ...(raw.ending !== undefined && { ending }), steps })
-  })
-
-  if (totalSteps > PROGRAM_LIMITS.maxSteps) {
-    problems.add('phases', `has ${totalSteps} steps in total; at most ${PROGRAM_LIMITS.maxSteps} are allowed`)
-  }
-  const valid = ok && problems.list.length === 0
-  return { program: valid ? { phases } : null, problems: problems.list }
+  const shape = programSchema.safeParse(input)
+  const problems = shape.success ? [] : zodProblems(shape.error.issues)
+  if (isObject(input)) problems.push(...crossProblems(input, registry))
+  if (!shape.success || problems.length > 0) return { program: null, problems: inDocumentOrder(problems) }
+  return { program: shape.data as Program, problems }
 }
 
 /**

@@ -14,10 +14,11 @@ import { afterAll, beforeAll, beforeEach } from 'vitest'
 import type { Db, Queryable } from '../../sql/db.ts'
 import type { DefinitionRow } from '../../sql/eventDefinitions.ts'
 import * as logsSql from '../../sql/eventRunLogs.ts'
-import type { RunListRow } from '../../sql/eventRuns.ts'
-import * as runsSql from '../../sql/eventRuns.ts'
+import type { RunListRow } from '../../sql/eventRuns/index.ts'
+import * as runsSql from '../../sql/eventRuns/index.ts'
 import type { StepRow } from '../../sql/eventSteps.ts'
 import * as stepsSql from '../../sql/eventSteps.ts'
+import type { RunStatus } from '../../sql/states.ts'
 import { type CreateDefinitionInput, createDefinition, type DefinitionDeps } from '../../src/definitions.ts'
 import type { ControlDeps } from '../../src/runner/controls.ts'
 import type { Clock } from '../../src/runner/engine.ts'
@@ -26,7 +27,6 @@ import {
   createDefaultRegistry,
   type StepRegistry,
 } from '../../src/runner/steps/registry.ts'
-import type { RunStatus } from '../../src/states.ts'
 import { unique } from './fixtures.ts'
 
 export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))

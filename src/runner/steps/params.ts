@@ -12,7 +12,8 @@ function pathOf(segments: readonly PropertyKey[]): string {
   return path
 }
 
-function describeType(value: unknown): string {
+/** How a value's type reads in a message: "a number", "an array", "null". */
+export function describeType(value: unknown): string {
   if (value === null) return 'null'
   if (Array.isArray(value)) return 'an array'
   return typeof value === 'object' ? 'an object' : `a ${typeof value}`
@@ -25,6 +26,9 @@ function issueProblems(
   allowedKeys?: readonly string[],
 ): ParamProblem[] {
   if (issue.code === 'unrecognized_keys') {
+    // A schema that names its allowed keys in its own message is taken at its word.
+    if (issue.message.startsWith('unknown key'))
+      return issue.keys.map((key) => ({ path: pathOf([...issue.path, key]), message: issue.message }))
     const allowed = allowedKeys ? ` (allowed: ${allowedKeys.join(', ')})` : ''
     return issue.keys.map((key) => ({ path: pathOf([...issue.path, key]), message: `unknown key${allowed}` }))
   }
@@ -52,6 +56,11 @@ export function schemaProblems(
   const result = schema.safeParse(params ?? {})
   if (result.success) return []
   return result.error.issues.flatMap((issue) => issueProblems(issue, params ?? {}, allowedKeys))
+}
+
+/** Every issue of a failed zod parse as problems with JSON paths. */
+export function zodProblems(issues: readonly z.core.$ZodIssue[], input?: unknown): ParamProblem[] {
+  return issues.flatMap((issue) => issueProblems(issue, input ?? {}))
 }
 
 /**

@@ -1,0 +1,431 @@
+/**
+ * The runner's claims on `event_runs`: finding due runs, taking ownership with
+ * compare-and-set UPDATEs (`affectedRows = 1` is ownership; no transaction is
+ * held open while the work happens), leases, release and reclaim.
+ *
+ * The due query reads `wake_at`, which is NULL or in the future for every run
+ * parked on a cue, waiting out a timer or leased, so idle runs leave the index
+ * and cannot starve new ones. Taking a concurrency key inserts a
+ * `concurrency_locks` row in the same short transaction as the claim, so two
+ * instances can never both start a holder of one key.
+ */
+
+import { DB_ERRNO, type Db, isDbErrno, type Queryable } from '../db.ts'
+import { clampLimit, placeholders } from '../json.ts'
+import { IN_FLIGHT, KEY_HOLDING } from '../states.ts'
+import { hydrate, type Raw, type RunRow, SELECT_RUN, sortRows } from './rows.ts'
+import { transitionSets } from './transitions.ts'
+
+const DUE_STATUSES = ['scheduled', ...IN_FLIGHT] as const
+
+/**
+ * Runs that need the runner now: `wake_at` has passed and the run is not paused
+ * or terminal. It selects rather than claims, so two sweepers may see the same
+ * candidates and then disagree, harmlessly, about who owns each.
+ *
+ * Unlike the seed's "50 oldest in flight", idle runs are not candidates at all:
+ * a run parked on a cue has `wake_at` NULL (or its timeout), a run waiting out a
+ * timer has it in the future, and a leased run has it at its lease expiry. So
+ * 10,000 parked runs cost this query nothing.
+ */
+export async function findDue(db: Queryable, now: Date, limit = 50): Promise<RunRow[]> {
+  const n = clampLimit(limit, 50)
+  const rows = await db.execute<Raw>(
+    `${SELECT_RUN}
+      WHERE r.wake_at <= ? AND r.status IN (${placeholders(DUE_STATUSES.length)})
+      ORDER BY r.wake_at, r.id
+      LIMIT ${n}`,
+    [now, ...DUE_STATUSES],
+  )
+  return rows.map(hydrate)
+}
+
+/**
+ * Scheduled runs whose start instant passed more than their own definition's
+ * grace window ago. Only `scheduled` qualifies: a run that reached `starting` has
+ * begun, and "began then stalled" is a different fact from "never began".
+ */
+export async function findMissed(db: Queryable, now: Date, limit = 100): Promise<RunRow[]> {
+  const n = clampLimit(limit, 100)
+  // Ids first, then rows: the join sorts through a temporary table, which must
+  // not carry the runs' JSON columns (that puts it on disk, every tick; see list).
+  const rows = await db.execute<Raw>(
+    `${SELECT_RUN}
+       JOIN (SELECT r.id FROM event_runs r
+               JOIN event_definitions d ON d.id = r.definition_id
+              WHERE r.status = 'scheduled'
+                AND r.scheduled_for + INTERVAL d.grace_seconds SECOND < ?
+              ORDER BY r.scheduled_for, r.id
+              LIMIT ${n}) page ON page.id = r.id`,
+    [now],
+  )
+  return sortRows(rows, 'oldest first').map(hydrate)
+}
+
+// A start claim also requires the run to be inside its grace window, so a run
+// that should be `missed` can never be started by a sweeper that got there first.
+const WITHIN_GRACE = `scheduled_for + INTERVAL (SELECT d.grace_seconds FROM event_definitions d
+     WHERE d.id = event_runs.definition_id) SECOND >= ?`
+
+/** The answer of {@link claimStart}. */
+export interface ClaimStartResult {
+  /** True when this caller now owns the run in `starting`. */
+  claimed: boolean
+  /** When the run's key is held by another run: that run's id. */
+  blockedBy: number | null
+}
+
+/**
+ * Take ownership of a run that has not started: the compare-and-set
+ * `scheduled → starting`, stamped with the lease.
+ *
+ * A run with a concurrency key takes it in the same short transaction: a lock
+ * row per key is inserted (or taken over from a holder that is no longer
+ * key-holding), then the run is claimed; both commit or neither does. The seed
+ * read the holder and then claimed, which let two instances both see "free".
+ * A blocked run stays `scheduled` (its grace window decides) and the answer
+ * names the holder.
+ */
+export async function claimStart(
+  db: Db,
+  run: { id: number; concurrencyKey: string | null },
+  owner: string,
+  leaseUntil: Date,
+  now: Date = new Date(),
+): Promise<ClaimStartResult> {
+  const claimSql = `UPDATE event_runs
+        SET status = 'starting', claimed_by = ?, claim_expires_at = ?, claim_token = NULL, wake_at = ?,
+            started_at = COALESCE(started_at, NOW(3)), start_reserve = NULL
+      WHERE id = ? AND status = 'scheduled' AND ${WITHIN_GRACE}`
+  if (!run.concurrencyKey) {
+    const res = await db.run(`${claimSql} AND concurrency_key IS NULL`, [
+      owner,
+      leaseUntil,
+      leaseUntil,
+      run.id,
+      now,
+    ])
+    return { claimed: res.affectedRows === 1, blockedBy: null }
+  }
+  const key = run.concurrencyKey
+  try {
+    return await db.transaction(
+      async (tx) => {
+        // READ COMMITTED: no gap locks, so two claimers of a free key do not
+        // deadlock; the second INSERT waits for the first and then sees its row.
+        const ins = await tx.run('INSERT IGNORE INTO concurrency_locks (lock_key, run_id) VALUES (?, ?)', [
+          key,
+          run.id,
+        ])
+        if (ins.affectedRows !== 1) {
+          const [lock] = await tx.execute<Raw>(
+            'SELECT run_id FROM concurrency_locks WHERE lock_key = ? FOR UPDATE',
+            [key],
+          )
+          const holderId = lock ? Number(lock.run_id) : null
+          if (holderId !== null && holderId !== run.id) {
+            const [holder] = await tx.execute<Raw>('SELECT status FROM event_runs WHERE id = ?', [holderId])
+            if (holder && (KEY_HOLDING as readonly string[]).includes(String(holder.status))) {
+              return { claimed: false, blockedBy: holderId }
+            }
+            // The recorded holder ended (or vanished) without releasing: take over.
+          }
+          const took = await tx.run(
+            'UPDATE concurrency_locks SET run_id = ?, acquired_at = NOW(3) WHERE lock_key = ?',
+            [run.id, key],
+          )
+          // The row vanished between the duplicate check and the read: do not
+          // claim without a lock; the next tick tries again.
+          if (took.affectedRows !== 1) throw new ClaimLost()
+        }
+        const res = await tx.run(`${claimSql} AND concurrency_key = ?`, [
+          owner,
+          leaseUntil,
+          leaseUntil,
+          run.id,
+          now,
+          key,
+        ])
+        if (res.affectedRows !== 1) {
+          // Someone else moved the run; leave no lock behind for it.
+          throw new ClaimLost()
+        }
+        return { claimed: true, blockedBy: null }
+      },
+      { isolation: 'READ COMMITTED' },
+    )
+  } catch (err) {
+    if (err instanceof ClaimLost) {
+      return { claimed: false, blockedBy: null }
+    }
+    // A deadlock or a duplicate between two claimers is a lost race, not a failure.
+    if (isDbErrno(err, DB_ERRNO.LOCK_DEADLOCK) || isDbErrno(err, DB_ERRNO.DUP_ENTRY)) {
+      return { claimed: false, blockedBy: null }
+    }
+    throw err
+  }
+}
+
+class ClaimLost extends Error {}
+
+/**
+ * Lock up to `limit` due, key-less, scheduled runs for the caller's start
+ * transaction, oldest due first. `SKIP LOCKED` passes over runs another instance
+ * is starting at this moment instead of waiting for them. The row locks are the
+ * claim: held only until the caller's transaction commits, which moves every
+ * run it starts on with {@link markStarted}, so no transaction outlives it.
+ *
+ * The grace window is the caller's to check: a locking read that joined the
+ * definitions would lock their rows as well, and serialise every starter on them.
+ */
+export async function lockDueToStart(tx: Queryable, now: Date, limit: number): Promise<RunRow[]> {
+  const n = clampLimit(limit, 100, 1, 5000)
+  // Walk the due index in order and stop at the limit. A plan that sorted
+  // instead (the optimiser's pick on a small table) would lock every due row it
+  // read before sorting, and a second instance would then find nothing to start.
+  const rows = await tx.query<Raw>(
+    `${SELECT_RUN} FORCE INDEX (idx_evrun_wake)
+      WHERE r.wake_at <= ? AND r.status = 'scheduled' AND r.concurrency_key IS NULL
+      ORDER BY r.wake_at, r.id
+      LIMIT ${n}
+      FOR UPDATE SKIP LOCKED`,
+    [now],
+  )
+  return rows.map(hydrate)
+}
+
+/** Where {@link markStarted} leaves runs: finished, or claimed by the starter for what remains. */
+export type StartedAs =
+  | { status: 'completed'; phase: string | null }
+  | { status: 'running' | 'ending'; phase: string | null; owner: string; token: string; leaseUntil: Date }
+  /** In flight without a claim, due at `wakeAt` (the starter spent its step budget). */
+  | { status: 'running' | 'ending'; phase: string | null; owner?: undefined; wakeAt: Date }
+
+/**
+ * The start transaction's guarded move out of `scheduled`, for runs that
+ * {@link lockDueToStart} locked: straight to `completed` when every step ran in
+ * that transaction, otherwise to `running`/`ending` under the starter's lease.
+ * Answers how many moved; the caller holds their locks, so anything short of
+ * all of them is a bug it must roll back.
+ */
+export async function markStarted(tx: Queryable, ids: readonly number[], as: StartedAs): Promise<number> {
+  if (ids.length === 0) return 0
+  // The same SET clauses as every guarded transition (a terminal target stamps
+  // ended_at and drops claim and wake_at), plus the start's own.
+  let wakeAt: Date | undefined
+  let claim: [owner: string, token: string, until: Date] | null = null
+  if (as.status !== 'completed') {
+    if (as.owner !== undefined) {
+      claim = [as.owner, as.token, as.leaseUntil]
+      wakeAt = as.leaseUntil
+    } else {
+      wakeAt = as.wakeAt
+    }
+  }
+  const { sets, args } = transitionSets(as.status, { phase: as.phase, ...(wakeAt && { wakeAt }) })
+  sets.push('started_at = NOW(3)')
+  if (claim) {
+    sets.push('claimed_by = ?', 'claim_token = ?', 'claim_expires_at = ?')
+    args.push(...claim)
+  }
+  const res = await tx.runQuery(
+    `UPDATE event_runs SET ${sets.join(', ')}
+      WHERE id IN (${placeholders(ids.length)}) AND status = 'scheduled'`,
+    [...args, ...ids],
+  )
+  return res.affectedRows
+}
+
+/**
+ * Lease a run already in flight so one tick works on it at a time; status is
+ * unchanged. **A live lease is not re-enterable, not even by its owner**: a tick
+ * that overran would otherwise advance one run twice at once. The lease also
+ * moves `wake_at` to its expiry, so a crashed owner's run comes due by itself.
+ */
+export async function claimTick(
+  db: Queryable,
+  id: number,
+  owner: string,
+  leaseUntil: Date,
+  now: Date,
+): Promise<boolean> {
+  const res = await db.run(
+    `UPDATE event_runs
+        SET claimed_by = ?, claim_expires_at = ?, claim_token = NULL, wake_at = ?
+      WHERE id = ? AND status IN (${placeholders(IN_FLIGHT.length)})
+        AND (claim_expires_at IS NULL OR claim_expires_at < ?)`,
+    [owner, leaseUntil, leaseUntil, id, ...IN_FLIGHT, now],
+  )
+  return res.affectedRows === 1
+}
+
+/** {@link claimTick} for up to `limit` due in-flight runs in one statement. */
+export async function claimTickBatch(
+  db: Queryable,
+  owner: string,
+  token: string,
+  leaseUntil: Date,
+  now: Date,
+  limit: number,
+): Promise<RunRow[]> {
+  const n = clampLimit(limit, 100, 1, 5000)
+  const res = await db.run(
+    `UPDATE event_runs
+        SET claimed_by = ?, claim_token = ?, claim_expires_at = ?, wake_at = ?
+      WHERE wake_at <= ? AND status IN (${placeholders(IN_FLIGHT.length)})
+        AND (claim_expires_at IS NULL OR claim_expires_at < ?)
+      ORDER BY wake_at, id
+      LIMIT ${n}`,
+    [owner, token, leaseUntil, leaseUntil, now, ...IN_FLIGHT, now],
+  )
+  if (res.affectedRows === 0) return []
+  return findByClaimToken(db, token)
+}
+
+/** Runs claimed with one batch token (the second half of "claim many, read what you own"). */
+export async function findByClaimToken(db: Queryable, token: string): Promise<RunRow[]> {
+  const rows = await db.execute<Raw>(`${SELECT_RUN} WHERE r.claim_token = ? ORDER BY r.id`, [token])
+  return rows.map(hydrate)
+}
+
+/** Push this caller's lease further out (before a long step); false if it lost the lease. */
+export async function extendClaim(
+  db: Queryable,
+  id: number,
+  owner: string,
+  leaseUntil: Date,
+): Promise<boolean> {
+  const res = await db.run(
+    `UPDATE event_runs SET claim_expires_at = ?, wake_at = ?
+      WHERE id = ? AND claimed_by = ? AND status IN (${placeholders(IN_FLIGHT.length)})`,
+    [leaseUntil, leaseUntil, id, owner, ...IN_FLIGHT],
+  )
+  return res.affectedRows === 1
+}
+
+/**
+ * Renew this caller's leases on `ids` and answer the ids it still holds. A
+ * claim taken early in a long tick (many keyed runs to try, a slow database)
+ * can expire before the tick gets to the run, and another instance may then
+ * have taken the run over: only the runs answered here are still the caller's
+ * to start and advance. Two statements, whatever the number of runs.
+ */
+export async function renewClaims(
+  db: Queryable,
+  ids: readonly number[],
+  owner: string,
+  leaseUntil: Date,
+): Promise<Set<number>> {
+  if (ids.length === 0) return new Set()
+  await db.runQuery(
+    `UPDATE event_runs SET claim_expires_at = ?, wake_at = ?
+      WHERE id IN (${placeholders(ids.length)}) AND claimed_by = ? AND status IN (${placeholders(IN_FLIGHT.length)})`,
+    [leaseUntil, leaseUntil, ...ids, owner, ...IN_FLIGHT],
+  )
+  const rows = await db.query<Raw>(
+    `SELECT id FROM event_runs WHERE id IN (${placeholders(ids.length)}) AND claimed_by = ?`,
+    [...ids, owner],
+  )
+  return new Set(rows.map((r) => Number(r.id)))
+}
+
+/**
+ * Give a run back. Scoped to `claimed_by = owner`: a process releases only its
+ * own claim. `wakeAt` says when the run next needs the runner: now (the default)
+ * to pick it up at once, a timer's end, or null for a run parked on a cue. A run
+ * parked or waiting carries no lease: otherwise every wait would last
+ * max(wait, lease).
+ */
+export async function releaseClaim(
+  db: Queryable,
+  id: number,
+  owner: string,
+  opts: { wakeAt?: Date | null } = {},
+): Promise<boolean> {
+  const wake = opts.wakeAt === undefined ? new Date() : opts.wakeAt
+  const res = await db.run(
+    `UPDATE event_runs
+        SET claimed_by = NULL, claim_expires_at = NULL, claim_token = NULL,
+            wake_at = IF(status IN (${placeholders(IN_FLIGHT.length)}), ?, wake_at)
+      WHERE id = ? AND claimed_by = ?`,
+    [...IN_FLIGHT, wake, id, owner],
+  )
+  return res.affectedRows === 1
+}
+
+/** {@link releaseClaim} for many runs with one wake time. */
+export async function releaseClaims(
+  db: Queryable,
+  ids: readonly number[],
+  owner: string,
+  wakeAt: Date | null,
+): Promise<number> {
+  if (ids.length === 0) return 0
+  const res = await db.runQuery(
+    `UPDATE event_runs
+        SET claimed_by = NULL, claim_expires_at = NULL, claim_token = NULL,
+            wake_at = IF(status IN (${placeholders(IN_FLIGHT.length)}), ?, wake_at)
+      WHERE id IN (${placeholders(ids.length)}) AND claimed_by = ?`,
+    [...IN_FLIGHT, wakeAt, ...ids, owner],
+  )
+  return res.affectedRows
+}
+
+/** Release every claim `owner` holds (a stopping runner), in-flight runs due again at `now` (the runner's clock); answers how many. */
+export async function releaseAllClaims(db: Queryable, owner: string, now: Date): Promise<number> {
+  const res = await db.run(
+    `UPDATE event_runs
+        SET claimed_by = NULL, claim_expires_at = NULL, claim_token = NULL,
+            wake_at = IF(status IN (${placeholders(IN_FLIGHT.length)}), ?, wake_at)
+      WHERE claimed_by = ?`,
+    [...IN_FLIGHT, now, owner],
+  )
+  return res.affectedRows
+}
+
+/**
+ * Wake a run now (a cue resolved, a step skipped), unless it is paused or terminal.
+ *
+ * `now` is the caller's clock (the one the runner compares `wake_at` with).
+ * Without it the database's NOW(3) is used; but a database clock ahead of the
+ * runner's by X would hold every resolved cue back by X (with a test clock,
+ * forever), so callers that have a clock pass it.
+ */
+export async function wakeNow(db: Queryable, id: number, now?: Date): Promise<boolean> {
+  const at = now ?? null
+  const res = await db.run(
+    `UPDATE event_runs SET wake_at = COALESCE(?, NOW(3))
+      WHERE id = ? AND status IN (${placeholders(IN_FLIGHT.length)})
+        AND (wake_at IS NULL OR wake_at > COALESCE(?, NOW(3))) AND claimed_by IS NULL`,
+    [at, id, ...IN_FLIGHT, at],
+  )
+  return res.affectedRows === 1
+}
+
+/**
+ * Hold a blocked scheduled run back until `until`, so runs waiting on a key
+ * rotate behind newly due ones instead of occupying the head of the due index.
+ */
+export async function deferStart(db: Queryable, id: number, until: Date): Promise<boolean> {
+  const res = await db.run(`UPDATE event_runs SET wake_at = ? WHERE id = ? AND status = 'scheduled'`, [
+    until,
+    id,
+  ])
+  return res.affectedRows === 1
+}
+
+/**
+ * Release leases whose owner did not come back. **It changes no status and no
+ * counter**: the run stays where it was and the next tick picks it up. A sweep
+ * that reset rows to their start state once made an attempt ceiling unreachable,
+ * so a row cycled forever and never became eligible for retention.
+ */
+export async function reclaimStale(db: Queryable, now: Date): Promise<number> {
+  const res = await db.run(
+    `UPDATE event_runs SET claimed_by = NULL, claim_expires_at = NULL, claim_token = NULL
+      WHERE status IN (${placeholders(IN_FLIGHT.length)})
+        AND claim_expires_at IS NOT NULL AND claim_expires_at < ?`,
+    [...IN_FLIGHT, now],
+  )
+  return res.affectedRows
+}

@@ -1,0 +1,64 @@
+/**
+ * Making runs: one occurrence of a definition per scope becomes one row.
+ *
+ * The UNIQUE key (definition_id, scope, scheduled_for) makes "one run per
+ * occurrence per scope" true whoever inserts; inserting an occurrence again
+ * writes nothing and answers "already existed", which is not an error.
+ */
+import type { Queryable, SqlValue } from '../db.ts'
+import { placeholders, toJson } from '../json.ts'
+
+/** What {@link materialise} needs to insert one occurrence. */
+export interface NewRun {
+  definitionId: number
+  versionId: number
+  scope: string
+  scheduledFor: Date
+  timezone: string
+  concurrencyKey: string | null
+  params?: Record<string, unknown> | null
+  rehearsal?: boolean
+  startedBy?: string | null
+}
+
+function newRunValues(run: NewRun): SqlValue[] {
+  return [
+    run.definitionId,
+    run.versionId,
+    run.scope ?? '',
+    run.scheduledFor,
+    run.timezone || 'UTC',
+    run.rehearsal ? null : run.concurrencyKey,
+    toJson(run.params),
+    run.rehearsal ? 1 : 0,
+    run.startedBy ?? null,
+    run.scheduledFor,
+  ]
+}
+
+const INSERT_RUN_COLUMNS = `(definition_id, version_id, scope, scheduled_for, timezone, concurrency_key,
+   params, rehearsal, started_by, wake_at)`
+
+/**
+ * Materialise one occurrence: the new run's id, or `null` when the occurrence
+ * already existed. "Already existed" is the ordinary answer under a tick that
+ * overran into the next one, not an error. A rehearsal never carries a key.
+ */
+export async function materialise(db: Queryable, run: NewRun): Promise<number | null> {
+  const res = await db.run(
+    `INSERT IGNORE INTO event_runs ${INSERT_RUN_COLUMNS} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    newRunValues(run),
+  )
+  return res.affectedRows === 1 ? res.insertId : null
+}
+
+/** Materialise many occurrences in one statement; answers how many were new. */
+export async function materialiseMany(db: Queryable, runs: readonly NewRun[]): Promise<number> {
+  if (runs.length === 0) return 0
+  const rowSql = `(${placeholders(10)})`
+  const res = await db.runQuery(
+    `INSERT IGNORE INTO event_runs ${INSERT_RUN_COLUMNS} VALUES ${runs.map(() => rowSql).join(', ')}`,
+    runs.flatMap(newRunValues),
+  )
+  return res.affectedRows
+}

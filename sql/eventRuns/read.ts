@@ -1,0 +1,214 @@
+/**
+ * `event_runs` as the API reads it: the admin list, single runs, occurrences,
+ * the live fields subscriptions poll, and who holds a concurrency key.
+ *
+ * Lists are newest first (`scheduled_for DESC, id DESC`); a `LIMIT` reaches SQL
+ * only as a clamped integer, every other value is a bound parameter.
+ */
+
+import type { Queryable, SqlValue } from '../db.ts'
+import { clampLimit, placeholders } from '../json.ts'
+import type { RunHealth, RunStatus } from '../states.ts'
+import { KEY_HOLDING, NON_TERMINAL } from '../states.ts'
+import {
+  LIST_COLUMNS,
+  type Raw,
+  type RunListRow,
+  SELECT_LIST,
+  sortRows,
+  WAITING_SUBQUERY,
+  withWaiting,
+} from './rows.ts'
+
+/** Filters for {@link list}. */
+export interface ListRunsOptions {
+  definitionId?: number | null
+  status?: RunStatus | null
+  /** Clamped to 1..500. @default 100 */
+  limit?: number
+}
+
+/**
+ * The admin run list: newest occurrence first (`scheduled_for DESC, id DESC`).
+ * `limit` reaches SQL only as a clamped integer; MariaDB takes no placeholder in
+ * LIMIT on a prepared statement.
+ */
+export async function list(db: Queryable, opts: ListRunsOptions = {}): Promise<RunListRow[]> {
+  const where: string[] = []
+  const args: SqlValue[] = []
+  if (opts.definitionId != null) {
+    where.push('r.definition_id = ?')
+    args.push(opts.definitionId)
+  }
+  if (opts.status != null) {
+    where.push('r.status = ?')
+    args.push(opts.status)
+  }
+  const clause = where.length ? `WHERE ${where.join(' AND ')}` : ''
+  const n = clampLimit(opts.limit ?? 100, 100)
+  // The page is chosen from event_runs alone, walking an index in list order,
+  // then joined. Sorting the joined rows instead made MariaDB drive the join
+  // from the definitions, read every run into a temporary table (on disk: the
+  // rows carry JSON) and sort it, for every page; under concurrent load that
+  // path failed a list with "Error on delete of '/tmp/#sql-temptable…'" (the
+  // fuzz drill), and it costs a scan of all runs however small the page.
+  // findMissed uses the same shape for the same reason.
+  const rows = await db.execute<Raw>(
+    `SELECT ${LIST_COLUMNS}
+       FROM (SELECT r.id FROM event_runs r ${clause} ORDER BY r.scheduled_for DESC, r.id DESC LIMIT ${n}) page
+       JOIN event_runs r ON r.id = page.id
+       JOIN event_definitions d ON d.id = r.definition_id
+       JOIN event_versions    v ON v.id = r.version_id`,
+    args,
+  )
+  // The join does not keep the page's order; at most 500 rows are put back in it here.
+  return withWaiting(db, sortRows(rows, 'newest first'))
+}
+
+export async function getById(db: Queryable, id: number): Promise<RunListRow | null> {
+  const rows = await db.execute<Raw>(`${SELECT_LIST} WHERE r.id = ?`, [id])
+  const [run] = await withWaiting(db, rows)
+  return run ?? null
+}
+
+/** Several runs by id in one statement (for batching loaders); order not guaranteed. */
+export async function getByIds(db: Queryable, ids: readonly number[]): Promise<RunListRow[]> {
+  if (ids.length === 0) return []
+  const rows = await db.query<Raw>(`${SELECT_LIST} WHERE r.id IN (${placeholders(ids.length)})`, [...ids])
+  return withWaiting(db, rows)
+}
+
+/** The occurrence the unique key names, whether or not this caller created it. */
+export async function findOccurrence(
+  db: Queryable,
+  definitionId: number,
+  scope: string,
+  scheduledFor: Date,
+  rehearsal = false,
+): Promise<RunListRow | null> {
+  const rows = await db.execute<Raw>(
+    `${SELECT_LIST} WHERE r.definition_id = ? AND r.scope = ? AND r.scheduled_for = ? AND r.rehearsal = ?`,
+    [definitionId, scope ?? '', scheduledFor, rehearsal ? 1 : 0],
+  )
+  const [run] = await withWaiting(db, rows)
+  return run ?? null
+}
+
+/** How many runs of a definition are not terminal: the archive pre-check. */
+export async function countActiveForDefinition(db: Queryable, definitionId: number): Promise<number> {
+  const [row] = await db.execute<Raw>(
+    `SELECT COUNT(*) AS n FROM event_runs
+      WHERE definition_id = ? AND status IN (${placeholders(NON_TERMINAL.length)})`,
+    [definitionId, ...NON_TERMINAL],
+  )
+  return Number(row?.n ?? 0)
+}
+
+/** Just this run's status, for a caller that must not act on a stale read. */
+export async function statusOf(db: Queryable, id: number): Promise<RunStatus | null> {
+  const [row] = await db.execute<Raw>('SELECT status FROM event_runs WHERE id = ?', [id])
+  return row ? (row.status as RunStatus) : null
+}
+
+/** The live fields of many runs in one statement: what subscriptions poll. */
+export interface RunStatusSnapshot {
+  id: number
+  status: RunStatus
+  health: RunHealth
+  currentPhase: string | null
+  waitingSteps: number
+  updatedAt: Date
+}
+
+export async function statusesOf(db: Queryable, ids: readonly number[]): Promise<RunStatusSnapshot[]> {
+  if (ids.length === 0) return []
+  const rows = await db.query<Raw>(
+    `SELECT r.id, r.status, r.health, r.current_phase, r.updated_at, ${WAITING_SUBQUERY} AS waiting_steps
+       FROM event_runs r WHERE r.id IN (${placeholders(ids.length)})`,
+    [...ids],
+  )
+  return rows.map((row) => ({
+    id: Number(row.id),
+    status: row.status as RunStatus,
+    health: row.health as RunHealth,
+    currentPhase: (row.current_phase as string | null) ?? null,
+    waitingSteps: Number(row.waiting_steps ?? 0),
+    updatedAt: row.updated_at as Date,
+  }))
+}
+
+/**
+ * The run holding `key`, other than `exceptRunId`: what the log names when a run
+ * is blocked. A NULL key never contends.
+ *
+ * Read from the key's lock row, the one {@link claimStart} decides on, joined to
+ * its run: a lock row outlives its run's key-holding statuses only until the
+ * next claimer takes it over, so the run must still be key-holding to count.
+ */
+export async function concurrencyHolder(
+  db: Queryable,
+  key: string | null,
+  exceptRunId: number,
+): Promise<{ id: number; status: RunStatus; definitionId: number } | null> {
+  if (!key) return null
+  const [row] = await db.execute<Raw>(
+    `SELECT r.id, r.status, r.definition_id
+       FROM concurrency_locks l JOIN event_runs r ON r.id = l.run_id
+      WHERE l.lock_key = ? AND r.id <> ? AND r.status IN (${placeholders(KEY_HOLDING.length)})`,
+    [key, exceptRunId, ...KEY_HOLDING],
+  )
+  return row
+    ? { id: Number(row.id), status: row.status as RunStatus, definitionId: Number(row.definition_id) }
+    : null
+}
+
+/**
+ * The runs holding any of `keys` right now (key-holding statuses), lowest id
+ * first: {@link concurrencyHolder} for many keys in one statement, so the API can
+ * show a list of runs with their holders without a query per run. Each row
+ * carries the key it was asked for (`requestedKey`): keys compare under the
+ * column's collation, so the stored spelling may differ from the requested one.
+ */
+export async function holdersOfKeys(
+  db: Queryable,
+  keys: readonly string[],
+): Promise<{ requestedKey: string; id: number; status: RunStatus; definitionId: number }[]> {
+  if (keys.length === 0) return []
+  const wanted = keys.map(() => 'SELECT ? AS k').join(' UNION ALL ')
+  const rows = await db.query<Raw>(
+    `SELECT w.k AS requested_key, r.id, r.status, r.definition_id
+       FROM (${wanted}) w
+       JOIN concurrency_locks l ON l.lock_key = w.k
+       JOIN event_runs r ON r.id = l.run_id
+      WHERE r.status IN (${placeholders(KEY_HOLDING.length)})
+      ORDER BY r.id`,
+    [...keys, ...KEY_HOLDING],
+  )
+  return rows.map((r) => ({
+    requestedKey: String(r.requested_key),
+    id: Number(r.id),
+    status: r.status as RunStatus,
+    definitionId: Number(r.definition_id),
+  }))
+}
+
+/**
+ * Scheduled, not-yet-started runs of a definition at or after `from` that were
+ * made by the schedule: what a schedule change re-evaluates.
+ */
+export async function futureScheduled(
+  db: Queryable,
+  definitionId: number,
+  from: Date,
+): Promise<{ id: number; scope: string; scheduledFor: Date }[]> {
+  const rows = await db.execute<Raw>(
+    `SELECT id, scope, scheduled_for FROM event_runs
+      WHERE definition_id = ? AND status = 'scheduled' AND scheduled_for >= ? AND started_by = 'schedule'`,
+    [definitionId, from],
+  )
+  return rows.map((r) => ({
+    id: Number(r.id),
+    scope: String(r.scope),
+    scheduledFor: r.scheduled_for as Date,
+  }))
+}

@@ -1,0 +1,142 @@
+/**
+ * Guarded status moves of `event_runs`. Every move is `from → to` and reports
+ * whether it happened; `false` is not an error (another worker, or an admin's
+ * cancel, won the race). A move into a terminal status stamps `ended_at`, drops
+ * the claim and releases the run's concurrency key. Health and phase changes
+ * are guarded on the current value, so an unchanged value restamps nothing.
+ */
+
+import type { Queryable, SqlValue } from '../db.ts'
+import { placeholders } from '../json.ts'
+import type { RunHealth, RunStatus } from '../states.ts'
+import { isTerminal, KEY_HOLDING, TERMINAL } from '../states.ts'
+
+/** Options of {@link transition}. */
+export interface TransitionOptions {
+  /** Set `current_phase`. */
+  phase?: string | null
+  /** Set `last_error` (truncated to 1000 characters); null clears it. */
+  error?: string | null
+  /** Drop the claim even for a non-terminal move. */
+  clearClaim?: boolean
+  /** Set `wake_at` (a terminal or paused target clears it regardless). */
+  wakeAt?: Date | null
+}
+
+export function transitionSets(to: RunStatus, opts: TransitionOptions): { sets: string[]; args: SqlValue[] } {
+  // Every status move hands back the row's start reserve (migration 0003): the
+  // first one, out of `scheduled`, is the one that grows the row.
+  const sets = ['status = ?', 'start_reserve = NULL']
+  const args: SqlValue[] = [to]
+  if (opts.phase !== undefined) {
+    sets.push('current_phase = ?')
+    args.push(opts.phase)
+  }
+  if (opts.error !== undefined) {
+    sets.push('last_error = ?')
+    args.push(opts.error === null ? null : String(opts.error).slice(0, 1000))
+  }
+  const terminal = isTerminal(to)
+  if (terminal) sets.push('ended_at = COALESCE(ended_at, NOW(3))')
+  if (terminal || opts.clearClaim)
+    sets.push('claimed_by = NULL', 'claim_expires_at = NULL', 'claim_token = NULL')
+  if (terminal || to === 'paused') sets.push('wake_at = NULL')
+  else if (opts.wakeAt !== undefined) {
+    sets.push('wake_at = ?')
+    args.push(opts.wakeAt)
+  }
+  return { sets, args }
+}
+
+/**
+ * A guarded status move `from → to` that reports whether it happened. `false` is
+ * not an error: another worker, or an admin's cancel, won the race. A move into a
+ * terminal status stamps `ended_at`, drops the claim and releases the run's
+ * concurrency key.
+ */
+export async function transition(
+  db: Queryable,
+  id: number,
+  from: RunStatus | readonly RunStatus[],
+  to: RunStatus,
+  opts: TransitionOptions = {},
+): Promise<boolean> {
+  const froms = Array.isArray(from) ? from : [from as RunStatus]
+  const { sets, args } = transitionSets(to, opts)
+  // Terminal statuses are never left, whatever `from` a caller names.
+  const res = await db.run(
+    `UPDATE event_runs SET ${sets.join(', ')}
+      WHERE id = ? AND status IN (${placeholders(froms.length)}) AND status NOT IN (${placeholders(TERMINAL.length)})`,
+    [...args, id, ...froms, ...TERMINAL],
+  )
+  const applied = res.affectedRows === 1
+  if (applied && isTerminal(to)) await releaseKey(db, [id])
+  return applied
+}
+
+/** {@link transition} for many runs at once; answers how many moved. */
+export async function transitionMany(
+  db: Queryable,
+  ids: readonly number[],
+  from: RunStatus | readonly RunStatus[],
+  to: RunStatus,
+  opts: TransitionOptions = {},
+): Promise<number> {
+  if (ids.length === 0) return 0
+  const froms = Array.isArray(from) ? from : [from as RunStatus]
+  const { sets, args } = transitionSets(to, opts)
+  const res = await db.runQuery(
+    `UPDATE event_runs SET ${sets.join(', ')}
+      WHERE id IN (${placeholders(ids.length)}) AND status IN (${placeholders(froms.length)})
+        AND status NOT IN (${placeholders(TERMINAL.length)})`,
+    [...args, ...ids, ...froms, ...TERMINAL],
+  )
+  if (res.affectedRows > 0 && isTerminal(to)) await releaseKey(db, ids)
+  return res.affectedRows
+}
+
+/**
+ * Drop the key locks held by these runs (only once they are no longer
+ * key-holding: a lock whose run is still live stays).
+ */
+export async function releaseKey(db: Queryable, runIds: readonly number[]): Promise<number> {
+  if (runIds.length === 0) return 0
+  const res = await db.runQuery(
+    `DELETE l FROM concurrency_locks l JOIN event_runs r ON r.id = l.run_id
+      WHERE l.run_id IN (${placeholders(runIds.length)}) AND r.status NOT IN (${placeholders(KEY_HOLDING.length)})`,
+    [...runIds, ...KEY_HOLDING],
+  )
+  return res.affectedRows
+}
+
+/**
+ * Set health without touching status. Guarded on the current value, so a tick
+ * that re-observes the same degradation does not restamp `updated_at`.
+ */
+export async function setHealth(db: Queryable, id: number, health: RunHealth): Promise<boolean> {
+  const res = await db.run('UPDATE event_runs SET health = ? WHERE id = ? AND health <> ?', [
+    health,
+    id,
+    health,
+  ])
+  return res.affectedRows === 1
+}
+
+/** Set `current_phase`, guarded on the current value like {@link setHealth}. */
+export async function setPhase(db: Queryable, id: number, phase: string): Promise<boolean> {
+  const res = await db.run(
+    'UPDATE event_runs SET current_phase = ? WHERE id = ? AND NOT (current_phase <=> ?)',
+    [phase, id, phase],
+  )
+  return res.affectedRows === 1
+}
+
+/** {@link setPhase} for many runs moving into the same phase. */
+export async function setPhaseMany(db: Queryable, ids: readonly number[], phase: string): Promise<number> {
+  if (ids.length === 0) return 0
+  const res = await db.runQuery(
+    `UPDATE event_runs SET current_phase = ? WHERE id IN (${placeholders(ids.length)}) AND NOT (current_phase <=> ?)`,
+    [phase, ...ids, phase],
+  )
+  return res.affectedRows
+}
