@@ -152,13 +152,17 @@ export async function claimStart(
         }
         return { claimed: true, blockedBy: null }
       },
-      { isolation: 'READ COMMITTED' },
+      // Safe to repeat, and repeated when it loses a conflict: on a Galera
+      // cluster two claimers on different nodes both see the key free and both
+      // claim; one fails certification at COMMIT and, run again, sees the
+      // winner's lock row. The answer is the committed attempt's.
+      { isolation: 'READ COMMITTED', retryable: true },
     )
   } catch (err) {
     if (err instanceof ClaimLost) {
       return { claimed: false, blockedBy: null }
     }
-    // A deadlock or a duplicate between two claimers is a lost race, not a failure.
+    // Still losing after every retry, or a duplicate between two claimers: a lost race, not a failure.
     if (isDbErrno(err, DB_ERRNO.LOCK_DEADLOCK) || isDbErrno(err, DB_ERRNO.DUP_ENTRY)) {
       return { claimed: false, blockedBy: null }
     }
