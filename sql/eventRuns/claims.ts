@@ -334,11 +334,25 @@ export async function renewClaims(
 }
 
 /**
+ * While a run is claimed its `wake_at` is the lease's end. A person acting on it
+ * meanwhile (a cue resolved, a step skipped) pulls `wake_at` earlier
+ * ({@link wakeNow}); the release keeps that earlier instant instead of
+ * overwriting it with the holder's own plan, which predates the person's act
+ * (otherwise a cue answered while its runner was still parking it would sleep
+ * until the cue's timeout). `wake_at` is assigned first: MariaDB evaluates SET
+ * left to right, and `claim_expires_at` is cleared after it.
+ */
+function releasedWakeAt(): string {
+  return `wake_at = IF(status IN (${placeholders(IN_FLIGHT.length)}),
+              IF(wake_at < claim_expires_at, LEAST(wake_at, COALESCE(?, wake_at)), ?), wake_at)`
+}
+
+/**
  * Give a run back. Scoped to `claimed_by = owner`: a process releases only its
  * own claim. `wakeAt` says when the run next needs the runner: now (the default)
  * to pick it up at once, a timer's end, or null for a run parked on a cue. A run
  * parked or waiting carries no lease: otherwise every wait would last
- * max(wait, lease).
+ * max(wait, lease). A wake someone asked for while the run was claimed stands.
  */
 export async function releaseClaim(
   db: Queryable,
@@ -349,10 +363,10 @@ export async function releaseClaim(
   const wake = opts.wakeAt === undefined ? new Date() : opts.wakeAt
   const res = await db.run(
     `UPDATE event_runs
-        SET claimed_by = NULL, claim_expires_at = NULL, claim_token = NULL,
-            wake_at = IF(status IN (${placeholders(IN_FLIGHT.length)}), ?, wake_at)
+        SET ${releasedWakeAt()},
+            claimed_by = NULL, claim_expires_at = NULL, claim_token = NULL
       WHERE id = ? AND claimed_by = ?`,
-    [...IN_FLIGHT, wake, id, owner],
+    [...IN_FLIGHT, wake, wake, id, owner],
   )
   return res.affectedRows === 1
 }
@@ -367,10 +381,10 @@ export async function releaseClaims(
   if (ids.length === 0) return 0
   const res = await db.runQuery(
     `UPDATE event_runs
-        SET claimed_by = NULL, claim_expires_at = NULL, claim_token = NULL,
-            wake_at = IF(status IN (${placeholders(IN_FLIGHT.length)}), ?, wake_at)
+        SET ${releasedWakeAt()},
+            claimed_by = NULL, claim_expires_at = NULL, claim_token = NULL
       WHERE id IN (${placeholders(ids.length)}) AND claimed_by = ?`,
-    [...IN_FLIGHT, wakeAt, ...ids, owner],
+    [...IN_FLIGHT, wakeAt, wakeAt, ...ids, owner],
   )
   return res.affectedRows
 }
@@ -389,6 +403,9 @@ export async function releaseAllClaims(db: Queryable, owner: string, now: Date):
 
 /**
  * Wake a run now (a cue resolved, a step skipped), unless it is paused or terminal.
+ * A run that is claimed at this moment gets the earlier `wake_at` too, and its
+ * holder's release keeps it (see {@link releaseClaim}); another instance cannot
+ * take the run meanwhile, its lease being live.
  *
  * `now` is the caller's clock (the one the runner compares `wake_at` with).
  * Without it the database's NOW(3) is used; but a database clock ahead of the
@@ -400,7 +417,7 @@ export async function wakeNow(db: Queryable, id: number, now?: Date): Promise<bo
   const res = await db.run(
     `UPDATE event_runs SET wake_at = COALESCE(?, NOW(3))
       WHERE id = ? AND status IN (${placeholders(IN_FLIGHT.length)})
-        AND (wake_at IS NULL OR wake_at > COALESCE(?, NOW(3))) AND claimed_by IS NULL`,
+        AND (wake_at IS NULL OR wake_at > COALESCE(?, NOW(3)))`,
     [at, id, ...IN_FLIGHT, at],
   )
   return res.affectedRows === 1
