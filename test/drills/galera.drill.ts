@@ -21,10 +21,27 @@
  * no concurrency key was held by two runs, both in samples every 50 ms and in
  * the runs' start and end times; all three instances worked, and the one on
  * the killed node worked again once its node was back.
+ *
+ * A second, short test races the guards that are not exercised by schedules,
+ * through nodes 1 and 2 at once: archiving a definition against starting a run
+ * under it (never both), and the same idempotent startRun (one run, the same
+ * answer on both nodes, never an error).
  */
 import { afterAll, beforeAll, expect, it } from 'vitest'
 import { createDb, type Db } from '../../sql/db.ts'
-import { cluster, createClusterDatabase, NODE_PORTS, nodeUrl, totalConflicts } from '../galera/cluster.ts'
+import * as definitions from '../../sql/eventDefinitions.ts'
+import { createDefinition } from '../../src/definitions.ts'
+import { startRun } from '../../src/runner/controls.ts'
+import { systemClock } from '../../src/runner/engine.ts'
+import { createDefaultRegistry } from '../../src/runner/steps/registry.ts'
+import {
+  type ConflictCounters,
+  cluster,
+  conflictCounters,
+  createClusterDatabase,
+  NODE_PORTS,
+  nodeUrl,
+} from '../galera/cluster.ts'
 import { startReceiver, type WebhookReceiver } from '../helpers/runnerHarness.ts'
 import {
   codesOf,
@@ -123,7 +140,7 @@ it('three instances on three Galera nodes, node 3 killed and back: one run per o
   const name = database?.name as string
   const inspect = createDb(nodeUrl(1, name), { connectionLimit: 3 })
   pools.push(inspect)
-  const conflictsBefore = await totalConflicts(NODE_PORTS)
+  const conflictsBefore = await Promise.all(NODE_PORTS.map((p) => conflictCounters(p)))
 
   // ── Three instances at the same instant, on a fresh database ─────────
   const t0 = Date.now()
@@ -228,6 +245,8 @@ it('three instances on three Galera nodes, node 3 killed and back: one run per o
   // ── Kill node 3 midway, bring it back ────────────────────────────────
   await sleep(BEFORE_KILL_MS)
   const finishedBeforeKill = await countFinished(inspect, defIds)
+  // Node 3's counters restart from zero with it: keep what it had counted.
+  const node3BeforeKill = await conflictCounters(NODE_PORTS[2])
   node3Down = true
   await cluster(['kill-node', '3'])
   const killedAt = Date.now()
@@ -264,7 +283,11 @@ it('three instances on three Galera nodes, node 3 killed and back: one run per o
   await sampler.stop()
   // Stop the instances (graceful): every call they made is then in the receiver's list.
   const exits = await Promise.all(servers.map((s) => s.stop(20_000)))
-  const conflictsAfter = await totalConflicts(NODE_PORTS)
+  const conflictsAfter = await Promise.all(NODE_PORTS.map((p) => conflictCounters(p)))
+  const sum = (c: ConflictCounters) => c.certFailures + c.bfAborts
+  const [b1, b2, b3] = conflictsBefore.map(sum) as [number, number, number]
+  const [a1, a2, a3] = conflictsAfter.map(sum) as [number, number, number]
+  const certificationConflicts = a1 - b1 + (a2 - b2) + (sum(node3BeforeKill) - b3) + a3
 
   // ── Occurrences: exactly one run each ────────────────────────────────
   const occurrences = []
@@ -367,7 +390,7 @@ it('three instances on three Galera nodes, node 3 killed and back: one run per o
     runsFinishedBy: Object.fromEntries(workedBy.map((r) => [r.actor, Number(r.n)])),
     finishedAfterNode3Back: Object.fromEntries(workedBy.map((r) => [r.actor, Number(r.after_back)])),
     failedOrMissed: failedReasons,
-    certificationConflicts: conflictsAfter - conflictsBefore,
+    certificationConflicts,
     exits,
     serverErrorLogLines: Object.fromEntries(servers.map((s) => [s.name, s.errorLines().length])),
   }
@@ -407,6 +430,72 @@ it('three instances on three Galera nodes, node 3 killed and back: one run per o
   ).toBeGreaterThan(0)
   expect(exits).toEqual(servers.map(() => ({ code: 0, signal: null })))
 }, 600_000)
+
+const ROUNDS = 20
+
+it('across nodes: an archive and a new run never both commit; an idempotent startRun answers one run on both nodes', async () => {
+  const name = database?.name as string
+  const [a, b] = [
+    createDb(nodeUrl(1, name), { connectionLimit: 4 }),
+    createDb(nodeUrl(2, name), { connectionLimit: 4 }),
+  ]
+  pools.push(a, b)
+  const registry = createDefaultRegistry()
+  const program = { phases: [{ name: 'main', steps: [{ kind: 'core.cue', params: { prompt: 'hold' } }] }] }
+  const outcomes = {
+    archiveWon: 0,
+    runWon: 0,
+    archivedWithLiveRun: 0,
+    sameRunBothNodes: 0,
+    startRunErrors: [] as string[],
+  }
+  for (let i = 0; i < ROUNDS; i++) {
+    const def = await createDefinition(
+      { db: a, registry, clock: systemClock },
+      { slug: `race-${i}`, title: `race ${i}`, program },
+      'drill',
+    )
+    // An archive through node 1 against a new run through node 2, at the same moment.
+    const [archived, started] = await Promise.allSettled([
+      definitions.setState(a, def.id, 'archived'),
+      startRun({ db: b, clock: systemClock }, { definitionId: def.id, scope: 's', actor: 'drill' }),
+    ])
+    const [live] = await a.query<{ n: number }>(
+      `SELECT COUNT(*) AS n FROM event_runs WHERE definition_id = ? AND status NOT IN ('completed','cancelled','failed','missed')`,
+      [def.id],
+    )
+    const isArchived = (await definitions.getById(a, def.id))?.state === 'archived'
+    if (isArchived && Number(live?.n) > 0) outcomes.archivedWithLiveRun++
+    if (isArchived && archived.status === 'fulfilled' && archived.value) outcomes.archiveWon++
+    if (started.status === 'fulfilled') outcomes.runWon++
+    else if (!/archived/.test(String(started.reason))) outcomes.startRunErrors.push(String(started.reason))
+
+    // The same occurrence asked for through both nodes at once: one run, both answers name it.
+    const at = new Date(Date.now() + 3_600_000 + i * 1000)
+    const dup = await createDefinition(
+      { db: a, registry, clock: systemClock },
+      { slug: `dup-${i}`, title: `dup ${i}`, program },
+      'drill',
+    )
+    const both = await Promise.allSettled(
+      [a, b].map((db) =>
+        startRun({ db, clock: systemClock }, { definitionId: dup.id, scope: 's', at, actor: 'drill' }),
+      ),
+    )
+    const ids = both.map((r) => (r.status === 'fulfilled' ? r.value.id : `error: ${String(r.reason)}`))
+    for (const r of both) if (r.status === 'rejected') outcomes.startRunErrors.push(String(r.reason))
+    const [runsMade] = await a.query<{ n: number }>(
+      'SELECT COUNT(*) AS n FROM event_runs WHERE definition_id = ?',
+      [dup.id],
+    )
+    if (ids[0] === ids[1] && Number(runsMade?.n) === 1) outcomes.sameRunBothNodes++
+  }
+  report('galera-races', { rounds: ROUNDS, ...outcomes, startRunErrors: outcomes.startRunErrors.slice(0, 5) })
+  expect(outcomes.archivedWithLiveRun).toBe(0)
+  expect(outcomes.archiveWon + outcomes.runWon).toBe(ROUNDS)
+  expect(outcomes.startRunErrors).toEqual([])
+  expect(outcomes.sameRunBothNodes).toBe(ROUNDS)
+}, 180_000)
 
 /** Runs of these definitions that ended, by now. */
 async function countFinished(db: Db, defIds: number[]): Promise<number> {

@@ -89,9 +89,3 @@ export async function conflictCounters(port: number, host = '127.0.0.1'): Promis
     await c.end()
   }
 }
-
-/** The sum over several servers of their conflict counters. */
-export async function totalConflicts(ports: readonly number[]): Promise<number> {
-  const all = await Promise.all(ports.map((p) => conflictCounters(p)))
-  return all.reduce((n, c) => n + c.certFailures + c.bfAborts, 0)
-}
