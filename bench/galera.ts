@@ -17,7 +17,7 @@ import { createDb, type Db } from '../sql/db.ts'
 import * as runs from '../sql/eventRuns/index.ts'
 import { migrate } from '../sql/migrate.ts'
 import { createDefinition } from '../src/definitions.ts'
-import { systemClock } from '../src/runner/engine.ts'
+import { systemClock } from '../src/runner/clock.ts'
 import { Runner } from '../src/runner/runner.ts'
 import { createDefaultRegistry } from '../src/runner/steps/registry.ts'
 import {

@@ -13,7 +13,7 @@ import { badInput } from '../src/errors.ts'
 import { actorOf, definitionDeps } from './deps.ts'
 
 /** Fields of UpdateDefinitionInput whose column cannot be NULL: null there is a mistake, not "clear". */
-const NOT_NULLABLE = ['title', 'timezone', 'graceSeconds', 'scopes'] as const
+const NOT_NULLABLE = ['title', 'timezone', 'graceSeconds', 'scopes', 'overlap'] as const
 
 builder.queryFields((t) => ({
   definitions: t.field({
@@ -66,6 +66,9 @@ builder.mutationFields((t) => ({
           scopes: input.scopes ?? [''],
           state: input.state ?? 'active',
           program: input.program,
+          overlap: input.overlap ?? 'allow_all',
+          startsAt: input.startsAt ?? null,
+          endsAt: input.endsAt ?? null,
         },
         actorOf(ctx),
       ),
@@ -92,6 +95,9 @@ builder.mutationFields((t) => ({
       if (input.description !== undefined) patch.description = input.description
       if (input.schedule !== undefined) patch.schedule = input.schedule
       if (input.concurrencyKey !== undefined) patch.concurrencyKey = input.concurrencyKey
+      if (input.overlap != null) patch.overlap = input.overlap
+      if (input.startsAt !== undefined) patch.startsAt = input.startsAt
+      if (input.endsAt !== undefined) patch.endsAt = input.endsAt
       return updateDefinition(definitionDeps(ctx), id, patch, actorOf(ctx))
     },
   }),
@@ -111,7 +117,7 @@ builder.mutationFields((t) => ({
   setDefinitionState: t.field({
     type: EventDefinitionRef,
     description:
-      'ACTIVE, PAUSED or ARCHIVED. Archiving is refused (CONFLICT) while any of its runs is unfinished.',
+      'ACTIVE, PAUSED or ARCHIVED. PAUSED withdraws the never-started runs the schedule made (runs a person scheduled stay); ACTIVE resumes the schedule from now. ARCHIVED also cancels runs a person scheduled, and is refused (CONFLICT) while a run is in progress.',
     extensions: requires('admin'),
     args: { id: t.arg.id({ required: true }), state: t.arg({ type: DefinitionStateEnum, required: true }) },
     resolve: (_root, args, ctx) =>

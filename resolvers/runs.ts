@@ -2,11 +2,12 @@
 
 import { builder } from '../schema/builder.ts'
 import { RunStatusEnum } from '../schema/enums.ts'
-import { EventRunRef, TransitionResultRef } from '../schema/refs.ts'
+import { BackfillResultRef, EventRunRef, TransitionResultRef } from '../schema/refs.ts'
 import * as runs from '../sql/eventRuns/index.ts'
 import { parseId, parseOptionalId, withDefault } from '../src/api/args.ts'
 import { requires } from '../src/api/authz.ts'
 import { selectsField } from '../src/api/selection.ts'
+import { backfillRuns } from '../src/backfill.ts'
 import { cancelRun, pauseRun, resumeRun, startRun } from '../src/runner/controls.ts'
 import { actorOf, controlDeps } from './deps.ts'
 
@@ -92,5 +93,31 @@ builder.mutationFields((t) => ({
     args: { id: t.arg.id({ required: true }), reason: t.arg.string() },
     resolve: (_root, args, ctx) =>
       cancelRun(controlDeps(ctx), parseId(args.id, 'id'), actorOf(ctx), args.reason ?? null),
+  }),
+}))
+
+builder.mutationFields((t) => ({
+  backfillRuns: t.field({
+    type: BackfillResultRef,
+    description:
+      'Make the runs of every occurrence in [from, to) for the given scopes (default: the definition’s): the same instants nextOccurrences gives. Idempotent on the occurrence; at most 1000 occurrences (instants × scopes) per call. Backfilled runs start as soon as they are due, never MISSED for lateness, under the overlap policy and concurrency key.',
+    extensions: requires('operator'),
+    args: {
+      definitionId: t.arg.id({ required: true }),
+      from: t.arg({ type: 'DateTime', required: true }),
+      to: t.arg({ type: 'DateTime', required: true }),
+      scopes: t.arg.stringList(),
+    },
+    resolve: (_root, args, ctx) =>
+      backfillRuns(
+        { db: ctx.services.db, nudge: () => ctx.services.nudge() },
+        {
+          definitionId: parseId(args.definitionId, 'definitionId'),
+          from: args.from,
+          to: args.to,
+          scopes: args.scopes ?? null,
+          actor: actorOf(ctx),
+        },
+      ),
   }),
 }))

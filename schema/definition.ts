@@ -2,7 +2,7 @@
 import { withDefault } from '../src/api/args.ts'
 import { badInput } from '../src/errors.ts'
 import { MAX_NEXT_OCCURRENCES, nextOccurrences } from '../src/runner/schedule.ts'
-import { DefinitionStateEnum } from './enums.ts'
+import { DefinitionStateEnum, OverlapPolicyEnum } from './enums.ts'
 import { EventDefinitionRef, EventVersionRef } from './refs.ts'
 
 EventDefinitionRef.implement({
@@ -26,6 +26,20 @@ EventDefinitionRef.implement({
     }),
     scopes: t.exposeStringList('scopes'),
     state: t.expose('state', { type: DefinitionStateEnum }),
+    overlap: t.expose('overlap', {
+      type: OverlapPolicyEnum,
+      description: 'Applied per scope when an occurrence comes due while an earlier run is in progress.',
+    }),
+    startsAt: t.expose('startsAt', {
+      type: 'DateTime',
+      nullable: true,
+      description: 'The schedule has no occurrence before this instant.',
+    }),
+    endsAt: t.expose('endsAt', {
+      type: 'DateTime',
+      nullable: true,
+      description: 'The schedule has no occurrence after this instant.',
+    }),
     createdAt: t.expose('createdAt', { type: 'DateTime' }),
     updatedAt: t.expose('updatedAt', { type: 'DateTime' }),
     currentVersion: t.field({
@@ -42,7 +56,7 @@ EventDefinitionRef.implement({
     nextOccurrences: t.field({
       type: ['DateTime'],
       description:
-        'The next `count` (1..1000) occurrences strictly after `after` (default: now), in UTC. Empty for a manual-only definition.',
+        'The next `count` (1..1000) occurrences strictly after `after` (default: now), in UTC, inside startsAt/endsAt. Empty for a manual-only definition.',
       args: {
         count: t.arg.int({ defaultValue: 5 }),
         after: t.arg({ type: 'DateTime' }),
@@ -55,7 +69,7 @@ EventDefinitionRef.implement({
           throw badInput(`count must be an integer from 1 to ${MAX_NEXT_OCCURRENCES}; got ${count}.`)
         }
         if (def.schedule === null) return []
-        return nextOccurrences(def.schedule, def.timezone, { count, after })
+        return nextOccurrences(def.schedule, def.timezone, { count, after, bounds: def })
       },
     }),
   }),

@@ -2,7 +2,13 @@
  * The state enums: the uppercase of the stored lowercase values, which are what
  * resolvers see (`'running'`), so rows pass through without mapping.
  */
-import { DEFINITION_STATES, RUN_HEALTHS, RUN_STATUSES, STEP_STATUSES } from '../sql/states.ts'
+import {
+  DEFINITION_STATES,
+  OVERLAP_POLICIES,
+  RUN_HEALTHS,
+  RUN_STATUSES,
+  STEP_STATUSES,
+} from '../sql/states.ts'
 import { builder } from './builder.ts'
 
 function valuesOf<const T extends readonly string[]>(stored: T) {
@@ -29,6 +35,12 @@ export const StepStatusEnum = builder.enumType('StepStatus', {
 
 export const DefinitionStateEnum = builder.enumType('DefinitionState', {
   description:
-    'A PAUSED definition materialises no new runs; an ARCHIVED one is hidden and cannot start runs.',
+    'A PAUSED definition starts nothing from its schedule (runs a person scheduled still start); an ARCHIVED one is hidden and cannot start runs.',
   values: valuesOf(DEFINITION_STATES),
+})
+
+export const OverlapPolicyEnum = builder.enumType('OverlapPolicy', {
+  description:
+    'What an occurrence does when it comes due while an earlier run of the same definition and scope is in progress: ALLOW_ALL starts it anyway; SKIP marks it MISSED; BUFFER_ONE holds the newest such occurrence until the earlier run ends (an older held one becomes MISSED); CANCEL_OTHER cancels the earlier run, then starts it.',
+  values: valuesOf(OVERLAP_POLICIES),
 })

@@ -1,6 +1,6 @@
 /** Input objects of the definition mutations. */
 import { builder } from './builder.ts'
-import { DefinitionStateEnum } from './enums.ts'
+import { DefinitionStateEnum, OverlapPolicyEnum } from './enums.ts'
 
 export const CreateDefinitionInput = builder.inputType('CreateDefinitionInput', {
   description: 'A new definition; `program` becomes its version 1.',
@@ -18,6 +18,9 @@ export const CreateDefinitionInput = builder.inputType('CreateDefinitionInput', 
     scopes: t.stringList({ defaultValue: [''] }),
     state: t.field({ type: DefinitionStateEnum, defaultValue: 'active' }),
     program: t.field({ type: 'JSON', required: true }),
+    overlap: t.field({ type: OverlapPolicyEnum, defaultValue: 'allow_all' }),
+    startsAt: t.field({ type: 'DateTime', description: 'No occurrence before this instant.' }),
+    endsAt: t.field({ type: 'DateTime', description: 'No occurrence after this instant.' }),
   }),
 })
 
@@ -32,5 +35,8 @@ export const UpdateDefinitionInput = builder.inputType('UpdateDefinitionInput', 
     graceSeconds: t.int(),
     concurrencyKey: t.string(),
     scopes: t.stringList(),
+    overlap: t.field({ type: OverlapPolicyEnum }),
+    startsAt: t.field({ type: 'DateTime', description: 'null removes the bound.' }),
+    endsAt: t.field({ type: 'DateTime', description: 'null removes the bound.' }),
   }),
 })

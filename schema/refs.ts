@@ -33,6 +33,12 @@ export interface StepResultShape {
   step: StepRow
 }
 
+export interface BackfillResultShape {
+  created: number
+  existing: number
+  runs: RunListRow[]
+}
+
 export const EventRunRef = builder.objectRef<RunListRow>('EventRun')
 export const RunStepRef = builder.objectRef<StepRow>('RunStep')
 export const RunLogRef = builder.objectRef<LogRow>('RunLog')
@@ -43,3 +49,4 @@ export const HealthRef = builder.objectRef<HealthShape>('Health')
 export const RunnerInstanceRef = builder.objectRef<HeartbeatRow>('RunnerInstance')
 export const TransitionResultRef = builder.objectRef<TransitionResultShape>('TransitionResult')
 export const StepResultRef = builder.objectRef<StepResultShape>('StepResult')
+export const BackfillResultRef = builder.objectRef<BackfillResultShape>('BackfillResult')

@@ -1,5 +1,5 @@
 /** `TransitionResult` and `StepResult`: what run and step controls answer. */
-import { EventRunRef, RunStepRef, StepResultRef, TransitionResultRef } from './refs.ts'
+import { BackfillResultRef, EventRunRef, RunStepRef, StepResultRef, TransitionResultRef } from './refs.ts'
 
 TransitionResultRef.implement({
   description:
@@ -16,5 +16,15 @@ StepResultRef.implement({
   fields: (t) => ({
     applied: t.exposeBoolean('applied'),
     step: t.field({ type: RunStepRef, resolve: (r) => r.step }),
+  }),
+})
+
+BackfillResultRef.implement({
+  description:
+    'created: runs made by this call; existing: occurrences that already had a run (counted, never doubled); runs: every run of the range, oldest first.',
+  fields: (t) => ({
+    created: t.exposeInt('created'),
+    existing: t.exposeInt('existing'),
+    runs: t.field({ type: [EventRunRef], resolve: (r) => r.runs }),
   }),
 })

@@ -5,9 +5,9 @@
  */
 
 import type { Db, Queryable, SqlValue } from './db.ts'
+import { transitionSets } from './eventRuns/transitions.ts'
 import { parseJson, placeholders, toJson } from './json.ts'
-import type { DefinitionState } from './states.ts'
-import { NON_TERMINAL } from './states.ts'
+import type { DefinitionState, OverlapPolicy } from './states.ts'
 
 export interface DefinitionRow {
   id: number
@@ -22,6 +22,12 @@ export interface DefinitionRow {
   state: DefinitionState
   currentVersionId: number | null
   materializedThrough: Date | null
+  /** What an occurrence does when an earlier run of its scope is still in progress. */
+  overlap: OverlapPolicy
+  /** No occurrence before this instant (inclusive bound); null = unbounded. */
+  startsAt: Date | null
+  /** No occurrence after this instant (inclusive bound); null = unbounded. */
+  endsAt: Date | null
   createdAt: Date
   updatedAt: Date
 }
@@ -29,7 +35,8 @@ export interface DefinitionRow {
 type Raw = Record<string, unknown>
 
 const SELECT_DEF = `SELECT id, slug, title, description, schedule, timezone, grace_seconds, concurrency_key, scopes,
-  state, current_version_id, materialized_through, created_at, updated_at FROM event_definitions`
+  state, current_version_id, materialized_through, overlap, starts_at, ends_at, created_at, updated_at
+  FROM event_definitions`
 
 function hydrate(row: Raw): DefinitionRow {
   return {
@@ -45,6 +52,9 @@ function hydrate(row: Raw): DefinitionRow {
     state: row.state as DefinitionState,
     currentVersionId: row.current_version_id == null ? null : Number(row.current_version_id),
     materializedThrough: (row.materialized_through as Date | null) ?? null,
+    overlap: (row.overlap as OverlapPolicy | null) ?? 'allow_all',
+    startsAt: (row.starts_at as Date | null) ?? null,
+    endsAt: (row.ends_at as Date | null) ?? null,
     createdAt: row.created_at as Date,
     updatedAt: row.updated_at as Date,
   }
@@ -60,13 +70,17 @@ export interface NewDefinition {
   concurrencyKey?: string | null
   scopes: string[]
   state: DefinitionState
+  overlap?: OverlapPolicy
+  startsAt?: Date | null
+  endsAt?: Date | null
 }
 
 /** Insert a definition; a duplicate slug surfaces as DB_ERRNO.DUP_ENTRY for the caller to map. */
 export async function create(db: Queryable, def: NewDefinition): Promise<number> {
   const res = await db.run(
-    `INSERT INTO event_definitions (slug, title, description, schedule, timezone, grace_seconds, concurrency_key, scopes, state)
-     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    `INSERT INTO event_definitions (slug, title, description, schedule, timezone, grace_seconds, concurrency_key, scopes,
+       state, overlap, starts_at, ends_at)
+     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     [
       def.slug,
       def.title,
@@ -77,6 +91,9 @@ export async function create(db: Queryable, def: NewDefinition): Promise<number>
       def.concurrencyKey ?? null,
       toJson(def.scopes),
       def.state,
+      def.overlap ?? 'allow_all',
+      def.startsAt ?? null,
+      def.endsAt ?? null,
     ],
   )
   return res.insertId
@@ -91,6 +108,9 @@ export interface DefinitionPatch {
   graceSeconds?: number
   concurrencyKey?: string | null
   scopes?: string[]
+  overlap?: OverlapPolicy
+  startsAt?: Date | null
+  endsAt?: Date | null
 }
 
 const PATCH_COLUMNS: Record<keyof DefinitionPatch, string> = {
@@ -101,11 +121,16 @@ const PATCH_COLUMNS: Record<keyof DefinitionPatch, string> = {
   graceSeconds: 'grace_seconds',
   concurrencyKey: 'concurrency_key',
   scopes: 'scopes',
+  overlap: 'overlap',
+  startsAt: 'starts_at',
+  endsAt: 'ends_at',
 }
 
 /**
- * Apply a patch. A change of schedule, zone or scopes resets the materialisation
- * watermark so the next pass re-evaluates the horizon. Answers whether the row exists.
+ * Apply a patch. A change of schedule, zone, scopes or bounds resets the
+ * materialisation watermarks so the next pass re-evaluates the horizon; a change
+ * of overlap policy applies to the runs not yet started. Answers whether the
+ * row exists.
  */
 export async function update(db: Queryable, id: number, patch: DefinitionPatch): Promise<boolean> {
   const sets: string[] = []
@@ -116,14 +141,37 @@ export async function update(db: Queryable, id: number, patch: DefinitionPatch):
     sets.push(`${column} = ?`)
     args.push(key === 'scopes' ? toJson(value) : (value as SqlValue))
   }
-  if (patch.schedule !== undefined || patch.timezone !== undefined || patch.scopes !== undefined) {
-    sets.push('materialized_through = NULL')
-  }
+  const replan = reschedules(patch)
+  if (replan) sets.push('materialized_through = NULL')
   if (sets.length === 0) return (await getById(db, id)) !== null
   // Touch updated_at even when values are equal, so "found" never reads as "missing".
   sets.push('updated_at = NOW(3)')
   const res = await db.run(`UPDATE event_definitions SET ${sets.join(', ')} WHERE id = ?`, [...args, id])
-  return res.affectedRows === 1
+  if (res.affectedRows !== 1) return false
+  if (replan) await clearWatermarks(db, id)
+  if (patch.overlap !== undefined) {
+    await db.run(
+      `UPDATE event_runs SET overlap = ? WHERE definition_id = ? AND status = 'scheduled' AND rehearsal = 0`,
+      [runOverlap(patch.overlap), id],
+    )
+  }
+  return true
+}
+
+/** True when the patch changes which occurrences the schedule has. */
+export function reschedules(patch: DefinitionPatch): boolean {
+  return (
+    patch.schedule !== undefined ||
+    patch.timezone !== undefined ||
+    patch.scopes !== undefined ||
+    patch.startsAt !== undefined ||
+    patch.endsAt !== undefined
+  )
+}
+
+/** The value a run stores for its definition's policy: NULL for `allow_all` (the set-wise start path). */
+export function runOverlap(policy: OverlapPolicy): Exclude<OverlapPolicy, 'allow_all'> | null {
+  return policy === 'allow_all' ? null : policy
 }
 
 export async function getById(db: Queryable, id: number): Promise<DefinitionRow | null> {
@@ -163,49 +211,92 @@ export async function listMaterialisable(db: Queryable): Promise<DefinitionRow[]
   return rows.map(hydrate)
 }
 
+/** What {@link setState} did. */
+export type StateChange =
+  /** Applied: how many never-started runs the schedule made were withdrawn (deleted), how many a person scheduled were cancelled. */
+  | { applied: true; withdrawn: number; cancelled: number }
+  /** Archiving refused: this many runs are in progress. */
+  | { applied: false; inProgress: number }
+
+/** Statuses of a run in progress (what refuses an archive). */
+const IN_PROGRESS = ['starting', 'running', 'paused', 'ending'] as const
+
 /**
- * Move a definition to `state`. Archiving is refused while any of its runs is
- * not terminal. Answers whether the row changed.
+ * Move a definition to `state`, with what that means for its runs, in one
+ * transaction (null when the definition does not exist):
+ * - `paused`: the never-started runs its schedule made are withdrawn (deleted:
+ *   they are projections of the schedule, and nothing a person did is lost);
+ *   runs a person scheduled stay.
+ * - `archived`: refused while a run is in progress; otherwise the schedule's
+ *   never-started runs are withdrawn and the ones a person scheduled cancelled
+ *   with `archivedReason`.
+ * - any change: the materialisation watermarks go, so a schedule that becomes
+ *   active again resumes from then, not from where it stopped.
  *
- * Archiving is a short transaction that first writes the definition's
- * `run_guard`, then counts its runs with a locking read (which sees the latest
- * committed rows, not a snapshot); `updated_at` is assigned itself so the
- * guard does not count as an edit. Everything that creates runs
- * ({@link lockForNewRuns}) writes the same column first. On one server the
- * second writer waits for the first; on a Galera cluster, where row locks do
- * not cross nodes, the two writes conflict in certification and the loser runs
- * again. Either way a run can never be added between the count and the archive.
+ * The transaction first writes the definition's `run_guard` (`updated_at` is
+ * assigned itself, so the guard is not an edit). Everything that creates runs
+ * ({@link lockForNewRuns}) writes the same column first, so no run is added
+ * meanwhile: on one server the second writer waits for the first; on a Galera
+ * cluster, where row locks do not cross nodes, the two writes conflict in
+ * certification and the loser runs again (the transaction is safe to repeat).
+ * A starter that locked a run first makes the withdrawal wait for its commit
+ * (that run started before the change), and one that comes later finds the
+ * run gone; across nodes, the same rows written by both make one of them lose.
  */
-export async function setState(db: Db, id: number, state: DefinitionState): Promise<boolean> {
-  if (state === 'archived') {
-    return db.transaction(
-      async (tx) => {
-        const guard = await tx.run(
-          'UPDATE event_definitions SET run_guard = run_guard + 1, updated_at = updated_at WHERE id = ?',
-          [id],
-        )
-        if (guard.affectedRows !== 1) return false
+export async function setState(
+  db: Db,
+  id: number,
+  state: DefinitionState,
+  archivedReason = 'definition archived',
+): Promise<StateChange | null> {
+  return db.transaction(
+    async (tx) => {
+      const guard = await tx.run(
+        'UPDATE event_definitions SET run_guard = run_guard + 1, updated_at = updated_at WHERE id = ?',
+        [id],
+      )
+      if (guard.affectedRows !== 1) return null
+      if (state === 'archived') {
+        // A locking read sees the latest committed rows, not a snapshot.
         const [live] = await tx.execute<Raw>(
           `SELECT COUNT(*) AS n FROM event_runs
-            WHERE definition_id = ? AND status IN (${placeholders(NON_TERMINAL.length)}) LOCK IN SHARE MODE`,
-          [id, ...NON_TERMINAL],
+          WHERE definition_id = ? AND status IN (${placeholders(IN_PROGRESS.length)}) LOCK IN SHARE MODE`,
+          [id, ...IN_PROGRESS],
         )
-        if (Number(live?.n ?? 0) > 0) return false
-        const res = await tx.run(`UPDATE event_definitions SET state = 'archived' WHERE id = ?`, [id])
-        return res.affectedRows === 1
-      },
-      { retryable: true },
-    )
-  }
-  const res = await db.run(
-    // MariaDB assigns left to right and later expressions see earlier new values,
-    // so the watermark must be decided before `state` is overwritten.
-    `UPDATE event_definitions SET materialized_through = IF(state <> ?, NULL, materialized_through),
-        state = ?
-      WHERE id = ?`,
-    [state, state, id],
+        const inProgress = Number(live?.n ?? 0)
+        if (inProgress > 0) return { applied: false, inProgress }
+      }
+      let withdrawn = 0
+      let cancelled = 0
+      if (state !== 'active') {
+        const gone = await tx.run(
+          `DELETE FROM event_runs WHERE definition_id = ? AND status = 'scheduled' AND started_by <=> 'schedule'`,
+          [id],
+        )
+        withdrawn = gone.affectedRows
+      }
+      if (state === 'archived') {
+        const { sets, args } = transitionSets('cancelled', { error: archivedReason })
+        const res = await tx.run(
+          `UPDATE event_runs SET ${sets.join(', ')} WHERE definition_id = ? AND status = 'scheduled'`,
+          [...args, id],
+        )
+        cancelled = res.affectedRows
+      }
+      await tx.run(`UPDATE event_definitions SET state = ?, materialized_through = NULL WHERE id = ?`, [
+        state,
+        id,
+      ])
+      await clearWatermarks(tx, id)
+      return { applied: true, withdrawn, cancelled }
+    },
+    { retryable: true },
   )
-  return res.affectedRows === 1
+}
+
+/** Forget how far a definition is materialised: the next pass starts from its own now. */
+export async function clearWatermarks(db: Queryable, definitionId: number): Promise<void> {
+  await db.run('DELETE FROM schedule_watermarks WHERE definition_id = ?', [definitionId])
 }
 
 /**
@@ -223,10 +314,6 @@ export async function lockForNewRuns(tx: Queryable, id: number): Promise<Definit
   if (guard.affectedRows !== 1) return null
   const [row] = await tx.execute<Raw>('SELECT state FROM event_definitions WHERE id = ?', [id])
   return row ? (row.state as DefinitionState) : null
-}
-
-export async function setCurrentVersion(db: Queryable, id: number, versionId: number): Promise<void> {
-  await db.run('UPDATE event_definitions SET current_version_id = ? WHERE id = ?', [versionId, id])
 }
 
 /** Record that occurrences up to `through` exist as runs; never moves backwards. */

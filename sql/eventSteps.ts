@@ -612,11 +612,6 @@ export async function reclaimStale(db: Queryable, now: Date): Promise<number> {
   return res.affectedRows
 }
 
-/** A parked step with the run fields a waiting-list screen needs. */
-export interface WaitingStepRow extends StepRow {
-  runStatus: string
-}
-
 /** Steps parked on a person, oldest first (the one waiting longest is most urgent). */
 export async function listWaiting(db: Queryable, limit = 100): Promise<StepRow[]> {
   const n = clampLimit(limit, 100)
@@ -632,17 +627,4 @@ export async function waitingSummary(db: Queryable): Promise<{ count: number; ol
     `SELECT COUNT(*) AS n, MIN(started_at) AS oldest FROM event_run_steps WHERE parked = 1 AND status = 'running'`,
   )
   return { count: Number(row?.n ?? 0), oldestAt: (row?.oldest as Date | null) ?? null }
-}
-
-/** Parked-step counts for several runs in one statement (runs with none are absent). */
-export async function waitingCounts(db: Queryable, runIds: readonly number[]): Promise<Map<number, number>> {
-  const out = new Map<number, number>()
-  if (runIds.length === 0) return out
-  const rows = await db.query<Raw>(
-    `SELECT run_id, COUNT(*) AS n FROM event_run_steps
-      WHERE run_id IN (${placeholders(runIds.length)}) AND parked = 1 AND status = 'running' GROUP BY run_id`,
-    [...runIds],
-  )
-  for (const r of rows) out.set(Number(r.run_id), Number(r.n))
-  return out
 }

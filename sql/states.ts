@@ -46,16 +46,15 @@ export type RunHealth = (typeof RUN_HEALTHS)[number]
 export const STEP_STATUSES = ['pending', 'running', 'completed', 'failed', 'skipped', 'cancelled'] as const
 export type StepStatus = (typeof STEP_STATUSES)[number]
 
-/** Step statuses after which the step is never executed again. */
-export const STEP_DONE = [
-  'completed',
-  'failed',
-  'skipped',
-  'cancelled',
-] as const satisfies readonly StepStatus[]
-
 export const DEFINITION_STATES = ['active', 'paused', 'archived'] as const
 export type DefinitionState = (typeof DEFINITION_STATES)[number]
 
 export const STEP_ON_ERROR = ['fail', 'degrade'] as const
 export type StepOnError = (typeof STEP_ON_ERROR)[number]
+
+/**
+ * What a definition does when an occurrence comes due while an earlier run of
+ * the same definition and scope is in progress. `allow_all` starts it anyway.
+ */
+export const OVERLAP_POLICIES = ['allow_all', 'skip', 'buffer_one', 'cancel_other'] as const
+export type OverlapPolicy = (typeof OVERLAP_POLICIES)[number]

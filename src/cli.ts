@@ -10,7 +10,7 @@ import { type Config, ConfigError, generateToken, loadConfig } from './config.ts
 import { loadDemo } from './demo.ts'
 import { createLogger, type Logger } from './log.ts'
 import { MariadbNotInstalledError, type PrivateMariadb, startPrivateMariadb } from './privateMariadb.ts'
-import { systemClock } from './runner/engine.ts'
+import { systemClock } from './runner/clock.ts'
 import { createDefaultRegistry } from './runner/steps/registry.ts'
 import { buildApp } from './server.ts'
 

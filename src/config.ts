@@ -42,6 +42,8 @@ export interface Config {
   logLevel: LogLevel
   /** Days a terminal run's logs are kept. @default 30 */
   logRetentionDays: number
+  /** Days a terminal run (with its steps and logs) is kept; 0 keeps every run. @default 90 */
+  runRetentionDays: number
   /** Milliseconds between polls behind the runStatus subscription. @default 500 */
   statusPollMs: number
   /** How far ahead schedules are materialised into runs, in hours. @default 24 */
@@ -238,6 +240,13 @@ const envSchema = z
     ),
     LOG_LEVEL: oneOf('LOG_LEVEL', LOG_LEVELS, 'info'),
     LOG_RETENTION_DAYS: wholeNumber('LOG_RETENTION_DAYS', 30, 1, 36_500, 'a whole number of days ≥ 1'),
+    RUN_RETENTION_DAYS: wholeNumber(
+      'RUN_RETENTION_DAYS',
+      90,
+      0,
+      36_500,
+      'a whole number of days (0 keeps every run)',
+    ),
     STATUS_POLL_MS: wholeNumber('STATUS_POLL_MS', 500, 10, 3_600_000, 'a whole number of milliseconds ≥ 10'),
     MATERIALIZE_HORIZON_HOURS: wholeNumber(
       'MATERIALIZE_HORIZON_HOURS',
@@ -304,6 +313,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     maxBodyBytes: e.MAX_BODY_BYTES,
     logLevel: e.LOG_LEVEL,
     logRetentionDays: e.LOG_RETENTION_DAYS,
+    runRetentionDays: e.RUN_RETENTION_DAYS,
     statusPollMs: e.STATUS_POLL_MS,
     materializeHorizonHours: e.MATERIALIZE_HORIZON_HOURS,
     instanceId: e.INSTANCE_ID ?? defaultInstanceId(),

@@ -12,7 +12,7 @@ import type { VersionRow } from '../sql/eventVersions.ts'
 import * as versions from '../sql/eventVersions.ts'
 import type { DefinitionState } from '../sql/states.ts'
 import { AppError, badInput, conflict, ERROR_CODES, notFound } from './errors.ts'
-import type { Clock } from './runner/engine.ts'
+import type { Clock } from './runner/clock.ts'
 import { occurrenceRuns } from './runner/materialise.ts'
 import { validateProgram } from './runner/program.ts'
 import { canonicalTimezone, validateSchedule } from './runner/schedule.ts'
@@ -77,6 +77,23 @@ export function fieldProblems(f: DefinitionFields, current?: DefinitionRow): str
       problems.push('concurrencyKey: must be 1–255 characters')
     for (const p of templateProblems(f.concurrencyKey, 'concurrencyKey'))
       problems.push(`${p.path}: ${p.message}`)
+  }
+  for (const field of ['startsAt', 'endsAt'] as const) {
+    const value = f[field]
+    if (value != null && (!(value instanceof Date) || Number.isNaN(value.getTime())))
+      problems.push(`${field}: must be a valid ISO-8601 date-time`)
+  }
+  const startsAt = f.startsAt !== undefined ? f.startsAt : current?.startsAt
+  const endsAt = f.endsAt !== undefined ? f.endsAt : current?.endsAt
+  if (
+    (f.startsAt !== undefined || f.endsAt !== undefined) &&
+    startsAt instanceof Date &&
+    endsAt instanceof Date &&
+    startsAt.getTime() > endsAt.getTime()
+  ) {
+    problems.push(
+      `endsAt: ${endsAt.toISOString()} is before startsAt ${startsAt.toISOString()}; the schedule would never fire`,
+    )
   }
   if (f.scopes !== undefined) {
     if (f.scopes.length === 0) problems.push('scopes: give at least one scope ("" is the default scope)')
@@ -177,6 +194,9 @@ async function create(
       concurrencyKey: input.concurrencyKey ?? null,
       scopes: input.scopes ?? [''],
       state: input.state ?? 'active',
+      overlap: input.overlap ?? 'allow_all',
+      startsAt: input.startsAt ?? null,
+      endsAt: input.endsAt ?? null,
     })
   } catch (err) {
     if (isDbErrno(err, DB_ERRNO.DUP_ENTRY)) {
@@ -221,8 +241,7 @@ async function update(
   assertValid(fieldProblems(patch, current))
   await definitions.update(deps.db, id, normalised)
   const updated = await mustGet(deps.db, id)
-  const rescheduled =
-    patch.schedule !== undefined || patch.timezone !== undefined || patch.scopes !== undefined
+  const rescheduled = definitions.reschedules(patch)
   let cancelled = 0
   if (rescheduled) cancelled = await dropUnscheduledRuns(deps, updated)
   await recordAudit(deps, actor, 'updateDefinition', String(id), 'ok', {
@@ -277,7 +296,15 @@ async function publish(
   return version
 }
 
-/** ACTIVE, PAUSED or ARCHIVED; archiving is refused while any run is not terminal. */
+/**
+ * ACTIVE, PAUSED or ARCHIVED, with what that means for the runs:
+ * - PAUSED: the never-started runs the schedule made are withdrawn at once;
+ *   runs a person scheduled stay and start at their time.
+ * - ARCHIVED: the same withdrawal, and runs a person scheduled are cancelled
+ *   ("definition archived"); refused with CONFLICT while a run is in progress.
+ * - back to ACTIVE: the schedule resumes from now; nothing of the pause is made up.
+ * The audit row says how many runs were withdrawn and cancelled.
+ */
 export function setDefinitionState(
   deps: DefinitionDeps,
   id: number,
@@ -297,16 +324,22 @@ async function setState(
 ): Promise<DefinitionRow> {
   const current = await mustGet(deps.db, id)
   if (current.state === state) return current
-  const changed = await definitions.setState(deps.db, id, state)
-  if (!changed && state === 'archived') {
-    const active = await runs.countActiveForDefinition(deps.db, id)
+  const change = await definitions.setState(deps.db, id, state)
+  if (change === null) throw notFound('definition', id)
+  if (!change.applied) {
+    const n = change.inProgress
     throw new AppError(
       ERROR_CODES.CONFLICT,
-      `Definition "${current.slug}" has ${active} run(s) that are not finished; cancel or finish them before archiving.`,
-      { details: { state, activeRuns: active } },
+      `Definition "${current.slug}" has ${n} run${n === 1 ? '' : 's'} in progress; cancel ${n === 1 ? 'it' : 'them'} or let ${n === 1 ? 'it' : 'them'} finish before archiving.`,
+      { details: { state, runsInProgress: n } },
     )
   }
-  await recordAudit(deps, actor, 'setDefinitionState', String(id), 'ok', { from: current.state, state })
+  await recordAudit(deps, actor, 'setDefinitionState', String(id), 'ok', {
+    from: current.state,
+    state,
+    withdrawnRuns: change.withdrawn,
+    cancelledRuns: change.cancelled,
+  })
   if (state === 'active') deps.nudgeMaterialise?.()
   return mustGet(deps.db, id)
 }

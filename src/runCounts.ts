@@ -30,7 +30,17 @@ export interface RunCountsOptions {
 type Counts = Record<string, number>
 
 /** A runs-by-status reader for the metrics gauge (see the module comment). */
-export function createRunCounts(db: Queryable, opts: RunCountsOptions = {}): () => Promise<Counts> {
+export interface RunCountsReader {
+  (): Promise<Counts>
+  /**
+   * Run history retention deleted these terminal runs: take them off the
+   * cached terminal counts now, and count afresh at the next scrape (a full
+   * count in flight may or may not have seen them).
+   */
+  adjustForDeletedRuns(byStatus: Partial<Record<string, number>>): void
+}
+
+export function createRunCounts(db: Queryable, opts: RunCountsOptions = {}): RunCountsReader {
   const maxAgeMs = opts.terminalMaxAgeMs ?? 300_000
   const now = opts.now ?? Date.now
   let terminal: { at: number; counts: Counts } | null = null
@@ -48,10 +58,20 @@ export function createRunCounts(db: Queryable, opts: RunCountsOptions = {}): () 
     return refreshing
   }
 
-  return async () => {
+  const read = async () => {
     if (terminal === null) await refresh()
     else if (now() - terminal.at >= maxAgeMs) refresh().catch((err: unknown) => opts.onRefreshError?.(err))
     const live = await countLiveByStatus(db)
     return { ...(terminal as { counts: Counts }).counts, ...live }
   }
+  return Object.assign(read, {
+    adjustForDeletedRuns(byStatus: Partial<Record<string, number>>) {
+      if (terminal === null) return
+      for (const [status, n] of Object.entries(byStatus)) {
+        if (status in terminal.counts && n)
+          terminal.counts[status] = Math.max(0, (terminal.counts[status] ?? 0) - n)
+      }
+      terminal.at = Number.NEGATIVE_INFINITY
+    },
+  })
 }

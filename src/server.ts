@@ -36,7 +36,7 @@ import { type Config, generateToken } from './config.ts'
 import { createLogger, type Logger } from './log.ts'
 import { createMetrics, type Metrics } from './metrics.ts'
 import { createRunCounts } from './runCounts.ts'
-import { type Clock, systemClock } from './runner/engine.ts'
+import { type Clock, systemClock } from './runner/clock.ts'
 import { Runner } from './runner/runner.ts'
 import { createDefaultRegistry, type StepRegistry } from './runner/steps/registry.ts'
 
@@ -158,6 +158,11 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     host = '127.0.0.1'
   }
 
+  const runCounts = createRunCounts(db, {
+    onRefreshError: (err) =>
+      logger.warn({ err }, 'metrics: could not count the terminal runs; the last counts stay'),
+  })
+
   const runner =
     config.runner === 'on'
       ? new Runner({
@@ -169,6 +174,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
           leaseMs: config.leaseMs,
           horizonMs: config.materializeHorizonHours * 3_600_000,
           logRetentionMs: config.logRetentionDays * 86_400_000,
+          runRetentionMs: config.runRetentionDays * 86_400_000,
           settings: { webhookAllow: config.webhookAllow },
           logger: logger.child({ component: 'runner' }),
           observer: {
@@ -177,6 +183,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
             tickDuration: (ms) => metrics.tickDuration.observe(ms / 1000),
             tickError: () => metrics.tickErrors.inc(),
             tickLag: (ms) => metrics.tickLagMs.set(ms),
+            runsDeleted: (byStatus) => runCounts.adjustForDeletedRuns(byStatus),
           },
         })
       : null
@@ -261,12 +268,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     ],
   })
 
-  metrics.setRunsByStatusSource(
-    createRunCounts(db, {
-      onRefreshError: (err) =>
-        logger.warn({ err }, 'metrics: could not count the terminal runs; the last counts stay'),
-    }),
-  )
+  metrics.setRunsByStatusSource(runCounts)
   metrics.setAttentionSource(async () => {
     const [waiting, degradedRuns] = await Promise.all([waitingSummary(db), countDegraded(db)])
     return { waitingSteps: waiting.count, oldestWaitingStepAt: waiting.oldestAt, degradedRuns }

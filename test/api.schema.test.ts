@@ -174,6 +174,7 @@ describe('schema', () => {
       'Mutation.cancelRun': 'operator',
       'Mutation.resolveCue': 'operator',
       'Mutation.skipStep': 'operator',
+      'Mutation.backfillRuns': 'operator',
       'Mutation.createDefinition': 'admin',
       'Mutation.updateDefinition': 'admin',
       'Mutation.publishVersion': 'admin',

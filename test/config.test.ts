@@ -30,6 +30,7 @@ describe('loadConfig', () => {
       maxBodyBytes: 1_048_576,
       logLevel: 'info',
       logRetentionDays: 30,
+      runRetentionDays: 90,
       statusPollMs: 500,
       materializeHorizonHours: 24,
       warnings: [],
@@ -51,6 +52,7 @@ describe('loadConfig', () => {
       MAX_BODY_BYTES: '2048',
       LOG_LEVEL: 'debug',
       LOG_RETENTION_DAYS: '7',
+      RUN_RETENTION_DAYS: '0',
       STATUS_POLL_MS: '100',
       MATERIALIZE_HORIZON_HOURS: '48',
       INSTANCE_ID: 'node-a',
@@ -65,6 +67,7 @@ describe('loadConfig', () => {
       maxBodyBytes: 2048,
       logLevel: 'debug',
       logRetentionDays: 7,
+      runRetentionDays: 0,
       statusPollMs: 100,
       materializeHorizonHours: 48,
       instanceId: 'node-a',
@@ -111,6 +114,8 @@ describe('loadConfig', () => {
     )
     expect(problemsOf({ MAX_BODY_BYTES: '-1' })[0]).toMatch(/^MAX_BODY_BYTES /)
     expect(problemsOf({ LOG_RETENTION_DAYS: '0' })[0]).toMatch(/^LOG_RETENTION_DAYS /)
+    expect(problemsOf({ RUN_RETENTION_DAYS: '-1' })[0]).toMatch(/^RUN_RETENTION_DAYS .*0 keeps every run/)
+    expect(problemsOf({ RUN_RETENTION_DAYS: 'ninety' })[0]).toMatch(/^RUN_RETENTION_DAYS /)
     expect(problemsOf({ STATUS_POLL_MS: 'x' })[0]).toMatch(/^STATUS_POLL_MS /)
     expect(problemsOf({ MATERIALIZE_HORIZON_HOURS: '0' })[0]).toMatch(/^MATERIALIZE_HORIZON_HOURS /)
     expect(problemsOf({ INSTANCE_ID: 'has space' })[0]).toMatch(/^INSTANCE_ID /)

@@ -2,8 +2,8 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import * as logsSql from '../sql/eventRunLogs.ts'
 import { createDefinition } from '../src/definitions.ts'
+import { systemClock } from '../src/runner/clock.ts'
 import { cancelRun, pauseRun, startRun } from '../src/runner/controls.ts'
-import { systemClock } from '../src/runner/engine.ts'
 import { createDefaultRegistry } from '../src/runner/steps/registry.ts'
 import { createTestDb, type TestDb } from './helpers/db.ts'
 

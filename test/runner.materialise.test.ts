@@ -146,8 +146,10 @@ describe('materialisation across DST (America/New_York, */30)', () => {
     // repeated occurrence "already existed", not a duplicate and not an error.
     const fresh = await definitionsSql.getById(t.db, def.id)
     if (!fresh) throw new Error('definition vanished')
+    await t.db.run('DELETE FROM schedule_watermarks WHERE definition_id = ?', [def.id])
     expect(
-      await materialiseDefinition(t.db, { ...fresh, materializedThrough: null }, clock.now(), HORIZON_MS),
+      (await materialiseDefinition(t.db, { ...fresh, materializedThrough: null }, clock.now(), HORIZON_MS))
+        .created,
     ).toBe(0)
     // A second runner instance materialising the same horizon adds nothing either.
     const other = new Runner({
@@ -158,6 +160,7 @@ describe('materialisation across DST (America/New_York, */30)', () => {
       instanceId: 'mat-other',
     })
     await t.db.run('UPDATE event_definitions SET materialized_through = NULL WHERE id = ?', [def.id])
+    await t.db.run('DELETE FROM schedule_watermarks WHERE definition_id = ?', [def.id])
     await other.tick()
     expect(await runsOf(def.id)).toEqual(first)
   })

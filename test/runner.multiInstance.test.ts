@@ -8,7 +8,7 @@
 import { expect, it } from 'vitest'
 import type { Db } from '../sql/db.ts'
 import * as runsSql from '../sql/eventRuns/index.ts'
-import { systemClock } from '../src/runner/engine.ts'
+import { systemClock } from '../src/runner/clock.ts'
 import { Runner } from '../src/runner/runner.ts'
 import { parseAllowList } from '../src/runner/steps/allowList.ts'
 import { useTestDb } from './helpers/db.ts'

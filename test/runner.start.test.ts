@@ -10,7 +10,7 @@ import * as versionsSql from '../sql/eventVersions.ts'
 import { cancelRun, pauseRun, resumeRun, startRun } from '../src/runner/controls.ts'
 import type { EngineDeps } from '../src/runner/engine.ts'
 import { Runner } from '../src/runner/runner.ts'
-import { startDueBatch } from '../src/runner/start.ts'
+import { startKeylessBatch } from '../src/runner/start.ts'
 import type { AnyStepKind } from '../src/runner/steps/registry.ts'
 import { StepFailure } from '../src/runner/steps/types.ts'
 import { useTestDb } from './helpers/db.ts'
@@ -173,7 +173,7 @@ describe('a run made only of pure steps', () => {
     })
     const run = await startRun(controlDeps(env), { definitionId: def.id, actor: 'op#1' })
     clock.advance(61_000)
-    const outcome = await startDueBatch(engineDeps(env), 'tok-late', 100)
+    const outcome = await startKeylessBatch(engineDeps(env), 'tok-late', 100)
     expect(outcome).toMatchObject({ locked: 1, started: 0, completed: 0, handOff: [] })
     expect(await runOf(t.db, run.id)).toMatchObject({ status: 'scheduled', startedAt: null })
     expect(await stepsOf(t.db, run.id)).toEqual([])
@@ -199,7 +199,7 @@ describe('a run made only of pure steps', () => {
     const bad = await startRun(controlDeps(env), { definitionId: poisoned.id, actor: 'op#1' })
     clock.advance(1)
     const after = await startRun(controlDeps(env), { definitionId: good.id, scope: 'b', actor: 'op#1' })
-    const outcome = await startDueBatch(engineDeps(env), 'tok-refused', 100)
+    const outcome = await startKeylessBatch(engineDeps(env), 'tok-refused', 100)
     expect(outcome).toMatchObject({ locked: 3, started: 2, completed: 2 })
     expect(outcome.failed).toEqual([{ runId: bad.id, reason: expect.stringMatching(/ER_DATA_TOO_LONG/) }])
     for (const r of [before, after]) expect((await runOf(t.db, r.id)).status).toBe('completed')
@@ -228,12 +228,12 @@ describe('a run made only of pure steps', () => {
     const bad = await startRun(controlDeps(env), { definitionId: poisoned.id, actor: 'op#1' })
     clock.advance(5000)
     const before = t.db.stats.statements
-    const outcome = await startDueBatch(engineDeps(env), 'tok-head', 100)
+    const outcome = await startKeylessBatch(engineDeps(env), 'tok-head', 100)
     expect(t.db.stats.statements - before).toBeLessThan(30)
     expect(outcome).toMatchObject({ started: 0, failed: [] })
     // The missed sweep takes the head at the next tick; then the poisoned run fails alone.
     await runsSql.transitionMany(t.db, [head.id], 'scheduled', 'missed')
-    const next = await startDueBatch(engineDeps(env), 'tok-head-2', 100)
+    const next = await startKeylessBatch(engineDeps(env), 'tok-head-2', 100)
     expect(next.failed.map((f) => f.runId)).toEqual([bad.id])
   })
 
@@ -253,7 +253,7 @@ describe('a run made only of pure steps', () => {
       timezone: 'UTC',
       concurrencyKey: null,
     })
-    const outcome = await startDueBatch(engineDeps(env), 'tok-corrupt', 100)
+    const outcome = await startKeylessBatch(engineDeps(env), 'tok-corrupt', 100)
     expect(outcome).toMatchObject({ locked: 2, started: 1, completed: 1 })
     expect((await runOf(t.db, fine.id)).status).toBe('completed')
     const failed = await runOf(t.db, broken as number)
@@ -275,7 +275,7 @@ describe('a run made only of pure steps', () => {
         },
       } as unknown as EngineDeps['registry'],
     }
-    await expect(startDueBatch(buggy, 'tok-bug', 100)).rejects.toThrow(/a bug in the runner/)
+    await expect(startKeylessBatch(buggy, 'tok-bug', 100)).rejects.toThrow(/a bug in the runner/)
     expect(await runOf(t.db, run.id)).toMatchObject({ status: 'scheduled', lastError: null })
     expect(await stepsOf(t.db, run.id)).toEqual([])
   })
@@ -291,7 +291,7 @@ describe('a run made only of pure steps', () => {
     const stuck = await startRun(controlDeps(env), { definitionId: hangs.id, actor: 'op#1' })
     clock.advance(1)
     const fine = await startRun(controlDeps(env), { definitionId: good.id, actor: 'op#1' })
-    const outcome = await startDueBatch(engineDeps(env), 'tok-hang', 100)
+    const outcome = await startKeylessBatch(engineDeps(env), 'tok-hang', 100)
     expect(outcome).toMatchObject({ locked: 2, started: 1, completed: 1 })
     expect((await runOf(t.db, fine.id)).status).toBe('completed')
     const failed = await runOf(t.db, stuck.id)
@@ -308,7 +308,7 @@ describe('a run made only of pure steps', () => {
     const stop = new AbortController()
     setTimeout(() => stop.abort(), 200)
     await expect(
-      startDueBatch({ ...engineDeps(env), hardStop: stop.signal }, 'tok-stop', 100),
+      startKeylessBatch({ ...engineDeps(env), hardStop: stop.signal }, 'tok-stop', 100),
     ).rejects.toThrow(/shutting down/)
     expect(await runOf(t.db, run.id)).toMatchObject({ status: 'scheduled', lastError: null })
     expect(await stepsOf(t.db, run.id)).toEqual([])
@@ -325,7 +325,7 @@ describe('a run whose program goes on after its pure steps', () => {
       ),
     })
     const run = await startRun(controlDeps(env), { definitionId: def.id, actor: 'op#1' })
-    const outcome = await startDueBatch(engineDeps(env, 'starter'), 'tok-cue', 100)
+    const outcome = await startKeylessBatch(engineDeps(env, 'starter'), 'tok-cue', 100)
     expect(outcome).toMatchObject({ locked: 1, started: 1, completed: 0 })
     expect(outcome.handOff.map((r) => [r.id, r.status, r.currentPhase])).toEqual([
       [run.id, 'running', 'announce'],

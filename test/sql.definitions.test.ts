@@ -121,7 +121,7 @@ describe('definitions', () => {
       slug: unique('c-paused'),
     })
     const archived = await makeDefinition(db, { schedule: '0 9 * * *', slug: unique('d-arch') })
-    expect(await definitions.setState(db, archived.def.id, 'archived')).toBe(true)
+    expect(await definitions.setState(db, archived.def.id, 'archived')).toMatchObject({ applied: true })
     const noVersion = await definitions.create(db, {
       slug: unique('e-nover'),
       title: 'no version',
@@ -195,8 +195,8 @@ describe('versions', () => {
   })
 })
 
-describe('invariant 15: no archive while a run is not terminal', () => {
-  it('setState(archived) is refused while any run is scheduled/starting/running/paused/ending; allowed when all are terminal', async () => {
+describe('invariant 15: no archive while a run is in progress', () => {
+  it('setState(archived) is refused while any run is starting/running/paused/ending; a scheduled one is cancelled', async () => {
     const fx = await makeDefinition(db)
     const run = await makeRun(db, { definition: fx, scheduledFor: at(-1000) })
     const done = await makeRun(db, { definition: fx, scheduledFor: at(-2000) })
@@ -205,10 +205,9 @@ describe('invariant 15: no archive while a run is not terminal', () => {
     const archiveRefused = async (status: RunStatus) => {
       expect(await runs.statusOf(db, run.id)).toBe(status)
       expect(await runs.countActiveForDefinition(db, fx.def.id)).toBe(1)
-      expect(await definitions.setState(db, fx.def.id, 'archived')).toBe(false)
+      expect(await definitions.setState(db, fx.def.id, 'archived')).toEqual({ applied: false, inProgress: 1 })
       expect((await definitions.getById(db, fx.def.id))?.state).toBe('active')
     }
-    await archiveRefused('scheduled')
     expect((await runs.claimStart(db, run, 'w', at(60_000))).claimed).toBe(true)
     await archiveRefused('starting')
     expect(await runs.transition(db, run.id, 'starting', 'running')).toBe(true)
@@ -223,11 +222,21 @@ describe('invariant 15: no archive while a run is not terminal', () => {
 
     expect(await runs.transition(db, run.id, 'ending', 'completed')).toBe(true)
     expect(await runs.countActiveForDefinition(db, fx.def.id)).toBe(0)
-    expect(await definitions.setState(db, fx.def.id, 'archived')).toBe(true)
+    // A run a person scheduled does not block the archive: it is cancelled.
+    const later = await makeRun(db, { definition: fx, scheduledFor: at(60_000), startedBy: 'admin#1' })
+    expect(await definitions.setState(db, fx.def.id, 'archived')).toEqual({
+      applied: true,
+      withdrawn: 0,
+      cancelled: 1,
+    })
     expect((await definitions.getById(db, fx.def.id))?.state).toBe('archived')
+    expect(await runs.getById(db, later.id)).toMatchObject({
+      status: 'cancelled',
+      lastError: 'definition archived',
+    })
   })
 
-  it('an archive racing the creation of a run waits for it and is then refused (another connection)', async () => {
+  it('an archive racing the creation of a run waits for it and then withdraws it (another connection)', async () => {
     const fx = await makeDefinition(db)
     const other = t.open()
     let insert!: () => void
@@ -244,7 +253,7 @@ describe('invariant 15: no archive while a run is not terminal', () => {
       expect(await definitions.lockForNewRuns(tx, fx.def.id)).toBe('active')
       checked()
       await insertNow
-      await runs.materialise(tx, newRun(fx, { scheduledFor: at(60_000) }))
+      await runs.materialise(tx, newRun(fx, { scheduledFor: at(60_000), startedBy: 'schedule' }))
     })
     await stateChecked
     // Connection B: without the shared lock the archive would succeed here and
@@ -258,27 +267,21 @@ describe('invariant 15: no archive while a run is not terminal', () => {
     expect(settled).toBe(false)
     insert()
     await creator
-    expect(await archive).toBe(false)
-    expect((await definitions.getById(db, fx.def.id))?.state).toBe('active')
-    expect(await runs.countActiveForDefinition(db, fx.def.id)).toBe(1)
+    expect(await archive).toEqual({ applied: true, withdrawn: 1, cancelled: 0 })
+    expect((await definitions.getById(db, fx.def.id))?.state).toBe('archived')
+    expect(await runs.countActiveForDefinition(db, fx.def.id)).toBe(0)
   })
 
   it('pausing and re-activating are always allowed, and re-activating resets the watermark', async () => {
     const fx = await makeDefinition(db, { schedule: '0 9 * * *' })
     await makeRun(db, { definition: fx }) // a live run does not block pausing
     await definitions.setWatermark(db, fx.def.id, new Date(Date.UTC(2031, 0, 1)))
-    expect(await definitions.setState(db, fx.def.id, 'paused')).toBe(true)
+    expect(await definitions.setState(db, fx.def.id, 'paused')).toMatchObject({ applied: true })
     expect((await definitions.getById(db, fx.def.id))?.state).toBe('paused')
-    expect(await definitions.setState(db, fx.def.id, 'active')).toBe(true)
+    expect(await definitions.setState(db, fx.def.id, 'active')).toMatchObject({ applied: true })
     expect(await definitions.getById(db, fx.def.id)).toMatchObject({
       state: 'active',
       materializedThrough: null,
     })
-    // Setting the state it already has keeps the watermark.
-    await definitions.setWatermark(db, fx.def.id, new Date(Date.UTC(2031, 0, 1)))
-    expect(await definitions.setState(db, fx.def.id, 'active')).toBe(true)
-    expect((await definitions.getById(db, fx.def.id))?.materializedThrough?.getTime()).toBe(
-      Date.UTC(2031, 0, 1),
-    )
   })
 })

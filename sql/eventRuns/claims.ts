@@ -14,9 +14,16 @@ import { DB_ERRNO, type Db, isDbErrno, type Queryable } from '../db.ts'
 import { clampLimit, placeholders } from '../json.ts'
 import { IN_FLIGHT, KEY_HOLDING } from '../states.ts'
 import { hydrate, type Raw, type RunRow, SELECT_RUN, sortRows } from './rows.ts'
-import { transitionSets } from './transitions.ts'
+import { releaseKey, transitionSets } from './transitions.ts'
 
 const DUE_STATUSES = ['scheduled', ...IN_FLIGHT] as const
+
+/**
+ * The grace window applies to this run (`r` aliased): not backfilled, not held
+ * back by BUFFER_ONE. What the missed sweep requires; {@link WITHIN_GRACE} is
+ * the claim's side of the same rule, and `src/runner/grace.ts` the batch start's.
+ */
+const GRACE_APPLIES = 'r.grace_exempt = 0'
 
 /**
  * Runs that need the runner now: `wake_at` has passed and the run is not paused
@@ -53,7 +60,7 @@ export async function findMissed(db: Queryable, now: Date, limit = 100): Promise
     `${SELECT_RUN}
        JOIN (SELECT r.id FROM event_runs r
                JOIN event_definitions d ON d.id = r.definition_id
-              WHERE r.status = 'scheduled'
+              WHERE r.status = 'scheduled' AND ${GRACE_APPLIES}
                 AND r.scheduled_for + INTERVAL d.grace_seconds SECOND < ?
               ORDER BY r.scheduled_for, r.id
               LIMIT ${n}) page ON page.id = r.id`,
@@ -64,15 +71,44 @@ export async function findMissed(db: Queryable, now: Date, limit = 100): Promise
 
 // A start claim also requires the run to be inside its grace window, so a run
 // that should be `missed` can never be started by a sweeper that got there first.
-const WITHIN_GRACE = `scheduled_for + INTERVAL (SELECT d.grace_seconds FROM event_definitions d
-     WHERE d.id = event_runs.definition_id) SECOND >= ?`
+// A grace-exempt run (backfilled, or held back by BUFFER_ONE) is never late.
+const WITHIN_GRACE = `(grace_exempt = 1 OR scheduled_for + INTERVAL (SELECT d.grace_seconds FROM event_definitions d
+     WHERE d.id = event_runs.definition_id) SECOND >= ?)`
+// A run the schedule made starts only while its definition is active: a pause
+// withdraws those runs in the transaction that pauses, and this guard keeps a
+// claim that raced it from starting one anyway. Runs a person asked for start.
+const SCHEDULE_ACTIVE = `(NOT (started_by <=> 'schedule') OR (SELECT d.state FROM event_definitions d
+     WHERE d.id = event_runs.definition_id) = 'active')`
+
+/** What an overlap policy decided for a run that came due while an earlier one of its scope was in progress. */
+export type OverlapOutcome =
+  /** SKIP: the run is now `missed`. */
+  | { outcome: 'skipped'; holderId: number }
+  /** BUFFER_ONE: the run is held (grace exempt) until the holder ends; `supersededId` went `missed` for it. */
+  | { outcome: 'held'; holderId: number; supersededId: number | null }
+  /** BUFFER_ONE: a newer occurrence is already held, so this older one is now `missed`. */
+  | { outcome: 'superseded'; holderId: number; heldId: number }
+  /** CANCEL_OTHER: the holder was cancelled and this run claimed. */
+  | { outcome: 'cancelled'; cancelledId: number }
 
 /** The answer of {@link claimStart}. */
 export interface ClaimStartResult {
   /** True when this caller now owns the run in `starting`. */
   claimed: boolean
-  /** When the run's key is held by another run: that run's id. */
+  /** When the run must wait for another (its key's holder, or the occurrence BUFFER_ONE serves first): that run's id. */
   blockedBy: number | null
+  /** Set when the run's overlap policy acted. */
+  overlap?: OverlapOutcome
+}
+
+/** The run {@link claimStart} takes: its key and, for a run under an overlap policy, its scope and instant. */
+export interface ClaimCandidate {
+  id: number
+  concurrencyKey: string | null
+  definitionId?: number
+  scope?: string
+  scheduledFor?: Date
+  overlap?: 'skip' | 'buffer_one' | 'cancel_other' | null
 }
 
 /**
@@ -85,10 +121,15 @@ export interface ClaimStartResult {
  * read the holder and then claimed, which let two instances both see "free".
  * A blocked run stays `scheduled` (its grace window decides) and the answer
  * names the holder.
+ *
+ * A run under an overlap policy first takes its (definition, scope) overlap
+ * lock the same way, in the same transaction, and when an earlier run of its
+ * scope is in progress the policy decides (see {@link takeOverlap}); a key
+ * that then blocks rolls the whole decision back.
  */
 export async function claimStart(
   db: Db,
-  run: { id: number; concurrencyKey: string | null },
+  run: ClaimCandidate,
   owner: string,
   leaseUntil: Date,
   now: Date = new Date(),
@@ -96,8 +137,9 @@ export async function claimStart(
   const claimSql = `UPDATE event_runs
         SET status = 'starting', claimed_by = ?, claim_expires_at = ?, claim_token = NULL, wake_at = ?,
             started_at = COALESCE(started_at, NOW(3)), start_reserve = NULL
-      WHERE id = ? AND status = 'scheduled' AND ${WITHIN_GRACE}`
-  if (!run.concurrencyKey) {
+      WHERE id = ? AND status = 'scheduled' AND ${WITHIN_GRACE} AND ${SCHEDULE_ACTIVE}`
+  const overlap = run.overlap && run.definitionId !== undefined ? run.overlap : null
+  if (!run.concurrencyKey && !overlap) {
     const res = await db.run(`${claimSql} AND concurrency_key IS NULL`, [
       owner,
       leaseUntil,
@@ -111,46 +153,38 @@ export async function claimStart(
   try {
     return await db.transaction(
       async (tx) => {
+        let cancelled: OverlapOutcome | undefined
+        if (overlap) {
+          const decided = await takeOverlap(tx, { ...run, overlap } as OverlapCandidate)
+          if (decided && decided.outcome !== 'cancelled') {
+            return {
+              claimed: false,
+              blockedBy: 'holderId' in decided ? decided.holderId : null,
+              overlap: decided,
+            }
+          }
+          if (decided) cancelled = decided
+        }
         // READ COMMITTED: no gap locks, so two claimers of a free key do not
         // deadlock; the second INSERT waits for the first and then sees its row.
-        const ins = await tx.run('INSERT IGNORE INTO concurrency_locks (lock_key, run_id) VALUES (?, ?)', [
-          key,
-          run.id,
-        ])
-        if (ins.affectedRows !== 1) {
-          const [lock] = await tx.execute<Raw>(
-            'SELECT run_id FROM concurrency_locks WHERE lock_key = ? FOR UPDATE',
-            [key],
-          )
-          const holderId = lock ? Number(lock.run_id) : null
-          if (holderId !== null && holderId !== run.id) {
-            const [holder] = await tx.execute<Raw>('SELECT status FROM event_runs WHERE id = ?', [holderId])
-            if (holder && (KEY_HOLDING as readonly string[]).includes(String(holder.status))) {
-              return { claimed: false, blockedBy: holderId }
-            }
-            // The recorded holder ended (or vanished) without releasing: take over.
-          }
-          const took = await tx.run(
-            'UPDATE concurrency_locks SET run_id = ?, acquired_at = NOW(3) WHERE lock_key = ?',
-            [run.id, key],
-          )
-          // The row vanished between the duplicate check and the read: do not
-          // claim without a lock; the next tick tries again.
-          if (took.affectedRows !== 1) throw new ClaimLost()
+        if (key) {
+          const blockedBy = await takeKey(tx, key, run.id)
+          // Nothing of this attempt stays (a holder cancelled for it included).
+          if (blockedBy !== null) throw new KeyBlocked(blockedBy)
         }
-        const res = await tx.run(`${claimSql} AND concurrency_key = ?`, [
+        const res = await tx.run(`${claimSql} AND concurrency_key ${key ? '= ?' : 'IS NULL'}`, [
           owner,
           leaseUntil,
           leaseUntil,
           run.id,
           now,
-          key,
+          ...(key ? [key] : []),
         ])
         if (res.affectedRows !== 1) {
           // Someone else moved the run; leave no lock behind for it.
           throw new ClaimLost()
         }
-        return { claimed: true, blockedBy: null }
+        return { claimed: true, blockedBy: null, ...(cancelled && { overlap: cancelled }) }
       },
       // Safe to repeat, and repeated when it loses a conflict: on a Galera
       // cluster two claimers on different nodes both see the key free and both
@@ -159,6 +193,7 @@ export async function claimStart(
       { isolation: 'READ COMMITTED', retryable: true },
     )
   } catch (err) {
+    if (err instanceof KeyBlocked) return { claimed: false, blockedBy: err.holderId }
     if (err instanceof ClaimLost) {
       return { claimed: false, blockedBy: null }
     }
@@ -167,6 +202,184 @@ export async function claimStart(
       return { claimed: false, blockedBy: null }
     }
     throw err
+  }
+}
+
+/** Take `key` for `runId` inside the claim's transaction; answers the live holder that blocks it, or null. */
+async function takeKey(tx: Queryable, key: string, runId: number): Promise<number | null> {
+  const ins = await tx.run('INSERT IGNORE INTO concurrency_locks (lock_key, run_id) VALUES (?, ?)', [
+    key,
+    runId,
+  ])
+  if (ins.affectedRows === 1) return null
+  const [lock] = await tx.execute<Raw>('SELECT run_id FROM concurrency_locks WHERE lock_key = ? FOR UPDATE', [
+    key,
+  ])
+  const holderId = lock ? Number(lock.run_id) : null
+  if (holderId !== null && holderId !== runId && (await inProgress(tx, holderId))) return holderId
+  // The recorded holder ended (or vanished) without releasing: take over.
+  const took = await tx.run(
+    'UPDATE concurrency_locks SET run_id = ?, acquired_at = NOW(3) WHERE lock_key = ?',
+    [runId, key],
+  )
+  // The row vanished between the duplicate check and the read: do not claim
+  // without a lock; the next tick tries again.
+  if (took.affectedRows !== 1) throw new ClaimLost()
+  return null
+}
+
+async function inProgress(tx: Queryable, runId: number): Promise<boolean> {
+  const [row] = await tx.execute<Raw>('SELECT status FROM event_runs WHERE id = ?', [runId])
+  return row !== undefined && (KEY_HOLDING as readonly string[]).includes(String(row.status))
+}
+
+interface OverlapCandidate {
+  id: number
+  definitionId: number
+  scope?: string
+  scheduledFor?: Date
+  overlap: 'skip' | 'buffer_one' | 'cancel_other'
+}
+
+/**
+ * The overlap policy's decision for `run`, made under its (definition, scope)
+ * lock row (inserted, or locked FOR UPDATE), so two instances can never both
+ * decide that no earlier run is in progress. Null = the scope is free and the
+ * lock is now `run`'s (the claim may go on); `cancelled` = the holder was
+ * cancelled (CANCEL_OTHER) and the lock is `run`'s; anything else is final for
+ * this attempt and commits as it is.
+ */
+async function takeOverlap(tx: Queryable, run: OverlapCandidate): Promise<OverlapOutcome | null> {
+  const scope = run.scope ?? ''
+  const where = 'definition_id = ? AND scope = ?'
+  let holderId: number | null = null
+  let heldId: number | null = null
+  const ins = await tx.run(
+    'INSERT IGNORE INTO overlap_locks (definition_id, scope, run_id) VALUES (?, ?, ?)',
+    [run.definitionId, scope, run.id],
+  )
+  if (ins.affectedRows === 1) {
+    // The first run of this scope under a policy: one that started before the
+    // policy applied (on the set-wise path, without this lock) may be in progress.
+    const [other] = await tx.execute<Raw>(
+      `SELECT id FROM event_runs WHERE definition_id = ? AND scope = ? AND rehearsal = 0 AND id <> ?
+          AND status IN (${placeholders(KEY_HOLDING.length)}) LIMIT 1`,
+      [run.definitionId, scope, run.id, ...KEY_HOLDING],
+    )
+    if (other) {
+      holderId = Number(other.id)
+      await tx.run(`UPDATE overlap_locks SET run_id = ? WHERE ${where}`, [holderId, run.definitionId, scope])
+    }
+  } else {
+    const [lock] = await tx.execute<Raw>(
+      `SELECT run_id, held_run_id FROM overlap_locks WHERE ${where} FOR UPDATE`,
+      [run.definitionId, scope],
+    )
+    if (!lock) throw new ClaimLost()
+    heldId = lock.held_run_id == null ? null : Number(lock.held_run_id)
+    const recorded = Number(lock.run_id)
+    if (recorded !== run.id && (await inProgress(tx, recorded))) holderId = recorded
+  }
+
+  if (holderId === null) {
+    // Free. An occurrence BUFFER_ONE held while the scope was busy goes first:
+    // this one waits for it, then meets it in progress.
+    if (heldId !== null && heldId !== run.id) {
+      const [held] = await tx.execute<Raw>('SELECT status FROM event_runs WHERE id = ?', [heldId])
+      if (held && String(held.status) === 'scheduled')
+        return { outcome: 'held', holderId: heldId, supersededId: null }
+    }
+    await tx.run(
+      `UPDATE overlap_locks SET run_id = ?, held_run_id = NULL, acquired_at = NOW(3) WHERE ${where}`,
+      [run.id, run.definitionId, scope],
+    )
+    return null
+  }
+
+  switch (run.overlap) {
+    case 'skip': {
+      await moveScheduled(
+        tx,
+        run.id,
+        'missed',
+        `skipped: run ${holderId} of this definition and scope was still in progress (overlap policy SKIP)`,
+      )
+      return { outcome: 'skipped', holderId }
+    }
+    case 'buffer_one': {
+      if (heldId === run.id) return { outcome: 'held', holderId, supersededId: null }
+      let supersededId: number | null = null
+      if (heldId !== null) {
+        const [held] = await tx.execute<Raw>('SELECT status, scheduled_for FROM event_runs WHERE id = ?', [
+          heldId,
+        ])
+        if (held && String(held.status) === 'scheduled') {
+          const heldFor = (held.scheduled_for as Date).getTime()
+          if (run.scheduledFor && run.scheduledFor.getTime() < heldFor) {
+            // A newer occurrence is already held: this older one gives way.
+            await moveScheduled(
+              tx,
+              run.id,
+              'missed',
+              `superseded: newer run ${heldId} is held until run ${holderId} ends (overlap policy BUFFER_ONE)`,
+            )
+            return { outcome: 'superseded', holderId, heldId }
+          }
+          await moveScheduled(
+            tx,
+            heldId,
+            'missed',
+            `superseded: newer run ${run.id} came due while run ${holderId} was still in progress (overlap policy BUFFER_ONE)`,
+          )
+          supersededId = heldId
+        }
+      }
+      // Held: its grace window does not run while it waits.
+      await tx.run(`UPDATE event_runs SET grace_exempt = 1 WHERE id = ? AND status = 'scheduled'`, [run.id])
+      await tx.run(`UPDATE overlap_locks SET held_run_id = ? WHERE ${where}`, [
+        run.id,
+        run.definitionId,
+        scope,
+      ])
+      return { outcome: 'held', holderId, supersededId }
+    }
+    case 'cancel_other': {
+      const { sets, args } = transitionSets('cancelled', {
+        error: `cancelled: newer run ${run.id} of this definition and scope came due (overlap policy CANCEL_OTHER)`,
+      })
+      await tx.run(
+        `UPDATE event_runs SET ${sets.join(', ')} WHERE id = ? AND status IN (${placeholders(KEY_HOLDING.length)})`,
+        [...args, holderId, ...KEY_HOLDING],
+      )
+      await tx.run(
+        `UPDATE event_run_steps
+            SET status = 'cancelled', ended_at = NOW(3), parked = 0, wake_at = NULL,
+                claimed_by = NULL, claim_expires_at = NULL
+          WHERE run_id = ? AND status IN ('pending','running')`,
+        [holderId],
+      )
+      await releaseKey(tx, [holderId])
+      await tx.run(
+        `UPDATE overlap_locks SET run_id = ?, held_run_id = NULL, acquired_at = NOW(3) WHERE ${where}`,
+        [run.id, run.definitionId, scope],
+      )
+      return { outcome: 'cancelled', cancelledId: holderId }
+    }
+  }
+}
+
+/** A guarded `scheduled → to` inside the claim's transaction. */
+async function moveScheduled(tx: Queryable, id: number, to: 'missed', error: string): Promise<void> {
+  const { sets, args } = transitionSets(to, { error })
+  await tx.run(`UPDATE event_runs SET ${sets.join(', ')} WHERE id = ? AND status = 'scheduled'`, [
+    ...args,
+    id,
+  ])
+}
+
+class KeyBlocked extends Error {
+  constructor(readonly holderId: number) {
+    super('concurrency key held')
   }
 }
 
@@ -189,7 +402,7 @@ export async function lockDueToStart(tx: Queryable, now: Date, limit: number): P
   // read before sorting, and a second instance would then find nothing to start.
   const rows = await tx.query<Raw>(
     `${SELECT_RUN} FORCE INDEX (idx_evrun_wake)
-      WHERE r.wake_at <= ? AND r.status = 'scheduled' AND r.concurrency_key IS NULL
+      WHERE r.wake_at <= ? AND r.status = 'scheduled' AND r.concurrency_key IS NULL AND r.overlap IS NULL
       ORDER BY r.wake_at, r.id
       LIMIT ${n}
       FOR UPDATE SKIP LOCKED`,

@@ -19,6 +19,10 @@ export interface NewRun {
   params?: Record<string, unknown> | null
   rehearsal?: boolean
   startedBy?: string | null
+  /** The overlap policy the run starts under; null/omitted = allow_all (the set-wise start path). */
+  overlap?: 'skip' | 'buffer_one' | 'cancel_other' | null
+  /** True for a backfilled run: started however late, never missed for lateness. */
+  graceExempt?: boolean
 }
 
 function newRunValues(run: NewRun): SqlValue[] {
@@ -33,11 +37,13 @@ function newRunValues(run: NewRun): SqlValue[] {
     run.rehearsal ? 1 : 0,
     run.startedBy ?? null,
     run.scheduledFor,
+    run.rehearsal ? null : (run.overlap ?? null),
+    run.graceExempt ? 1 : 0,
   ]
 }
 
 const INSERT_RUN_COLUMNS = `(definition_id, version_id, scope, scheduled_for, timezone, concurrency_key,
-   params, rehearsal, started_by, wake_at)`
+   params, rehearsal, started_by, wake_at, overlap, grace_exempt)`
 
 /**
  * Materialise one occurrence: the new run's id, or `null` when the occurrence
@@ -46,7 +52,7 @@ const INSERT_RUN_COLUMNS = `(definition_id, version_id, scope, scheduled_for, ti
  */
 export async function materialise(db: Queryable, run: NewRun): Promise<number | null> {
   const res = await db.run(
-    `INSERT IGNORE INTO event_runs ${INSERT_RUN_COLUMNS} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    `INSERT IGNORE INTO event_runs ${INSERT_RUN_COLUMNS} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
     newRunValues(run),
   )
   return res.affectedRows === 1 ? res.insertId : null
@@ -55,7 +61,7 @@ export async function materialise(db: Queryable, run: NewRun): Promise<number | 
 /** Materialise many occurrences in one statement; answers how many were new. */
 export async function materialiseMany(db: Queryable, runs: readonly NewRun[]): Promise<number> {
   if (runs.length === 0) return 0
-  const rowSql = `(${placeholders(10)})`
+  const rowSql = `(${placeholders(12)})`
   const res = await db.runQuery(
     `INSERT IGNORE INTO event_runs ${INSERT_RUN_COLUMNS} VALUES ${runs.map(() => rowSql).join(', ')}`,
     runs.flatMap(newRunValues),

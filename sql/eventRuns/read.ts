@@ -94,6 +94,27 @@ export async function findOccurrence(
   return run ?? null
 }
 
+/**
+ * The runs of a definition's occurrences in `[from, to)` for `scopes` (not
+ * rehearsals), oldest first: what a backfill answers. At most 5,000 rows.
+ */
+export async function occurrencesInRange(
+  db: Queryable,
+  definitionId: number,
+  scopes: readonly string[],
+  from: Date,
+  to: Date,
+): Promise<RunListRow[]> {
+  if (scopes.length === 0) return []
+  const rows = await db.query<Raw>(
+    `${SELECT_LIST} WHERE r.definition_id = ? AND r.rehearsal = 0 AND r.scope IN (${placeholders(scopes.length)})
+        AND r.scheduled_for >= ? AND r.scheduled_for < ?
+      LIMIT 5000`,
+    [definitionId, ...scopes, from, to],
+  )
+  return withWaiting(db, sortRows(rows, 'oldest first'))
+}
+
 /** How many runs of a definition are not terminal: the archive pre-check. */
 export async function countActiveForDefinition(db: Queryable, definitionId: number): Promise<number> {
   const [row] = await db.execute<Raw>(

@@ -20,6 +20,10 @@ export interface RunRow {
   params: Record<string, unknown> | null
   rehearsal: boolean
   startedBy: string | null
+  /** The overlap policy it starts under; null = allow_all (the set-wise start path). */
+  overlap: 'skip' | 'buffer_one' | 'cancel_other' | null
+  /** True when its grace window does not apply (backfilled, or held back by BUFFER_ONE). */
+  graceExempt: boolean
   status: RunStatus
   health: RunHealth
   currentPhase: string | null
@@ -45,7 +49,8 @@ export interface RunListRow extends RunRow {
 
 export const RUN_COLUMNS = `r.id, r.definition_id, r.version_id, r.scope, r.scheduled_for, r.timezone, r.concurrency_key,
   r.params, r.rehearsal, r.started_by, r.status, r.health, r.current_phase, r.last_error, r.claimed_by,
-  r.claim_expires_at, r.claim_token, r.wake_at, r.started_at, r.ended_at, r.created_at, r.updated_at`
+  r.claim_expires_at, r.claim_token, r.wake_at, r.started_at, r.ended_at, r.created_at, r.updated_at,
+  r.overlap, r.grace_exempt`
 
 // `waitingSteps` counts PARKED steps only: a cue waiting on a person. It is
 // derived from the steps rather than stored on the run, because a column would
@@ -107,6 +112,8 @@ export function hydrate(row: Raw): RunRow {
     params: parseJson<Record<string, unknown> | null>(row.params, null),
     rehearsal: Boolean(Number(row.rehearsal)),
     startedBy: (row.started_by as string | null) ?? null,
+    overlap: (row.overlap as RunRow['overlap']) ?? null,
+    graceExempt: Boolean(Number(row.grace_exempt ?? 0)),
     status: row.status as RunStatus,
     health: row.health as RunHealth,
     currentPhase: (row.current_phase as string | null) ?? null,

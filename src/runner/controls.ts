@@ -14,7 +14,7 @@ import type { StepRow } from '../../sql/eventSteps.ts'
 import * as steps from '../../sql/eventSteps.ts'
 import { NON_TERMINAL } from '../../sql/states.ts'
 import { badInput, conflict, notFound } from '../errors.ts'
-import type { Clock } from './engine.ts'
+import type { Clock } from './clock.ts'
 import { resolveConcurrencyKey } from './materialise.ts'
 
 export interface ControlDeps {
@@ -91,6 +91,7 @@ export async function startRun(deps: ControlDeps, input: StartRunInput): Promise
         params: typedParams,
         rehearsal,
         startedBy: input.actor,
+        overlap: definitions.runOverlap(def.overlap),
       })
     },
     { retryable: true },

@@ -19,16 +19,11 @@ import * as steps from '../../sql/eventSteps.ts'
 import * as versions from '../../sql/eventVersions.ts'
 import type { RunStatus } from '../../sql/states.ts'
 import { retryDelayMs } from './backoff.ts'
+import type { Clock } from './clock.ts'
 import { expandProgram, type Program } from './program.ts'
 import type { StepRegistry } from './steps/registry.ts'
 import { type StepContext, StepFailure, type StepOutcome, type StepSettings } from './steps/types.ts'
 import { renderTemplate } from './template.ts'
-
-/** The clock the runner reads; tests inject one that they move by hand. */
-export interface Clock {
-  now(): Date
-}
-export const systemClock: Clock = { now: () => new Date() }
 
 /** Hooks the server wires to metrics; every one is optional. */
 export interface RunnerObserver {
@@ -38,6 +33,8 @@ export interface RunnerObserver {
   tickError?(): void
   /** How late this tick started against its schedule, in ms (0 when on time). */
   tickLag?(ms: number): void
+  /** Run history retention deleted these terminal runs (counts per status). */
+  runsDeleted?(byStatus: Partial<Record<string, number>>): void
 }
 
 /** A run this instance holds a claim on, with what its steps' templates need. */
@@ -87,7 +84,10 @@ export function specsForVersion(db: Db, versionId: number): Promise<StepSpec[]> 
 }
 
 /** Expand the programs of runs in `starting` (idempotent) and move them to `running`. */
-export async function startRuns(deps: EngineDeps, claimed: readonly RunRow[]): Promise<RunListRow[]> {
+export async function expandStartingRuns(
+  deps: EngineDeps,
+  claimed: readonly RunRow[],
+): Promise<RunListRow[]> {
   if (claimed.length === 0) return []
   const starting = claimed.filter((r) => r.status === 'starting')
   if (starting.length === 0)

@@ -1,24 +1,41 @@
 /**
  * Materialisation: turn each active definition's schedule into `scheduled` runs
- * for the look-ahead horizon, one per occurrence per scope.
+ * ahead of time, one per occurrence per scope.
  *
- * It is cheap to repeat: the definition's watermark says how far runs already
- * exist, so a pass with nothing new costs one SELECT; and the unique key makes
- * writing an occurrence twice a no-op rather than a duplicate, so two instances
- * materialising at once is harmless.
+ * Bounded per (definition, scope) twice: by the look-ahead horizon (24 h by
+ * default) and by a count of runs ahead ({@link DEFAULT_MAX_RUNS_AHEAD}), so a
+ * `* * * * * *` schedule keeps a rolling window of runs rather than 86,400 a
+ * day ahead. Occurrences are read from the schedule lazily, one pass writes at
+ * most that count per scope, and rows go out in statements of at most
+ * {@link ROWS_PER_STATEMENT}: memory follows the bound, not the schedule.
+ *
+ * Never skips an instant: each scope's watermark (`schedule_watermarks`) moves
+ * in the same transaction as the runs it covers, and only to the last instant
+ * written, so a pass cut short by the count bound resumes exactly there.
+ *
+ * Cheap to repeat: the unique key makes writing an occurrence twice a no-op
+ * rather than a duplicate, so two instances materialising at once is harmless.
  */
 import type { Db } from '../../sql/db.ts'
 import type { DefinitionRow } from '../../sql/eventDefinitions.ts'
 import * as definitions from '../../sql/eventDefinitions.ts'
 import type { NewRun } from '../../sql/eventRuns/index.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
-import { occurrencesBetween } from './schedule.ts'
+import * as watermarks from '../../sql/scheduleWatermarks.ts'
+import { occurrenceStream, occurrencesBetween } from './schedule.ts'
 import { renderTemplate } from './template.ts'
 
-/** After downtime, occurrences older than this are not back-filled (they would all be `missed`). */
+/** After downtime, occurrences older than this are not made (they would all be `missed`). */
 const MAX_CATCH_UP_MS = 7 * 24 * 3600 * 1000
-/** A bound on one definition's occurrences per pass (a `* * * * * *` schedule over a day is 86,400). */
-const MAX_OCCURRENCES_PER_PASS = 20_000
+/**
+ * Runs kept ahead per (definition, scope), at most. 1,000 keeps every schedule
+ * of one run a minute or slower a whole day ahead at a 24 h horizon, and a
+ * per-second schedule about 17 minutes ahead. Also the most one pass writes
+ * per scope (catching up after downtime included).
+ */
+export const DEFAULT_MAX_RUNS_AHEAD = 1000
+/** Rows per INSERT statement (and per short transaction). */
+const ROWS_PER_STATEMENT = 2000
 
 /** The concurrency key of one run: the definition's template rendered for that run. */
 export function resolveConcurrencyKey(
@@ -37,57 +54,148 @@ export function resolveConcurrencyKey(
   return key === '' ? null : key
 }
 
-/** The runs one definition's schedule asks for in `(from, to]`. */
+/** The runs one definition's schedule asks for in `(from, to]` (at most 20,000 instants). */
 export function occurrenceRuns(def: DefinitionRow, from: Date, to: Date): NewRun[] {
   if (!def.schedule || def.currentVersionId === null) return []
-  const instants = occurrencesBetween(def.schedule, def.timezone, from, to, MAX_OCCURRENCES_PER_PASS)
+  const instants = occurrencesBetween(def.schedule, def.timezone, from, to, 20_000, def)
   const scopes = def.scopes.length > 0 ? def.scopes : ['']
-  return instants.flatMap((scheduledFor) =>
-    scopes.map((scope) => ({
-      definitionId: def.id,
-      versionId: def.currentVersionId as number,
-      scope,
-      scheduledFor,
-      timezone: def.timezone,
-      concurrencyKey: resolveConcurrencyKey(def.concurrencyKey, { scope, scheduledFor, params: null }, def),
-      params: null,
-      rehearsal: false,
-      startedBy: 'schedule',
-    })),
-  )
+  return instants.flatMap((scheduledFor) => scopes.map((scope) => newScheduledRun(def, scope, scheduledFor)))
 }
 
-/** Materialise one definition up to `now + horizonMs`; answers how many runs were new. */
+function newScheduledRun(def: DefinitionRow, scope: string, scheduledFor: Date): NewRun {
+  return {
+    definitionId: def.id,
+    versionId: def.currentVersionId as number,
+    scope,
+    scheduledFor,
+    timezone: def.timezone,
+    concurrencyKey: resolveConcurrencyKey(def.concurrencyKey, { scope, scheduledFor, params: null }, def),
+    params: null,
+    rehearsal: false,
+    startedBy: 'schedule',
+    overlap: definitions.runOverlap(def.overlap),
+  }
+}
+
+/** Options of {@link materialiseDefinition} and {@link materialiseAll}. */
+export interface MaterialiseBounds {
+  /** Look-ahead: no run later than now + this. */
+  horizonMs: number
+  /** Runs ahead of now per (definition, scope), at most. @default DEFAULT_MAX_RUNS_AHEAD */
+  maxRunsAhead?: number
+}
+
+/** What one definition's pass did. */
+export interface MaterialiseOutcome {
+  /** Runs that were new. */
+  created: number
+  /**
+   * The earliest scope watermark when the count bound (not the horizon) stopped
+   * the pass, else null: the window ends there, so a pass is due well before.
+   */
+  windowEnd: Date | null
+}
+
+/**
+ * The next instants of one group of scopes that share a watermark: from
+ * `from` (exclusive) up to `to`, while fewer than `maxAhead` runs lie ahead of
+ * `now` (counting those already made up to `from`), and at most `maxAhead` in
+ * all. `capped` says whether the count stopped it.
+ */
+function nextInstants(
+  def: DefinitionRow,
+  from: Date,
+  now: Date,
+  to: Date,
+  maxAhead: number,
+): { instants: Date[]; capped: boolean } {
+  const schedule = def.schedule as string
+  let ahead = 0
+  if (from > now) {
+    for (const t of occurrenceStream(schedule, def.timezone, now, def)) {
+      if (t > from.getTime() || ahead >= maxAhead) break
+      ahead++
+    }
+  }
+  const instants: Date[] = []
+  if (ahead >= maxAhead) return { instants, capped: true }
+  for (const t of occurrenceStream(schedule, def.timezone, from, def)) {
+    if (t > to.getTime()) return { instants, capped: false }
+    instants.push(new Date(t))
+    if (t > now.getTime()) ahead++
+    if (ahead >= maxAhead || instants.length >= maxAhead) return { instants, capped: true }
+  }
+  return { instants, capped: false }
+}
+
+/** Materialise one definition, bounded as {@link MaterialiseBounds} says. */
 export async function materialiseDefinition(
   db: Db,
   def: DefinitionRow,
   now: Date,
-  horizonMs: number,
-): Promise<number> {
+  bounds: MaterialiseBounds | number,
+): Promise<MaterialiseOutcome> {
+  const { horizonMs, maxRunsAhead = DEFAULT_MAX_RUNS_AHEAD } =
+    typeof bounds === 'number' ? { horizonMs: bounds } : bounds
+  const outcome: MaterialiseOutcome = { created: 0, windowEnd: null }
+  if (!def.schedule || def.currentVersionId === null) return outcome
   const to = new Date(now.getTime() + horizonMs)
-  const floor = new Date(now.getTime() - MAX_CATCH_UP_MS)
-  // First pass (or after a schedule change): from now. Later passes: from the
-  // watermark, so occurrences that fell in a downtime appear (and become missed).
-  let from = def.materializedThrough ?? now
-  if (from < floor) from = floor
-  if (to <= from) return 0
-  const rows = occurrenceRuns(def, from, to)
-  // One short transaction that first writes the definition's guard: an archive
-  // racing this pass either waits (or, on another cluster node, loses at COMMIT)
-  // and then sees these runs, or wins first and this pass writes nothing. Safe
-  // to repeat: a second pass inserts only what the first did not commit.
-  return db.transaction(
-    async (tx) => {
-      if ((await definitions.lockForNewRuns(tx, def.id)) !== 'active') return 0
-      let created = 0
-      for (let i = 0; i < rows.length; i += 1000) {
-        created += await runs.materialiseMany(tx, rows.slice(i, i + 1000))
-      }
-      await definitions.setWatermark(tx, def.id, to)
-      return created
-    },
-    { retryable: true },
-  )
+  const floor = now.getTime() - MAX_CATCH_UP_MS
+  const marks = await watermarks.watermarksOf(db, def.id)
+  // Scopes that share a watermark (all of them, usually) share one walk of the schedule.
+  const groups = new Map<number, string[]>()
+  for (const scope of def.scopes.length > 0 ? def.scopes : ['']) {
+    // No watermark yet (first pass, or the schedule changed): from now. Otherwise
+    // from the watermark, so occurrences that fell in a downtime appear (and become missed).
+    const from = Math.max(marks.get(scope)?.getTime() ?? now.getTime(), floor)
+    const group = groups.get(from) ?? []
+    group.push(scope)
+    groups.set(from, group)
+  }
+  for (const [fromMs, scopes] of groups) {
+    const { instants, capped } = nextInstants(def, new Date(fromMs), now, to, maxRunsAhead)
+    const last = instants.at(-1)
+    const reached = last ?? new Date(fromMs)
+    if (capped && (outcome.windowEnd === null || reached < outcome.windowEnd)) outcome.windowEnd = reached
+    if (last === undefined) continue
+    const perStatement = Math.max(1, Math.floor(ROWS_PER_STATEMENT / instants.length))
+    for (let i = 0; i < scopes.length; i += perStatement) {
+      const slice = scopes.slice(i, i + perStatement)
+      const rows = slice.flatMap((scope) => instants.map((at) => newScheduledRun(def, scope, at)))
+      // One short transaction that first writes the definition's guard: a
+      // pause or archive racing this pass either waits (or, through another
+      // cluster node, loses at COMMIT) and then withdraws these runs, or wins
+      // first and this pass writes nothing. The watermark moves with the runs
+      // it covers, never ahead of them. Safe to repeat: run again after losing
+      // a conflict, it inserts only what the winner did not.
+      const made = await db.transaction(
+        async (tx) => {
+          if ((await definitions.lockForNewRuns(tx, def.id)) !== 'active') return null
+          const created = await runs.materialiseMany(tx, rows)
+          await watermarks.advance(tx, def.id, slice, last)
+          return created
+        },
+        { retryable: true },
+      )
+      if (made === null) return outcome
+      outcome.created += made
+    }
+  }
+  // Every scope reached the horizon: say so on the definition, so the next
+  // passes skip it without reading its watermarks until the horizon moves on.
+  if (outcome.windowEnd === null) await definitions.setWatermark(db, def.id, to)
+  return outcome
+}
+
+/** What one pass over every definition did. */
+export interface MaterialiseAllOutcome {
+  created: number
+  /**
+   * When a count-bounded window (a dense schedule) has run half down: the
+   * runner materialises again then rather than at its usual interval. Null when
+   * every definition reaches its horizon.
+   */
+  refillAt: Date | null
 }
 
 /**
@@ -98,19 +206,26 @@ export async function materialiseDefinition(
 export async function materialiseAll(
   db: Db,
   now: Date,
-  horizonMs: number,
+  bounds: MaterialiseBounds | number,
   onError: (def: DefinitionRow, err: unknown) => void,
-): Promise<number> {
+): Promise<MaterialiseAllOutcome> {
   const defs = await definitions.listMaterialisable(db)
-  let created = 0
+  const out: MaterialiseAllOutcome = { created: 0, refillAt: null }
+  const horizonMs = typeof bounds === 'number' ? bounds : bounds.horizonMs
   for (const def of defs) {
+    // Materialised to the horizon already (within a second): nothing to read.
     if (def.materializedThrough && def.materializedThrough.getTime() >= now.getTime() + horizonMs - 1000)
       continue
     try {
-      created += await materialiseDefinition(db, def, now, horizonMs)
+      const { created, windowEnd } = await materialiseDefinition(db, def, now, bounds)
+      out.created += created
+      if (windowEnd) {
+        const half = new Date(now.getTime() + Math.max(0, windowEnd.getTime() - now.getTime()) / 2)
+        if (out.refillAt === null || half < out.refillAt) out.refillAt = half
+      }
     } catch (err) {
       onError(def, err)
     }
   }
-  return created
+  return out
 }

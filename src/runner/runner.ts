@@ -27,17 +27,16 @@ import * as runs from '../../sql/eventRuns/index.ts'
 import * as steps from '../../sql/eventSteps.ts'
 import * as heartbeats from '../../sql/runnerHeartbeats.ts'
 import { advanceBatch } from './batch.ts'
+import { type Clock, systemClock } from './clock.ts'
 import {
   advanceRun,
   type ClaimedRun,
-  type Clock,
   type EngineDeps,
+  expandStartingRuns,
   type RunnerObserver,
-  startRuns,
-  systemClock,
 } from './engine.ts'
-import { materialiseAll } from './materialise.ts'
-import { startDueBatch } from './start.ts'
+import { DEFAULT_MAX_RUNS_AHEAD, materialiseAll } from './materialise.ts'
+import { startKeylessBatch } from './start.ts'
 import type { StepRegistry } from './steps/registry.ts'
 import type { StepSettings } from './steps/types.ts'
 
@@ -63,10 +62,21 @@ export interface RunnerOptions {
   leaseMs?: number
   /** Look-ahead for materialisation. @default 24 h */
   horizonMs?: number
+  /**
+   * Runs kept ahead per (definition, scope), at most: a dense schedule keeps a
+   * rolling window this long, topped up when it has run half down.
+   * @default 1000
+   */
+  maxRunsAhead?: number
   /** Minimum time between materialisation passes unless nudged. @default 60000 */
   materialiseEveryMs?: number
   /** Terminal runs' logs older than this are deleted. @default 30 days */
   logRetentionMs?: number
+  /**
+   * Terminal runs that ended longer ago than this are deleted with their steps
+   * and logs; 0 keeps every run. @default 90 days
+   */
+  runRetentionMs?: number
   /** Minimum time between retention sweeps. @default 1 h */
   retentionEveryMs?: number
   /**
@@ -101,6 +111,10 @@ const MAX_ERROR_BACKOFF_MS = 5_000
  * instead of one pass that starves the claims of runs already in flight.
  */
 const MAX_START_BATCHES_PER_TICK = 10
+/** Runs per retention round: each round is a few statements over this many runs. */
+const RUN_RETENTION_BATCH = 200
+/** Rounds per sweep (the rest waits for the next sweep, so one sweep never takes a tick for long). */
+const RUN_RETENTION_ROUNDS = 50
 
 export class Runner {
   readonly instanceId: string
@@ -112,6 +126,8 @@ export class Runner {
     observer?: RunnerObserver
   }
   private lastMaterialise = 0
+  /** When a count-bounded window (a dense schedule) needs topping up, before the usual interval. */
+  private refillAt: number | null = null
   private materialiseRequested = true
   private lastRetention = 0
   private consecutiveErrors = 0
@@ -132,8 +148,10 @@ export class Runner {
       tickMs: options.tickMs ?? 1000,
       leaseMs: options.leaseMs ?? 30_000,
       horizonMs: options.horizonMs ?? 24 * 3600_000,
+      maxRunsAhead: options.maxRunsAhead ?? DEFAULT_MAX_RUNS_AHEAD,
       materialiseEveryMs: options.materialiseEveryMs ?? 60_000,
       logRetentionMs: options.logRetentionMs ?? 30 * 24 * 3600_000,
+      runRetentionMs: options.runRetentionMs ?? 90 * 24 * 3600_000,
       retentionEveryMs: options.retentionEveryMs ?? 3600_000,
       batchSize: options.batchSize ?? 200,
       parallelism: options.parallelism ?? 8,
@@ -279,15 +297,24 @@ export class Runner {
     await runs.reclaimStale(db, tickStart)
     await steps.reclaimStale(db, tickStart)
     const now = clock.now()
-    if (this.materialiseRequested || now.getTime() - this.lastMaterialise >= this.opts.materialiseEveryMs) {
+    if (
+      this.materialiseRequested ||
+      now.getTime() - this.lastMaterialise >= this.opts.materialiseEveryMs ||
+      (this.refillAt !== null && now.getTime() >= this.refillAt)
+    ) {
       this.materialiseRequested = false
       this.lastMaterialise = now.getTime()
-      await materialiseAll(db, now, this.opts.horizonMs, (def, err) =>
-        this.opts.logger.error(
-          { err, definitionId: def.id, slug: def.slug },
-          'materialisation failed for a definition',
-        ),
+      const pass = await materialiseAll(
+        db,
+        now,
+        { horizonMs: this.opts.horizonMs, maxRunsAhead: this.opts.maxRunsAhead },
+        (def, err) =>
+          this.opts.logger.error(
+            { err, definitionId: def.id, slug: def.slug },
+            'materialisation failed for a definition',
+          ),
       )
+      this.refillAt = pass.refillAt?.getTime() ?? null
     }
     await this.markMissed(clock.now())
     await this.advanceDue()
@@ -350,7 +377,7 @@ export class Runner {
     )
     let started: ClaimedRun[]
     try {
-      started = await this.startDue(`${token}:s`)
+      started = await this.startKeylessDue(`${token}:s`)
     } catch (err) {
       await this.releaseAll(
         claimed.map((r) => r.id),
@@ -364,20 +391,24 @@ export class Runner {
     // the other runs waiting on it are deferred without a claim transaction each.
     const holderOfKey = new Map<string, number>()
     for (const run of due) {
-      if (run.status !== 'scheduled' || !run.concurrencyKey) continue
+      // Keyed runs, and runs under an overlap policy (they decide one by one, under their scope's lock).
+      if (run.status !== 'scheduled' || (!run.concurrencyKey && !run.overlap)) continue
       if (this.windingDown) break
-      const knownHolder = holderOfKey.get(run.concurrencyKey)
+      const knownHolder = run.concurrencyKey ? holderOfKey.get(run.concurrencyKey) : undefined
       if (knownHolder !== undefined) {
         await this.noteBlocked(run, knownHolder, now)
         continue
       }
       const answer = await runs.claimStart(db, run, this.instanceId, leaseUntil, now)
+      if (answer.overlap) await this.noteOverlap(run, answer.overlap, now)
       if (answer.claimed) {
         this.blockedLogged.delete(run.id)
-        holderOfKey.set(run.concurrencyKey, run.id)
-        // startRuns re-reads every claimed run, so the claim's own effect is all it needs here.
+        if (run.concurrencyKey) holderOfKey.set(run.concurrencyKey, run.id)
+        // expandStartingRuns re-reads every claimed run, so the claim's own effect is all it needs here.
         claimed.push({ ...run, status: 'starting', claimedBy: this.instanceId, claimExpiresAt: leaseUntil })
-      } else if (answer.blockedBy !== null) {
+      } else if (answer.overlap) {
+        // Decided by the overlap policy (and logged above).
+      } else if (answer.blockedBy !== null && run.concurrencyKey) {
         this.opts.observer?.claimConflict?.()
         holderOfKey.set(run.concurrencyKey, answer.blockedBy)
         await this.noteBlocked(run, answer.blockedBy, now)
@@ -404,7 +435,7 @@ export class Runner {
     const engine = this.engineDeps()
     let ready: ClaimedRun[]
     try {
-      ready = [...(await startRuns(engine, claimed)), ...started]
+      ready = [...(await expandStartingRuns(engine, claimed)), ...started]
     } catch (err) {
       await this.releaseAll(
         [...claimed, ...started].map((r) => r.id),
@@ -437,13 +468,15 @@ export class Runner {
    * left or the pass has started {@link MAX_START_BATCHES_PER_TICK} batches.
    * Answers the runs claimed for the rest of their program.
    */
-  private async startDue(token: string): Promise<ClaimedRun[]> {
+  private async startKeylessDue(token: string): Promise<ClaimedRun[]> {
     const engine = this.engineDeps()
     const handOff: ClaimedRun[] = []
     let batches = 0
     let drained = false
     const startOne = async (onLocked?: (count: number) => void) => {
-      const batch = await startDueBatch(engine, `${token}:${batches++}`, this.opts.batchSize, { onLocked })
+      const batch = await startKeylessBatch(engine, `${token}:${batches++}`, this.opts.batchSize, {
+        onLocked,
+      })
       handOff.push(...batch.handOff)
       for (const { runId, reason } of batch.failed)
         this.opts.logger.error(
@@ -487,6 +520,64 @@ export class Runner {
     // A backlog is left: tick again at once rather than after TICK_MS.
     if (!drained && !this.windingDown) this.nudged = true
     return handOff
+  }
+
+  /** Record what a run's overlap policy decided, on the runs it touched; a held run waits a tick. */
+  private async noteOverlap(run: RunRow, decided: runs.OverlapOutcome, now: Date): Promise<void> {
+    const { db } = this.opts
+    const actor = this.instanceId
+    switch (decided.outcome) {
+      case 'skipped':
+        await logs.append(db, {
+          runId: run.id,
+          level: 'warn',
+          message: `missed: run ${decided.holderId} of this definition and scope was still in progress (overlap policy SKIP)`,
+          actor,
+          data: { holderRunId: decided.holderId, overlap: 'skip' },
+        })
+        return
+      case 'superseded':
+        await logs.append(db, {
+          runId: run.id,
+          level: 'warn',
+          message: `missed: newer run ${decided.heldId} is held until run ${decided.holderId} ends (overlap policy BUFFER_ONE)`,
+          actor,
+          data: { heldRunId: decided.heldId, holderRunId: decided.holderId, overlap: 'buffer_one' },
+        })
+        return
+      case 'held': {
+        await runs.deferStart(db, run.id, new Date(now.getTime() + this.opts.tickMs))
+        if (decided.supersededId !== null) {
+          await logs.append(db, {
+            runId: decided.supersededId,
+            level: 'warn',
+            message: `missed: newer run ${run.id} came due while run ${decided.holderId} was still in progress (overlap policy BUFFER_ONE)`,
+            actor,
+            data: { newerRunId: run.id, holderRunId: decided.holderId, overlap: 'buffer_one' },
+          })
+        }
+        if (this.blockedLogged.get(run.id) === decided.holderId) return
+        if (this.blockedLogged.size > 10_000) this.blockedLogged.clear()
+        this.blockedLogged.set(run.id, decided.holderId)
+        await logs.append(db, {
+          runId: run.id,
+          level: 'info',
+          message: `held until run ${decided.holderId} is out of the way (overlap policy BUFFER_ONE)`,
+          actor,
+          data: { holderRunId: decided.holderId, overlap: 'buffer_one' },
+        })
+        return
+      }
+      case 'cancelled':
+        await logs.append(db, {
+          runId: decided.cancelledId,
+          level: 'warn',
+          message: `cancelled: newer run ${run.id} of this definition and scope came due (overlap policy CANCEL_OTHER)`,
+          actor,
+          data: { newerRunId: run.id, overlap: 'cancel_other' },
+        })
+        return
+    }
   }
 
   private async noteBlocked(run: RunRow, holderId: number, now: Date): Promise<void> {
@@ -566,6 +657,34 @@ export class Runner {
   }
 
   private async retention(now: Date): Promise<void> {
+    await this.logRetention(now)
+    await this.runRetention(now)
+  }
+
+  /**
+   * Run history retention: terminal runs that ended before the retention
+   * period go with their steps and logs, a batch of {@link RUN_RETENTION_BATCH}
+   * per round of short statements, never a run that is not terminal. Each
+   * round's counts go to the observer, so cached run counts stay right.
+   */
+  private async runRetention(now: Date): Promise<void> {
+    if (this.opts.runRetentionMs <= 0) return
+    const cutoff = new Date(now.getTime() - this.opts.runRetentionMs)
+    let total = 0
+    for (let round = 0; round < RUN_RETENTION_ROUNDS; round++) {
+      if (this.windingDown) break
+      const expired = await runs.expiredRuns(this.opts.db, cutoff, RUN_RETENTION_BATCH)
+      if (expired.length === 0) break
+      const deleted = await runs.deleteTerminalRuns(this.opts.db, expired)
+      this.opts.observer?.runsDeleted?.(deleted)
+      total += Object.values(deleted).reduce((a, n) => a + (n ?? 0), 0)
+      if (expired.length < RUN_RETENTION_BATCH) break
+    }
+    if (total > 0)
+      this.opts.logger.info({ runs: total, before: cutoff }, 'run retention: deleted finished runs')
+  }
+
+  private async logRetention(now: Date): Promise<void> {
     const cutoff = new Date(now.getTime() - this.opts.logRetentionMs)
     for (let round = 0; round < 20; round++) {
       const ids = await runs.terminalBefore(this.opts.db, cutoff, 500, { withLogsOnly: true })

@@ -239,6 +239,36 @@ export interface NextOccurrencesOptions {
   after: Date
   /** How many, 1..1000. */
   count: number
+  /** The schedule's own bounds (inclusive): no occurrence outside them. */
+  bounds?: ScheduleBounds
+}
+
+/** A definition's `startsAt` / `endsAt`: the schedule has no occurrence outside them (both inclusive). */
+export interface ScheduleBounds {
+  startsAt?: Date | null
+  endsAt?: Date | null
+}
+
+/**
+ * The occurrences strictly after `fromExclusive`, oldest first, inside
+ * `bounds`, one at a time (epoch ms). Lazy: a caller takes what it needs and
+ * stops, so a per-second schedule never becomes a day-long array.
+ * @throws AppError BAD_USER_INPUT on a bad cron or unknown zone.
+ */
+export function* occurrenceStream(
+  cron: string,
+  timezone: string,
+  fromExclusive: Date,
+  bounds: ScheduleBounds = {},
+): Generator<number> {
+  const job = assertValid(cron, timezone)
+  let from = fromExclusive.getTime()
+  if (bounds.startsAt) from = Math.max(from, bounds.startsAt.getTime() - 1)
+  const end = bounds.endsAt ? bounds.endsAt.getTime() : Number.POSITIVE_INFINITY
+  for (const t of occurrencesAfter(job, timezone, from)) {
+    if (t > end) return
+    yield t
+  }
 }
 
 /**
@@ -252,9 +282,8 @@ export function nextOccurrences(cron: string, timezone: string, opts: NextOccurr
     throw badInput(`count must be an integer from 1 to ${MAX_NEXT_OCCURRENCES}; got ${count}.`)
   }
   if (!(after instanceof Date) || Number.isNaN(after.getTime())) throw badInput('after must be a valid date.')
-  const job = assertValid(cron, timezone)
   const out: Date[] = []
-  for (const t of occurrencesAfter(job, timezone, after.getTime())) {
+  for (const t of occurrenceStream(cron, timezone, after, opts.bounds)) {
     out.push(new Date(t))
     if (out.length >= count) break
   }
@@ -272,12 +301,13 @@ export function occurrencesBetween(
   fromExclusive: Date,
   toInclusive: Date,
   max = 10_000,
+  bounds: ScheduleBounds = {},
 ): Date[] {
-  const job = assertValid(cron, timezone)
   const to = toInclusive.getTime()
   const out: Date[] = []
+  assertValid(cron, timezone)
   if (max < 1 || to <= fromExclusive.getTime()) return out
-  for (const t of occurrencesAfter(job, timezone, fromExclusive.getTime())) {
+  for (const t of occurrenceStream(cron, timezone, fromExclusive, bounds)) {
     if (t > to) break
     out.push(new Date(t))
     if (out.length >= max) break

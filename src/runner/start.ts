@@ -34,6 +34,7 @@ import * as runs from '../../sql/eventRuns/index.ts'
 import type { StartedStep, StepRow, StepSpec } from '../../sql/eventSteps.ts'
 import * as steps from '../../sql/eventSteps.ts'
 import { type ClaimedRun, type EngineDeps, specsForVersion, stepContext, withTimeout } from './engine.ts'
+import { withinGrace } from './grace.ts'
 import { STEP_DEFAULTS } from './program.ts'
 import { StepFailure } from './steps/types.ts'
 
@@ -61,7 +62,7 @@ export interface StartBatchOutcome {
  * as its `last_error`, and the others start. Without that, one such run would
  * stop every run behind it in the due index from ever starting.
  */
-export async function startDueBatch(
+export async function startKeylessBatch(
   deps: EngineDeps,
   token: string,
   limit: number,
@@ -194,10 +195,14 @@ async function startInTransaction(
   const defs = new Map(
     (await definitions.getByIds(tx, [...new Set(locked.map((r) => r.definitionId))])).map((d) => [d.id, d]),
   )
-  // Past its grace window a run is `missed`, not started; the missed sweep takes it.
+  // Past its grace window a run is `missed`, not started; the missed sweep takes
+  // it. A run the schedule made waits while its definition is not active (a
+  // pause withdraws those runs in the same transaction; this covers a batch
+  // that read the definition after the pause committed).
   const startable = locked.filter((r) => {
     const def = defs.get(r.definitionId)
-    return def !== undefined && r.scheduledFor.getTime() + def.graceSeconds * 1000 >= now.getTime()
+    if (def === undefined || !withinGrace(r, def.graceSeconds, now)) return false
+    return def.state === 'active' || r.startedBy !== 'schedule'
   })
   // Each version of the batch is expanded once (and cached across batches), and
   // its leading pure steps counted once: a batch is mostly runs of a few versions.

@@ -20,8 +20,8 @@ import type { StepRow } from '../../sql/eventSteps.ts'
 import * as stepsSql from '../../sql/eventSteps.ts'
 import type { RunStatus } from '../../sql/states.ts'
 import { type CreateDefinitionInput, createDefinition, type DefinitionDeps } from '../../src/definitions.ts'
+import type { Clock } from '../../src/runner/clock.ts'
 import type { ControlDeps } from '../../src/runner/controls.ts'
-import type { Clock } from '../../src/runner/engine.ts'
 import {
   type AnyStepKind,
   createDefaultRegistry,
