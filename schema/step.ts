@@ -1,4 +1,5 @@
 /** `RunStep`: one step of a run's expanded program. */
+import { redactStepParams, seesLiterals } from '../src/api/redact.ts'
 import { StepStatusEnum } from './enums.ts'
 import { EventRunRef, RunStepRef } from './refs.ts'
 
@@ -18,7 +19,14 @@ RunStepRef.implement({
     seq: t.exposeInt('seq', { description: 'Position within the run, 0-based across phases.' }),
     phase: t.exposeString('phase'),
     kind: t.exposeString('kind'),
-    params: t.expose('params', { type: 'JSON', nullable: true }),
+    params: t.field({
+      type: 'JSON',
+      nullable: true,
+      description:
+        'The step\'s params as published. Literal webhook header values read as "[redacted]" unless the caller is an admin.',
+      resolve: (step, _args, ctx) =>
+        seesLiterals(ctx) ? step.params : redactStepParams(step.kind, step.params),
+    }),
     status: t.expose('status', { type: StepStatusEnum }),
     parked: t.exposeBoolean('parked', { description: 'Waiting on a person (resolveCue or skipStep).' }),
     attempts: t.exposeInt('attempts'),

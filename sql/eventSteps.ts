@@ -11,6 +11,7 @@
  */
 import type { Queryable, SqlValue } from './db.ts'
 import { chunkRows, clampLimit, parseJson, placeholders, toJson } from './json.ts'
+import { LEASE_EXPIRY, leaseFree, leaseMicros } from './leases.ts'
 import type { StepOnError, StepStatus } from './states.ts'
 
 /** One step of an expanded program: what a run's step row is made from. */
@@ -366,16 +367,16 @@ export async function begin(
 ): Promise<boolean> {
   const res = await db.run(
     `UPDATE event_run_steps
-        SET status = 'running', attempts = attempts + 1, claimed_by = ?, claim_expires_at = ?,
+        SET status = 'running', attempts = attempts + 1, claimed_by = ?, claim_expires_at = ${LEASE_EXPIRY},
             started_at = COALESCE(started_at, ?), wake_at = NULL, parked = 0
       WHERE id = ?
         AND ((status = 'pending' AND (wake_at IS NULL OR wake_at <= ?))
              OR (status = 'running' AND parked = 0 AND wake_at IS NULL))
-        AND (claim_expires_at IS NULL OR claim_expires_at < ?)`,
+        AND ${leaseFree()}`,
     // started_at is the caller's `now`, not NOW(3): `core.wait {seconds}` and cue
     // timeouts count from it and compare with the runner's clock, so both ends
-    // must come from the same clock.
-    [owner, leaseUntil, now, id, now, now],
+    // must come from the same clock. The lease is on the database's (sql/leases.ts).
+    [owner, leaseMicros(leaseUntil, now), now, id, now],
   )
   return res.affectedRows === 1
 }
@@ -383,20 +384,16 @@ export async function begin(
 /**
  * Undo a {@link begin} whose answer was lost: put the step back exactly as it
  * was read before (`before`), but only if the row is still just what that
- * begin wrote (running, one more attempt, this owner, this lease), so nothing
- * that happened since is undone. Answers whether it was put back; false also
- * when the begin never committed.
+ * begin wrote (running, one more attempt, still this owner's: a reclaim or
+ * another begin would have changed one of them), so nothing that happened
+ * since is undone. Answers whether it was put back;
+ * false also when the begin never committed.
  */
-export async function takeBackBegin(
-  db: Queryable,
-  before: StepRow,
-  owner: string,
-  leaseUntil: Date,
-): Promise<boolean> {
+export async function takeBackBegin(db: Queryable, before: StepRow, owner: string): Promise<boolean> {
   const res = await db.run(
     `UPDATE event_run_steps
         SET status = ?, attempts = ?, claimed_by = ?, claim_expires_at = ?, started_at = ?, wake_at = ?, parked = ?
-      WHERE id = ? AND status = 'running' AND attempts = ? AND claimed_by = ? AND claim_expires_at = ?`,
+      WHERE id = ? AND status = 'running' AND attempts = ? AND claimed_by = ?`,
     [
       before.status,
       before.attempts,
@@ -408,7 +405,6 @@ export async function takeBackBegin(
       before.id,
       before.attempts + 1,
       owner,
-      leaseUntil,
     ],
   )
   return res.affectedRows === 1
@@ -429,10 +425,10 @@ export async function beginMany(
   if (ids.length === 0) return 0
   const res = await db.runQuery(
     `UPDATE event_run_steps
-        SET status = 'running', attempts = attempts + 1, claimed_by = ?, claim_expires_at = ?,
+        SET status = 'running', attempts = attempts + 1, claimed_by = ?, claim_expires_at = ${LEASE_EXPIRY},
             started_at = COALESCE(started_at, ?), wake_at = NULL, parked = 0
       WHERE id IN (${placeholders(ids.length)}) AND status = 'pending' AND wake_at IS NULL AND claim_expires_at IS NULL`,
-    [owner, leaseUntil, now, ...ids],
+    [owner, leaseMicros(leaseUntil, now), now, ...ids],
   )
   return res.affectedRows
 }
@@ -451,10 +447,10 @@ export async function resume(
 ): Promise<boolean> {
   const res = await db.run(
     `UPDATE event_run_steps
-        SET claimed_by = ?, claim_expires_at = ?, parked = 0
+        SET claimed_by = ?, claim_expires_at = ${LEASE_EXPIRY}, parked = 0
       WHERE id = ? AND status = 'running' AND wake_at IS NOT NULL AND wake_at <= ?
-        AND (claim_expires_at IS NULL OR claim_expires_at < ?)`,
-    [owner, leaseUntil, id, now, now],
+        AND ${leaseFree()}`,
+    [owner, leaseMicros(leaseUntil, now), id, now],
   )
   return res.affectedRows === 1
 }
@@ -603,11 +599,10 @@ export async function cancelUnfinished(db: Queryable, runId: number): Promise<nu
  * changes no status and no attempt counter: the step is executed again by the
  * next owner (at-least-once), under the same idempotency key.
  */
-export async function reclaimStale(db: Queryable, now: Date): Promise<number> {
+export async function reclaimStale(db: Queryable): Promise<number> {
   const res = await db.run(
     `UPDATE event_run_steps SET claimed_by = NULL, claim_expires_at = NULL
-      WHERE status = 'running' AND claim_expires_at IS NOT NULL AND claim_expires_at < ?`,
-    [now],
+      WHERE status = 'running' AND claim_expires_at IS NOT NULL AND claim_expires_at < NOW(3)`,
   )
   return res.affectedRows
 }

@@ -3,6 +3,7 @@
  * was materialised, so publishing never changes a run already made.
  */
 import type { Db, Queryable } from './db.ts'
+import { create as createDefinitionRow, type NewDefinition } from './eventDefinitions.ts'
 import { parseJson, placeholders, toJson } from './json.ts'
 
 export interface VersionRow {
@@ -37,30 +38,58 @@ function hydrate(row: Raw): VersionRow {
  * on its node, the two writes to that row conflict at COMMIT instead and the
  * loser runs again, numbering after the winner). Answers the new version.
  */
-export async function publish(
+export function publish(
   db: Db,
   definitionId: number,
   program: unknown,
   createdBy: string | null,
 ): Promise<VersionRow> {
+  return db.transaction((tx) => publishIn(tx, definitionId, program, createdBy), { retryable: true })
+}
+
+/** {@link publish} inside the caller's transaction (a new definition and its version 1 commit together). */
+export async function publishIn(
+  tx: Queryable,
+  definitionId: number,
+  program: unknown,
+  createdBy: string | null,
+): Promise<VersionRow> {
+  await tx.execute('SELECT id FROM event_definitions WHERE id = ? FOR UPDATE', [definitionId])
+  const [max] = await tx.execute<Raw>(
+    'SELECT COALESCE(MAX(version), 0) AS v FROM event_versions WHERE definition_id = ?',
+    [definitionId],
+  )
+  const version = Number(max?.v ?? 0) + 1
+  const res = await tx.run(
+    'INSERT INTO event_versions (definition_id, version, program, created_by) VALUES (?, ?, ?, ?)',
+    [definitionId, version, toJson(program), createdBy],
+  )
+  await tx.run('UPDATE event_definitions SET current_version_id = ? WHERE id = ?', [
+    res.insertId,
+    definitionId,
+  ])
+  const [row] = await tx.execute<Raw>(`${SELECT_VERSION} WHERE id = ?`, [res.insertId])
+  return hydrate(row as Raw)
+}
+
+/**
+ * Create a definition and publish its version 1 in one transaction: either
+ * both rows exist or neither does (a definition without a version could never
+ * run and would hold its slug). Answers the definition's id.
+ */
+export function createWithFirstVersion(
+  db: Db,
+  def: NewDefinition,
+  program: unknown,
+  createdBy: string | null,
+): Promise<number> {
+  // Safe to repeat: a losing attempt (a certification conflict on a cluster)
+  // left nothing, and a slug taken meanwhile answers the duplicate key.
   return db.transaction(
     async (tx) => {
-      await tx.execute('SELECT id FROM event_definitions WHERE id = ? FOR UPDATE', [definitionId])
-      const [max] = await tx.execute<Raw>(
-        'SELECT COALESCE(MAX(version), 0) AS v FROM event_versions WHERE definition_id = ?',
-        [definitionId],
-      )
-      const version = Number(max?.v ?? 0) + 1
-      const res = await tx.run(
-        'INSERT INTO event_versions (definition_id, version, program, created_by) VALUES (?, ?, ?, ?)',
-        [definitionId, version, toJson(program), createdBy],
-      )
-      await tx.run('UPDATE event_definitions SET current_version_id = ? WHERE id = ?', [
-        res.insertId,
-        definitionId,
-      ])
-      const [row] = await tx.execute<Raw>(`${SELECT_VERSION} WHERE id = ?`, [res.insertId])
-      return hydrate(row as Raw)
+      const id = await createDefinitionRow(tx, def)
+      await publishIn(tx, id, program, createdBy)
+      return id
     },
     { retryable: true },
   )

@@ -184,20 +184,25 @@ async function create(
   assertValid(problems)
   let id: number
   try {
-    id = await definitions.create(deps.db, {
-      slug: input.slug,
-      title: input.title.trim(),
-      description: input.description ?? null,
-      schedule: input.schedule?.trim() || null,
-      timezone: canonicalTimezone(input.timezone ?? 'UTC') ?? 'UTC',
-      graceSeconds: input.graceSeconds ?? 300,
-      concurrencyKey: input.concurrencyKey ?? null,
-      scopes: input.scopes ?? [''],
-      state: input.state ?? 'active',
-      overlap: input.overlap ?? 'allow_all',
-      startsAt: input.startsAt ?? null,
-      endsAt: input.endsAt ?? null,
-    })
+    id = await versions.createWithFirstVersion(
+      deps.db,
+      {
+        slug: input.slug,
+        title: input.title.trim(),
+        description: input.description ?? null,
+        schedule: input.schedule?.trim() || null,
+        timezone: canonicalTimezone(input.timezone ?? 'UTC') ?? 'UTC',
+        graceSeconds: input.graceSeconds ?? 300,
+        concurrencyKey: input.concurrencyKey ?? null,
+        scopes: input.scopes ?? [''],
+        state: input.state ?? 'active',
+        overlap: input.overlap ?? 'allow_all',
+        startsAt: input.startsAt ?? null,
+        endsAt: input.endsAt ?? null,
+      },
+      program,
+      actor,
+    )
   } catch (err) {
     if (isDbErrno(err, DB_ERRNO.DUP_ENTRY)) {
       throw conflict(
@@ -206,7 +211,6 @@ async function create(
     }
     throw err
   }
-  await versions.publish(deps.db, id, program, actor)
   await recordAudit(deps, actor, 'createDefinition', String(id), 'ok', { slug: input.slug })
   deps.nudgeMaterialise?.()
   return mustGet(deps.db, id)

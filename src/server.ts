@@ -79,6 +79,11 @@ export interface BuildAppDeps {
   migrate?: boolean
   /** Where the generated admin token is printed (once) when no tokens are configured. @default process.stdout */
   out?: { write(text: string): unknown }
+  /**
+   * The admin token to use when no tokens are configured, and the file it is
+   * kept in (said when it is printed). @default a fresh token for this process
+   */
+  adminToken?: { token: string; file: string }
 }
 
 export interface StartedApp {
@@ -153,7 +158,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
   let generatedToken: string | null = null
   let host = config.host
   if (tokens.length === 0) {
-    generatedToken = generateToken()
+    generatedToken = deps.adminToken?.token ?? generateToken()
     tokens = [{ role: 'admin', token: generatedToken, actor: tokenActor('admin', generatedToken) }]
     host = '127.0.0.1'
   }
@@ -370,8 +375,11 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     started = { host, port: address.port, url: `http://${urlHost(host)}:${address.port}` }
     runner?.start()
     if (generatedToken) {
+      const where = deps.adminToken
+        ? `this admin token is kept in ${deps.adminToken.file} and stays the same across restarts`
+        : 'this admin token was generated for this run (shown once)'
       out.write(
-        `\nshowrunner: no SHOWRUNNER_TOKENS configured, so this admin token was generated for this run (shown once; listening on ${host} only):\n` +
+        `\nshowrunner: no SHOWRUNNER_TOKENS configured, so ${where}; listening on ${host} only:\n` +
           `  Authorization: Bearer ${generatedToken}\n\n`,
       )
     }

@@ -136,7 +136,8 @@ describe('invariant 2: claims are compare-and-set', () => {
     const row = await runs.getById(db, run.id)
     expect(row?.status).toBe('starting')
     expect(row?.claimedBy).toBe('w1')
-    expect(row?.claimExpiresAt?.getTime()).toBe(lease.getTime())
+    // The expiry is on the database's clock (NOW(3) + 60 s); wake_at on the caller's.
+    expect(Math.abs((row?.claimExpiresAt?.getTime() ?? 0) - lease.getTime())).toBeLessThan(1000)
     // The lease moves wake_at, so a crashed owner's run comes due at expiry.
     expect(row?.wakeAt?.getTime()).toBe(lease.getTime())
     expect(row?.startedAt).toBeInstanceOf(Date)
@@ -161,7 +162,7 @@ describe('invariant 2: claims are compare-and-set', () => {
     const row = await runs.getById(db, run.id)
     expect(row?.status).toBe('running')
     expect(row?.claimedBy).toBe('w2')
-    expect(row?.claimExpiresAt?.getTime()).toBe(lease.getTime())
+    expect(Math.abs((row?.claimExpiresAt?.getTime() ?? 0) - lease.getTime())).toBeLessThan(1000)
     expect(row?.wakeAt?.getTime()).toBe(lease.getTime())
   })
 
@@ -218,6 +219,7 @@ describe('invariant 2: claims are compare-and-set', () => {
           owner: 'A',
           token: 'tok-A',
           leaseUntil: lease,
+          leaseMs: 30_000,
         } as const
         expect(await runs.markStarted(a, ids(mine), as)).toBe(4)
         return ids(mine)
@@ -281,13 +283,15 @@ describe('invariant 3: a live lease is not re-enterable', () => {
     const run = await makeRun(db)
     await runningUnleased(run)
     const t0 = Date.now()
-    const lease = at(5_000, t0)
-    expect(await runs.claimTick(db, run.id, 'w1', lease, new Date(t0))).toBe(true)
+    expect(await runs.claimTick(db, run.id, 'w1', at(300, t0), new Date(t0))).toBe(true)
+    const held = (await runs.getById(db, run.id))?.claimExpiresAt
     expect(await runs.claimTick(db, run.id, 'w1', at(10_000, t0), at(1, t0))).toBe(false)
-    expect(await runs.claimTick(db, run.id, 'w2', at(10_000, t0), at(4_999, t0))).toBe(false)
-    expect(await runs.claimTick(db, run.id, 'w1', at(10_000, t0), lease)).toBe(false) // not yet expired at the instant
-    expect((await runs.getById(db, run.id))?.claimExpiresAt?.getTime()).toBe(lease.getTime())
-    expect(await runs.claimTick(db, run.id, 'w1', at(10_000, t0), at(5_001, t0))).toBe(true)
+    // Expiry is judged on the database's clock: a caller whose clock runs a minute ahead is refused too.
+    expect(await runs.claimTick(db, run.id, 'w2', at(70_000, t0), at(60_000, t0))).toBe(false)
+    expect((await runs.getById(db, run.id))?.claimExpiresAt?.getTime()).toBe(held?.getTime())
+    await sleepMs(350)
+    // ... and one whose clock runs a minute behind still sees it lapse.
+    expect(await runs.claimTick(db, run.id, 'w1', at(-50_000, t0), at(-60_000, t0))).toBe(true)
   })
 
   it('in real time: a short lease blocks its own owner, then lapses', async () => {
@@ -636,13 +640,15 @@ describe('invariant 10: reclaim releases the lease only', () => {
     const starting = await makeRun(db)
     await runningUnleased(stale)
     await runningUnleased(live)
-    await runs.claimStart(db, starting, 'crashed', at(1_000, T), new Date(T))
-    expect(await runs.claimTick(db, stale.id, 'crashed', at(1_000, T), new Date(T))).toBe(true)
+    // Leases of 1 ms: run out by the time reclaim runs (on the database's clock).
+    await runs.claimStart(db, starting, 'crashed', at(1, T), new Date(T))
+    expect(await runs.claimTick(db, stale.id, 'crashed', at(1, T), new Date(T))).toBe(true)
     expect(await runs.claimTick(db, live.id, 'alive', at(60_000, T), new Date(T))).toBe(true)
     await runs.setHealth(db, stale.id, 'degraded')
     const before = await runs.getById(db, stale.id)
+    await sleepMs(20)
 
-    expect(await runs.reclaimStale(db, at(2_000, T))).toBe(2)
+    expect(await runs.reclaimStale(db)).toBe(2)
     const after = await runs.getById(db, stale.id)
     expect(after).toMatchObject({
       status: 'running',
@@ -657,7 +663,7 @@ describe('invariant 10: reclaim releases the lease only', () => {
     expect((await runs.getById(db, live.id))?.claimedBy).toBe('alive')
     // The lease's expiry left wake_at in the past: both come due, the live one does not.
     expect(ids(await runs.findDue(db, at(2_000, T))).sort()).toEqual([stale.id, starting.id].sort())
-    expect(await runs.reclaimStale(db, at(2_000, T))).toBe(0)
+    expect(await runs.reclaimStale(db)).toBe(0)
   })
 })
 

@@ -176,18 +176,22 @@ describe('begin', () => {
       parked: false,
       wakeAt: null,
     })
-    expect(row.claimExpiresAt?.getTime()).toBe(lease.getTime())
+    // The lease's expiry is on the database's clock: NOW(3) + 30 s.
+    expect(Math.abs((row.claimExpiresAt?.getTime() ?? 0) - lease.getTime())).toBeLessThan(1000)
     expect(row.startedAt).toBeInstanceOf(Date)
   })
 
   it('is refused while a live lease is held, by another owner or the same one; after expiry it re-runs (attempts + 1)', async () => {
     const s = nth(await fresh(1), 0)
     const T = Date.now()
-    expect(await steps.begin(db, s.id, 'w1', at(5_000, T), new Date(T))).toBe(true)
-    expect(await steps.begin(db, s.id, 'w2', at(35_000, T), at(1_000, T))).toBe(false)
-    expect(await steps.begin(db, s.id, 'w1', at(35_000, T), at(1_000, T))).toBe(false)
+    expect(await steps.begin(db, s.id, 'w1', at(300, T), new Date(T))).toBe(true)
+    // Lease expiry is judged on the database's clock: a caller whose clock runs a minute ahead is refused too.
+    expect(await steps.begin(db, s.id, 'w2', at(60_000, T), new Date(T))).toBe(false)
+    expect(await steps.begin(db, s.id, 'w2', at(120_000, T), at(60_000, T))).toBe(false)
+    expect(await steps.begin(db, s.id, 'w1', at(30_000, T), new Date(T))).toBe(false)
     expect(await get(s.id)).toMatchObject({ attempts: 1, claimedBy: 'w1' })
-    expect(await steps.begin(db, s.id, 'w2', at(35_000, T), at(5_001, T))).toBe(true)
+    await new Promise((r) => setTimeout(r, 350))
+    expect(await steps.begin(db, s.id, 'w2', at(30_000), new Date())).toBe(true)
     expect(await get(s.id)).toMatchObject({ status: 'running', attempts: 2, claimedBy: 'w2' })
   })
 
@@ -286,9 +290,12 @@ describe('the moves of a running step', () => {
     expect(await steps.resume(db, s.id, 'w2', at(30_000, wake), wake)).toBe(true)
     const row = await get(s.id)
     expect(row).toMatchObject({ status: 'running', attempts: 1, claimedBy: 'w2', wakeAt: wake })
-    // Its lease is live: nobody re-enters until it lapses.
-    expect(await steps.resume(db, s.id, 'w3', at(60_000, wake), at(1, wake))).toBe(false)
-    expect(await steps.resume(db, s.id, 'w3', at(60_000, wake), at(30_001, wake))).toBe(true)
+    // Its lease is live (30 s on the database's clock): nobody re-enters until it lapses.
+    expect(await steps.resume(db, s.id, 'w3', at(60_000, wake), at(30_001, wake))).toBe(false)
+    await db.run('UPDATE event_run_steps SET claim_expires_at = NOW(3) - INTERVAL 1 SECOND WHERE id = ?', [
+      s.id,
+    ])
+    expect(await steps.resume(db, s.id, 'w3', at(60_000, wake), at(1, wake))).toBe(true)
     expect((await get(s.id)).attempts).toBe(1)
     expect(await steps.complete(db, s.id, { waited: true })).toBe(true)
     expect(await get(s.id)).toMatchObject({ status: 'completed', wakeAt: null })
@@ -457,13 +464,15 @@ describe('invariant 10 (steps): reclaim releases the lease only', () => {
   it('releases expired step leases, keeps status and attempts; the next begin re-runs the step', async () => {
     const [stale, live, parked] = (await fresh(3)) as [StepRow, StepRow, StepRow]
     const T = Date.now()
-    expect(await steps.begin(db, stale.id, 'crashed', at(1_000, T), new Date(T))).toBe(true)
+    // A lease of 1 ms has run out by the time reclaim runs (on the database's clock).
+    expect(await steps.begin(db, stale.id, 'crashed', at(1, T), new Date(T))).toBe(true)
     expect(await steps.begin(db, live.id, 'alive', at(60_000, T), new Date(T))).toBe(true)
     expect(await steps.begin(db, parked.id, 'w', at(60_000, T), new Date(T))).toBe(true)
     await steps.park(db, parked.id, null)
     const parkedBefore = await get(parked.id)
+    await new Promise((r) => setTimeout(r, 20))
 
-    expect(await steps.reclaimStale(db, at(2_000, T))).toBe(1)
+    expect(await steps.reclaimStale(db)).toBe(1)
     expect(await get(stale.id)).toMatchObject({
       status: 'running',
       attempts: 1,
@@ -472,7 +481,7 @@ describe('invariant 10 (steps): reclaim releases the lease only', () => {
     })
     expect(await get(live.id)).toMatchObject({ status: 'running', attempts: 1, claimedBy: 'alive' })
     expect(await get(parked.id)).toEqual(parkedBefore)
-    expect(await steps.reclaimStale(db, at(2_000, T))).toBe(0)
+    expect(await steps.reclaimStale(db)).toBe(0)
     // At-least-once: the next owner runs it again as the next attempt.
     expect(await steps.begin(db, stale.id, 'w2', at(30_000, T), at(2_000, T))).toBe(true)
     expect((await get(stale.id)).attempts).toBe(2)

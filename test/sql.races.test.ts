@@ -108,7 +108,14 @@ describe('race (a): every due run is claimed exactly once', () => {
             mine = await pool.transaction(
               async (tx) => {
                 const rows = await runs.lockDueToStart(tx, new Date(), 5)
-                const as = { status: 'running', phase: 'main', owner, token, leaseUntil: at(60_000) } as const
+                const as = {
+                  status: 'running',
+                  phase: 'main',
+                  owner,
+                  token,
+                  leaseUntil: at(60_000),
+                  leaseMs: 60_000,
+                } as const
                 // Held locks make the guarded move total: all or a bug.
                 expect(
                   await runs.markStarted(

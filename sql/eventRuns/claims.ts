@@ -8,10 +8,18 @@
  * and cannot starve new ones. Taking a concurrency key inserts a
  * `concurrency_locks` row in the same short transaction as the claim, so two
  * instances can never both start a holder of one key.
+ *
+ * Clocks: a lease's expiry is set and compared on the database's clock
+ * (`NOW(3)`, see sql/leases.ts), so instances with skewed clocks cannot take
+ * over each other's live leases; due times (`wake_at`, the `now` passed in)
+ * stay on the runner's clock. A function that sets a lease takes `leaseUntil`
+ * and `now` from the runner's clock: `leaseUntil` becomes `wake_at` (a crashed
+ * owner's run comes due by itself) and `leaseUntil - now` the lease's length.
  */
 
 import { DB_ERRNO, type Db, isDbErrno, type Queryable } from '../db.ts'
 import { clampLimit, placeholders } from '../json.ts'
+import { LEASE_EXPIRY, leaseFree, leaseMicros } from '../leases.ts'
 import { IN_FLIGHT, KEY_HOLDING } from '../states.ts'
 import { hydrate, type Raw, type RunRow, SELECT_RUN, sortRows } from './rows.ts'
 import { releaseKey, transitionSets } from './transitions.ts'
@@ -43,6 +51,27 @@ export async function findDue(db: Queryable, now: Date, limit = 50): Promise<Run
       ORDER BY r.wake_at, r.id
       LIMIT ${n}`,
     [now, ...DUE_STATUSES],
+  )
+  return rows.map(hydrate)
+}
+
+/**
+ * Due scheduled runs that carry a concurrency key or an overlap policy, oldest
+ * due first. They are started one by one (each takes its key lock, or its
+ * scope's overlap lock, with its claim), so they are
+ * found by a query of their own, on an index that holds only them
+ * (`keyed_due_at`, migration 0006): however many key-less runs are due, a keyed
+ * run is seen as soon as it is due, not after the backlog ahead of it.
+ */
+export async function findDueKeyed(db: Queryable, now: Date, limit = 50): Promise<RunRow[]> {
+  const n = clampLimit(limit, 50)
+  const rows = await db.execute<Raw>(
+    `${SELECT_RUN} FORCE INDEX (idx_evrun_keyed_due)
+      WHERE r.keyed_due_at <= ? AND r.status = 'scheduled'
+        AND (r.concurrency_key IS NOT NULL OR r.overlap IS NOT NULL)
+      ORDER BY r.keyed_due_at, r.id
+      LIMIT ${n}`,
+    [now],
   )
   return rows.map(hydrate)
 }
@@ -135,14 +164,14 @@ export async function claimStart(
   now: Date = new Date(),
 ): Promise<ClaimStartResult> {
   const claimSql = `UPDATE event_runs
-        SET status = 'starting', claimed_by = ?, claim_expires_at = ?, claim_token = NULL, wake_at = ?,
+        SET status = 'starting', claimed_by = ?, claim_expires_at = ${LEASE_EXPIRY}, claim_token = NULL, wake_at = ?,
             started_at = COALESCE(started_at, NOW(3)), start_reserve = NULL
       WHERE id = ? AND status = 'scheduled' AND ${WITHIN_GRACE} AND ${SCHEDULE_ACTIVE}`
   const overlap = run.overlap && run.definitionId !== undefined ? run.overlap : null
   if (!run.concurrencyKey && !overlap) {
     const res = await db.run(`${claimSql} AND concurrency_key IS NULL`, [
       owner,
-      leaseUntil,
+      leaseMicros(leaseUntil, now),
       leaseUntil,
       run.id,
       now,
@@ -174,7 +203,7 @@ export async function claimStart(
         }
         const res = await tx.run(`${claimSql} AND concurrency_key ${key ? '= ?' : 'IS NULL'}`, [
           owner,
-          leaseUntil,
+          leaseMicros(leaseUntil, now),
           leaseUntil,
           run.id,
           now,
@@ -414,7 +443,16 @@ export async function lockDueToStart(tx: Queryable, now: Date, limit: number): P
 /** Where {@link markStarted} leaves runs: finished, or claimed by the starter for what remains. */
 export type StartedAs =
   | { status: 'completed'; phase: string | null }
-  | { status: 'running' | 'ending'; phase: string | null; owner: string; token: string; leaseUntil: Date }
+  | {
+      status: 'running' | 'ending'
+      phase: string | null
+      owner: string
+      token: string
+      /** On the runner's clock: the run's `wake_at`. */
+      leaseUntil: Date
+      /** The lease's length: its expiry is `NOW(3)` plus this, on the database's clock. */
+      leaseMs: number
+    }
   /** In flight without a claim, due at `wakeAt` (the starter spent its step budget). */
   | { status: 'running' | 'ending'; phase: string | null; owner?: undefined; wakeAt: Date }
 
@@ -430,10 +468,10 @@ export async function markStarted(tx: Queryable, ids: readonly number[], as: Sta
   // The same SET clauses as every guarded transition (a terminal target stamps
   // ended_at and drops claim and wake_at), plus the start's own.
   let wakeAt: Date | undefined
-  let claim: [owner: string, token: string, until: Date] | null = null
+  let claim: [owner: string, token: string, micros: number] | null = null
   if (as.status !== 'completed') {
     if (as.owner !== undefined) {
-      claim = [as.owner, as.token, as.leaseUntil]
+      claim = [as.owner, as.token, Math.round(as.leaseMs * 1000)]
       wakeAt = as.leaseUntil
     } else {
       wakeAt = as.wakeAt
@@ -442,7 +480,7 @@ export async function markStarted(tx: Queryable, ids: readonly number[], as: Sta
   const { sets, args } = transitionSets(as.status, { phase: as.phase, ...(wakeAt && { wakeAt }) })
   sets.push('started_at = NOW(3)')
   if (claim) {
-    sets.push('claimed_by = ?', 'claim_token = ?', 'claim_expires_at = ?')
+    sets.push('claimed_by = ?', 'claim_token = ?', `claim_expires_at = ${LEASE_EXPIRY}`)
     args.push(...claim)
   }
   const res = await tx.runQuery(
@@ -468,10 +506,9 @@ export async function claimTick(
 ): Promise<boolean> {
   const res = await db.run(
     `UPDATE event_runs
-        SET claimed_by = ?, claim_expires_at = ?, claim_token = NULL, wake_at = ?
-      WHERE id = ? AND status IN (${placeholders(IN_FLIGHT.length)})
-        AND (claim_expires_at IS NULL OR claim_expires_at < ?)`,
-    [owner, leaseUntil, leaseUntil, id, ...IN_FLIGHT, now],
+        SET claimed_by = ?, claim_expires_at = ${LEASE_EXPIRY}, claim_token = NULL, wake_at = ?
+      WHERE id = ? AND status IN (${placeholders(IN_FLIGHT.length)}) AND ${leaseFree()}`,
+    [owner, leaseMicros(leaseUntil, now), leaseUntil, id, ...IN_FLIGHT],
   )
   return res.affectedRows === 1
 }
@@ -488,12 +525,11 @@ export async function claimTickBatch(
   const n = clampLimit(limit, 100, 1, 5000)
   const res = await db.run(
     `UPDATE event_runs
-        SET claimed_by = ?, claim_token = ?, claim_expires_at = ?, wake_at = ?
-      WHERE wake_at <= ? AND status IN (${placeholders(IN_FLIGHT.length)})
-        AND (claim_expires_at IS NULL OR claim_expires_at < ?)
+        SET claimed_by = ?, claim_token = ?, claim_expires_at = ${LEASE_EXPIRY}, wake_at = ?
+      WHERE wake_at <= ? AND status IN (${placeholders(IN_FLIGHT.length)}) AND ${leaseFree()}
       ORDER BY wake_at, id
       LIMIT ${n}`,
-    [owner, token, leaseUntil, leaseUntil, now, ...IN_FLIGHT, now],
+    [owner, token, leaseMicros(leaseUntil, now), leaseUntil, now, ...IN_FLIGHT],
   )
   if (res.affectedRows === 0) return []
   return findByClaimToken(db, token)
@@ -511,11 +547,12 @@ export async function extendClaim(
   id: number,
   owner: string,
   leaseUntil: Date,
+  now: Date,
 ): Promise<boolean> {
   const res = await db.run(
-    `UPDATE event_runs SET claim_expires_at = ?, wake_at = ?
+    `UPDATE event_runs SET claim_expires_at = ${LEASE_EXPIRY}, wake_at = ?
       WHERE id = ? AND claimed_by = ? AND status IN (${placeholders(IN_FLIGHT.length)})`,
-    [leaseUntil, leaseUntil, id, owner, ...IN_FLIGHT],
+    [leaseMicros(leaseUntil, now), leaseUntil, id, owner, ...IN_FLIGHT],
   )
   return res.affectedRows === 1
 }
@@ -532,12 +569,13 @@ export async function renewClaims(
   ids: readonly number[],
   owner: string,
   leaseUntil: Date,
+  now: Date,
 ): Promise<Set<number>> {
   if (ids.length === 0) return new Set()
   await db.runQuery(
-    `UPDATE event_runs SET claim_expires_at = ?, wake_at = ?
+    `UPDATE event_runs SET claim_expires_at = ${LEASE_EXPIRY}, wake_at = ?
       WHERE id IN (${placeholders(ids.length)}) AND claimed_by = ? AND status IN (${placeholders(IN_FLIGHT.length)})`,
-    [leaseUntil, leaseUntil, ...ids, owner, ...IN_FLIGHT],
+    [leaseMicros(leaseUntil, now), leaseUntil, ...ids, owner, ...IN_FLIGHT],
   )
   const rows = await db.query<Raw>(
     `SELECT id FROM event_runs WHERE id IN (${placeholders(ids.length)}) AND claimed_by = ?`,
@@ -654,12 +692,12 @@ export async function deferStart(db: Queryable, id: number, until: Date): Promis
  * that reset rows to their start state once made an attempt ceiling unreachable,
  * so a row cycled forever and never became eligible for retention.
  */
-export async function reclaimStale(db: Queryable, now: Date): Promise<number> {
+export async function reclaimStale(db: Queryable): Promise<number> {
   const res = await db.run(
     `UPDATE event_runs SET claimed_by = NULL, claim_expires_at = NULL, claim_token = NULL
       WHERE status IN (${placeholders(IN_FLIGHT.length)})
-        AND claim_expires_at IS NOT NULL AND claim_expires_at < ?`,
-    [...IN_FLIGHT, now],
+        AND claim_expires_at IS NOT NULL AND claim_expires_at < NOW(3)`,
+    [...IN_FLIGHT],
   )
   return res.affectedRows
 }

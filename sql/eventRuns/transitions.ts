@@ -6,7 +6,8 @@
  * are guarded on the current value, so an unchanged value restamps nothing.
  */
 
-import type { Queryable, SqlValue } from '../db.ts'
+import type { Db, Queryable, SqlValue } from '../db.ts'
+import { cancelUnfinished, fail as failStep } from '../eventSteps.ts'
 import { placeholders } from '../json.ts'
 import type { RunHealth, RunStatus } from '../states.ts'
 import { isTerminal, KEY_HOLDING, TERMINAL } from '../states.ts'
@@ -93,6 +94,56 @@ export async function transitionMany(
   )
   if (res.affectedRows > 0 && isTerminal(to)) await releaseKey(db, ids)
   return res.affectedRows
+}
+
+/**
+ * End a run (`cancelled` or `failed`) together with its unfinished steps, in
+ * one transaction: pending, sleeping and parked steps become `cancelled` in the
+ * same commit as the run's move, so no crash between the two can leave a
+ * parked cue under a finished run (it would count as waiting for good). Safe to
+ * repeat, so it runs again when it loses a conflict (a deadlock, or a Galera
+ * certification failure at COMMIT). Answers whether the run moved.
+ */
+export function endWithSteps(
+  db: Db,
+  id: number,
+  from: RunStatus | readonly RunStatus[],
+  to: 'cancelled' | 'failed',
+  opts: TransitionOptions = {},
+): Promise<boolean> {
+  return db.transaction(
+    async (tx) => {
+      const moved = await transition(tx, id, from, to, opts)
+      if (moved) await cancelUnfinished(tx, id)
+      return moved
+    },
+    { retryable: true },
+  )
+}
+
+/**
+ * A step that fails its run: the step `running → failed`, the run `→ failed`
+ * and its other unfinished steps `→ cancelled`, all in one transaction, so the
+ * step's failure is never recorded without the run's (the next tick would go
+ * on past it) nor the run's without its steps'. Nothing moves when the step is
+ * no longer running (a person skipped it meanwhile). Safe to repeat.
+ */
+export function failWithStep(
+  db: Db,
+  runId: number,
+  from: readonly RunStatus[],
+  step: { id: number; error: string },
+  runError: string,
+): Promise<{ stepFailed: boolean; runFailed: boolean }> {
+  return db.transaction(
+    async (tx) => {
+      if (!(await failStep(tx, step.id, step.error))) return { stepFailed: false, runFailed: false }
+      const runFailed = await transition(tx, runId, from, 'failed', { error: runError })
+      if (runFailed) await cancelUnfinished(tx, runId)
+      return { stepFailed: true, runFailed }
+    },
+    { retryable: true },
+  )
 }
 
 /**

@@ -1,5 +1,5 @@
 /**
- * Who may call which root field (SPEC §6), checked per field.
+ * Who may call which root field, checked per field: viewer < operator < admin.
  *
  * Every root field declares the role it needs in its Pothos `extensions`
  * (`extensions: requires('operator')`); {@link guardRootFields} wraps each
@@ -27,12 +27,33 @@ export function requires(role: Role): { [ROLE_EXTENSION]: Role } {
 export const UNAUTHENTICATED_MESSAGE =
   'Authentication required: send the header "Authorization: Bearer <token>" (on WebSocket: connectionParams.authorization).'
 
+/** A token was sent but is not one this server accepts: say so, rather than ask for a header that was sent. */
+export const INVALID_TOKEN_MESSAGE =
+  'Invalid token: the bearer token sent is not one this server accepts. Use a token from SHOWRUNNER_TOKENS, or the admin token the server printed at start.'
+
+export const MALFORMED_AUTHORIZATION_MESSAGE = 'Invalid Authorization header: expected "Bearer <token>".'
+
+/** Why a request did not authenticate, from its Authorization value: missing, malformed or unknown. */
+export function unauthenticatedReason(
+  header: string | null | undefined,
+): 'missing' | 'malformed' | 'invalid' {
+  if (typeof header !== 'string' || header.trim() === '') return 'missing'
+  return /^\s*bearer\s+\S+\s*$/i.test(header) ? 'invalid' : 'malformed'
+}
+
+const MESSAGES = {
+  missing: UNAUTHENTICATED_MESSAGE,
+  malformed: MALFORMED_AUTHORIZATION_MESSAGE,
+  invalid: INVALID_TOKEN_MESSAGE,
+} as const
+
 /**
  * The error for a request without a valid token, carrying HTTP 401 and a
- * `WWW-Authenticate` challenge for yoga to put on the response.
+ * `WWW-Authenticate` challenge for yoga to put on the response. Every reason
+ * has the code UNAUTHENTICATED; the message tells them apart.
  */
-export function unauthenticatedError(): GraphQLError {
-  return new GraphQLError(UNAUTHENTICATED_MESSAGE, {
+export function unauthenticatedError(reason: keyof typeof MESSAGES = 'missing'): GraphQLError {
+  return new GraphQLError(MESSAGES[reason], {
     extensions: {
       code: ERROR_CODES.UNAUTHENTICATED,
       http: { status: 401, headers: { 'WWW-Authenticate': 'Bearer realm="showrunner"' } },

@@ -2,7 +2,8 @@
  * Yoga plugins guarding GraphQL over HTTP (and SSE, which is HTTP too):
  * - {@link useAuthGate}: no valid bearer token → UNAUTHENTICATED with HTTP 401,
  *   before the document is even parsed, so an anonymous caller learns nothing
- *   about the schema (not even from validation messages).
+ *   about the schema (not even from validation messages). The message tells a
+ *   missing header from a malformed one and from a token nobody configured.
  * - {@link useCsrfPrevention}: refuse POSTs a browser would send cross-site
  *   without a CORS preflight (form and text/plain bodies), unless they carry a
  *   custom header only a script allowed by CORS could add. JSON POSTs (every
@@ -11,13 +12,14 @@
 import { createGraphQLError, type Plugin } from 'graphql-yoga'
 import { authenticate, type TokenEntry } from '../auth.ts'
 import { ERROR_CODES } from '../errors.ts'
-import { unauthenticatedError } from './authz.ts'
+import { unauthenticatedError, unauthenticatedReason } from './authz.ts'
 
 export function useAuthGate(tokens: readonly TokenEntry[]): Plugin {
   return {
     onParams({ request, setResult }) {
-      if (authenticate(request.headers.get('authorization'), tokens) === null) {
-        setResult({ errors: [unauthenticatedError()] })
+      const header = request.headers.get('authorization')
+      if (authenticate(header, tokens) === null) {
+        setResult({ errors: [unauthenticatedError(unauthenticatedReason(header))] })
       }
     },
   }

@@ -35,7 +35,7 @@ export interface WsTransport {
 }
 
 /**
- * The credential a WebSocket client sent. SPEC §6 names
+ * The credential a WebSocket client sent. The documented form is
  * `connectionParams.authorization: "Bearer TOKEN"`; clients in the wild also
  * send `Authorization`, a bare token, or the header on the upgrade request
  * (Node clients can set it), so each of those is read too. The token itself is
@@ -69,12 +69,16 @@ export function attachGraphqlWs(opts: {
       // Never put internal error text into close reasons.
       isProd: true,
       onConnect(ctx) {
-        const principal = authenticate(wsAuthorization(ctx.connectionParams, ctx.extra.request), opts.tokens)
+        const sent = wsAuthorization(ctx.connectionParams, ctx.extra.request)
+        const principal = authenticate(sent, opts.tokens)
         if (!principal) {
           // 4401 says "your credentials", which clients treat as final (no reconnect loop).
+          // A close reason holds at most 123 bytes.
           ctx.extra.socket.close(
             CloseCode.Unauthorized,
-            'Unauthorized: connectionParams.authorization must be "Bearer <token>"',
+            sent === null
+              ? 'Unauthorized: connectionParams.authorization must be "Bearer <token>"'
+              : 'Unauthorized: invalid token (not one this server accepts)',
           )
           return false
         }

@@ -166,10 +166,9 @@ export async function cancelRun(
 ): Promise<TransitionAnswer> {
   if (reason !== null && reason.length > 500) throw badInput('reason must be at most 500 characters.')
   await mustGetRun(deps.db, id)
-  const applied = await runs.transition(deps.db, id, NON_TERMINAL, 'cancelled', {
+  const applied = await runs.endWithSteps(deps.db, id, NON_TERMINAL, 'cancelled', {
     error: `cancelled by ${actor}${reason ? `: ${reason}` : ''}`,
   })
-  if (applied) await steps.cancelUnfinished(deps.db, id)
   const run = await mustGetRun(deps.db, id)
   await recordControl(deps, id, actor, 'cancel', applied, run, { reason })
   if (applied) deps.nudge?.()

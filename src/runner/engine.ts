@@ -300,6 +300,7 @@ async function executeStep(
   // Sleeping (a timer or a retry backoff) and not yet due.
   if (step.wakeAt && step.wakeAt > now) return { next: false, wakeAt: step.wakeAt }
   // Another owner is executing it under a live lease (only after a crash race).
+  // A hint on this runner's clock; the begin below is guarded on the database's.
   if (step.claimExpiresAt && step.claimExpiresAt > now && step.claimedBy !== null) {
     return { next: false, wakeAt: step.claimExpiresAt }
   }
@@ -307,7 +308,8 @@ async function executeStep(
   const resumed = step.status === 'running' && step.wakeAt !== null
   const leaseUntil = new Date(now.getTime() + Math.max(deps.leaseMs, step.timeoutMs + 5000))
   // The run's lease must outlive the step, or another instance would take it mid-step.
-  if (!(await runs.extendClaim(deps.db, run.id, deps.owner, leaseUntil))) return { next: false, stop: true }
+  if (!(await runs.extendClaim(deps.db, run.id, deps.owner, leaseUntil, now)))
+    return { next: false, stop: true }
   let entered: boolean
   try {
     entered = resumed
@@ -319,7 +321,7 @@ async function executeStep(
     // never ran, and count against its retries once its lease ran out. Nothing
     // ran, so once the database answers again the step is put back as it was.
     if (!resumed && isDbUnavailable(err))
-      await recordOutcome(deps.hardStop, () => steps.takeBackBegin(deps.db, step, deps.owner, leaseUntil))
+      await recordOutcome(deps.hardStop, () => steps.takeBackBegin(deps.db, step, deps.owner))
     throw err
   }
   if (!entered) return { next: false, wakeAt: new Date(now.getTime() + 1000) }
@@ -428,10 +430,10 @@ export async function handleFailure(
     deps.observer?.stepFinished?.(step.kind, 'retry')
     return { next: false, wakeAt }
   }
-  const failed = await recordOutcome(deps.hardStop, () => steps.fail(deps.db, step.id, message))
-  deps.observer?.stepFinished?.(step.kind, 'failed')
-  if (!failed) return { next: true } // a person skipped or cancelled it meanwhile
   if (step.onError === 'degrade') {
+    const failed = await recordOutcome(deps.hardStop, () => steps.fail(deps.db, step.id, message))
+    deps.observer?.stepFinished?.(step.kind, 'failed')
+    if (!failed) return { next: true } // a person skipped or cancelled it meanwhile
     await runs.setHealth(deps.db, run.id, 'degraded')
     await logs.append(deps.db, {
       runId: run.id,
@@ -442,9 +444,19 @@ export async function handleFailure(
     return { next: true }
   }
   const error = `step ${step.seq} (${step.kind}) failed after ${step.attempts} attempt(s): ${message}`
-  const moved = await runs.transition(deps.db, run.id, [runStatus, 'running', 'ending'], 'failed', { error })
-  if (moved) {
-    await steps.cancelUnfinished(deps.db, run.id)
+  // The step, the run and the run's other steps move in one transaction.
+  const { stepFailed, runFailed } = await recordOutcome(deps.hardStop, () =>
+    runs.failWithStep(
+      deps.db,
+      run.id,
+      [runStatus, 'running', 'ending'],
+      { id: step.id, error: message },
+      error,
+    ),
+  )
+  deps.observer?.stepFinished?.(step.kind, 'failed')
+  if (!stepFailed) return { next: true } // a person skipped or cancelled it meanwhile
+  if (runFailed) {
     await logs.append(deps.db, {
       runId: run.id,
       stepId: step.id,

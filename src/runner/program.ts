@@ -229,7 +229,10 @@ function stepKindProblems(
       for (const p of found) problems.push({ path: under(paramsPath, p.path), message: p.message })
     }
   }
-  if (isObject(params)) problems.push(...templateProblems(params, paramsPath))
+  if (isObject(params)) {
+    const secrets = typeof step.kind === 'string' && registry.get(step.kind)?.acceptsSecrets === true
+    problems.push(...templateProblems(params, paramsPath, { secrets }))
+  }
   return problems
 }
 

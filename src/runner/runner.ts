@@ -293,9 +293,9 @@ export class Runner {
   /** One pass. Public so tests can drive the runner tick by tick with an injected clock. */
   async tick(): Promise<void> {
     const { db, clock } = this.opts
-    const tickStart = clock.now()
-    await runs.reclaimStale(db, tickStart)
-    await steps.reclaimStale(db, tickStart)
+    // Lease expiry is judged on the database's clock (sql/leases.ts).
+    await runs.reclaimStale(db)
+    await steps.reclaimStale(db)
     const now = clock.now()
     if (
       this.materialiseRequested ||
@@ -385,8 +385,9 @@ export class Runner {
       )
       throw err
     }
-    // Keyed scheduled runs: each needs its key lock, taken with its claim.
-    const due = await runs.findDue(db, now, batchSize)
+    // Keyed scheduled runs: each needs its key lock, taken with its claim. Their
+    // own query, so no backlog of key-less runs can hide them past their grace.
+    const due = await runs.findDueKeyed(db, now, batchSize)
     // A key found held (or just taken) stays held for the rest of this pass, so
     // the other runs waiting on it are deferred without a claim transaction each.
     const holderOfKey = new Map<string, number>()
@@ -422,12 +423,14 @@ export class Runner {
     // taken over by another instance: renew what is still ours and drop the
     // rest, or two instances would start the same run.
     if (Date.now() - claimFrom > this.opts.leaseMs / 3) {
-      const renewedUntil = new Date(clock.now().getTime() + this.opts.leaseMs)
+      const renewedFrom = clock.now()
+      const renewedUntil = new Date(renewedFrom.getTime() + this.opts.leaseMs)
       const mine = await runs.renewClaims(
         db,
         [...claimed, ...started].map((r) => r.id),
         this.instanceId,
         renewedUntil,
+        renewedFrom,
       )
       claimed = claimed.filter((r) => mine.has(r.id))
       started = started.filter((r) => mine.has(r.id))

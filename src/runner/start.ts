@@ -342,7 +342,14 @@ function startedAs(
   const status = current.ending ? 'ending' : 'running'
   // Budget spent on pure steps: due again at once, unclaimed, so other runs get a turn first.
   if (plan.reached >= budget) return { status, phase: current.phase, wakeAt: now }
-  return { status, phase: current.phase, owner, token, leaseUntil }
+  return {
+    status,
+    phase: current.phase,
+    owner,
+    token,
+    leaseUntil,
+    leaseMs: leaseUntil.getTime() - now.getTime(),
+  }
 }
 
 /** Run one pure step; its log lines go to `lines`. Null when the attempt failed, else its result. */

@@ -7,7 +7,13 @@
  * `definition.title`, `definition.slug`. Whitespace inside the braces is allowed
  * (`{{ run.scope }}`). An unknown name is a publish-time problem
  * ({@link templateProblems}); should one reach runtime anyway it renders as ''.
+ *
+ * `{{secret.NAME}}` is left as it is here: only a kind that declares
+ * `acceptsSecrets` (`core.webhook`) resolves it, at the moment it sends, and
+ * keeps the value out of everything it answers (see secrets.ts). Rendering it
+ * here would put the value into whatever a step logs or stores.
  */
+import { SECRET_ENV_PREFIX, SECRET_NAME } from './secrets.ts'
 
 /** What a template can refer to. */
 export interface TemplateVars {
@@ -39,7 +45,7 @@ const KNOWN_FIXED = [
 const PARAM_NAME = /^params\.([A-Za-z_][A-Za-z0-9_-]*)$/
 
 /** The placeholder names a template may use, for error messages. */
-export const TEMPLATE_NAMES: readonly string[] = [...KNOWN_FIXED, 'params.NAME']
+export const TEMPLATE_NAMES: readonly string[] = [...KNOWN_FIXED, 'params.NAME', 'secret.NAME (core.webhook)']
 
 function isKnown(name: string): boolean {
   return (KNOWN_FIXED as readonly string[]).includes(name) || PARAM_NAME.test(name)
@@ -71,9 +77,22 @@ function lookup(name: string, vars: TemplateVars): string {
   return ''
 }
 
+/**
+ * A value put into a template must not become a secret reference there: a run
+ * param `"{{secret.X}}"` rendered into a webhook body would otherwise be
+ * resolved by the webhook, and anyone who may start a run could have a secret
+ * sent where they can read it. Such text keeps a space between its braces.
+ */
+function inert(value: string): string {
+  return value.includes('{{') ? value.replace(/\{\{(?=\s*secret\.)/g, '{ {') : value
+}
+
 function renderString(text: string, vars: TemplateVars): string {
   if (!text.includes('{{')) return text
-  return text.replace(PLACEHOLDER, (_match, inner: string) => lookup(inner.trim(), vars))
+  return text.replace(PLACEHOLDER, (match, inner: string) => {
+    const name = inner.trim()
+    return name.startsWith('secret.') ? match : inert(lookup(name, vars))
+  })
 }
 
 /**
@@ -103,13 +122,30 @@ export function joinPath(base: string, key: string | number): string {
  * Every unknown placeholder inside `value`, each with its path below `basePath`
  * (a string template on its own reports at `basePath`). Empty = fine.
  */
-export function templateProblems(value: unknown, basePath = ''): TemplateProblem[] {
+export function templateProblems(
+  value: unknown,
+  basePath = '',
+  opts: { secrets?: boolean } = {},
+): TemplateProblem[] {
   const problems: TemplateProblem[] = []
   const walk = (v: unknown, path: string): void => {
     if (typeof v === 'string') {
       for (const match of v.matchAll(PLACEHOLDER)) {
         const name = match[1]!.trim()
-        if (!isKnown(name)) {
+        if (name.startsWith('secret.')) {
+          const secret = name.slice('secret.'.length)
+          if (!opts.secrets) {
+            problems.push({
+              path,
+              message: `"{{${name}}}": secrets may be used only in the params of a step kind that accepts them (core.webhook url, headers and body)`,
+            })
+          } else if (!SECRET_NAME.test(secret)) {
+            problems.push({
+              path,
+              message: `"{{${name}}}": a secret's name is A-Z, 0-9 and _, starting with a letter (its value is read from ${SECRET_ENV_PREFIX}NAME)`,
+            })
+          }
+        } else if (!isKnown(name)) {
           problems.push({
             path,
             message: `unknown placeholder "{{${name}}}" (known: ${TEMPLATE_NAMES.join(', ')})`,

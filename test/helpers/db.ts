@@ -116,3 +116,24 @@ export function wrapStatements<D extends Queryable>(
     },
   })
 }
+
+/**
+ * `db` whose transactions hand `fn` a connection with one statement method
+ * wrapped (see {@link wrapStatements}): for injecting a fault between two
+ * statements of one transaction and checking that nothing of it is left.
+ */
+export function wrapTransactionStatements(
+  db: Db,
+  method: 'execute' | 'run' | 'query' | 'runQuery',
+  wrap: (real: Statement) => Statement,
+): Db {
+  const transaction: Db['transaction'] = (fn, opts) =>
+    db.transaction((tx) => fn(wrapStatements(tx, method, wrap)), opts)
+  return new Proxy(db, {
+    get(target, prop, receiver) {
+      if (prop === 'transaction') return transaction
+      const value = Reflect.get(target, prop, receiver)
+      return typeof value === 'function' ? value.bind(target) : value
+    },
+  })
+}

@@ -91,11 +91,92 @@ export function isUrlAllowed(url: string, allowPrefixes: readonly string[]): boo
   return false
 }
 
-/** Why `url` is refused, or null when it is allowed (for a failure message a person can act on). */
+/**
+ * A URL as failure messages show it: scheme, host, port and path, with a query
+ * shown as `?…` (query strings carry tokens), so a message names the URL a
+ * person must fix without repeating what it may carry.
+ */
+export function shownUrl(url: string | URL): string {
+  let u: URL
+  try {
+    u = typeof url === 'string' ? new URL(url) : url
+  } catch {
+    const text = String(url)
+    const cut = text.search(/[?#]/)
+    return cut === -1 ? text.slice(0, 200) : `${text.slice(0, Math.min(cut, 200))}?…`
+  }
+  return `${u.origin}${u.pathname}${u.search ? '?…' : ''}`
+}
+
+/**
+ * Why `url` is refused, or null when it is allowed (for a failure message a
+ * person can act on). The message names the URL, not the list: the list says
+ * where else this instance may send, which is not the program author's business.
+ */
 export function allowListRefusal(url: string, allowPrefixes: readonly string[]): string | null {
   const n = normaliseUrl(url)
-  if (!n.ok) return `the URL ${n.reason}: ${url}`
-  if (allowPrefixes.length === 0) return `webhooks are disabled (WEBHOOK_ALLOW is empty); refused ${n.url}`
+  if (!n.ok) return `the URL ${n.reason}: ${shownUrl(url)}`
+  if (allowPrefixes.length === 0)
+    return `webhooks are disabled (WEBHOOK_ALLOW is empty); refused ${shownUrl(n.url)}`
   if (isUrlAllowed(url, allowPrefixes)) return null
-  return `${n.url} is not in the webhook allow-list (WEBHOOK_ALLOW: ${allowPrefixes.join(', ')})`
+  return `${shownUrl(n.url)} is not in the webhook allow-list (WEBHOOK_ALLOW)`
+}
+
+/** IPv4 ranges a hostname may not resolve to (unless an allow-list entry names the address). */
+const BLOCKED_V4: [base: string, bits: number, what: string][] = [
+  ['0.0.0.0', 8, 'a "this network" address'],
+  ['10.0.0.0', 8, 'a private address'],
+  ['100.64.0.0', 10, 'a shared (carrier-grade NAT) address'],
+  ['127.0.0.0', 8, 'a loopback address'],
+  ['169.254.0.0', 16, 'a link-local address'],
+  ['172.16.0.0', 12, 'a private address'],
+  ['192.168.0.0', 16, 'a private address'],
+  ['224.0.0.0', 4, 'a multicast address'],
+  ['240.0.0.0', 4, 'a reserved address'],
+]
+
+function v4ToInt(ip: string): number {
+  return ip.split('.').reduce((acc, part) => acc * 256 + Number(part), 0)
+}
+
+/**
+ * What kind of internal address `ip` is (loopback, private, link-local, …), or
+ * null for a public address. IPv4-mapped IPv6 addresses are judged as IPv4.
+ */
+export function internalAddressKind(ip: string): string | null {
+  let addr = ip.toLowerCase()
+  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/.exec(addr)
+  if (mapped) addr = mapped[1]!
+  if (/^\d+\.\d+\.\d+\.\d+$/.test(addr)) {
+    const n = v4ToInt(addr)
+    for (const [base, bits, what] of BLOCKED_V4) {
+      const size = 2 ** (32 - bits)
+      const start = v4ToInt(base)
+      if (n >= start && n < start + size) return what
+    }
+    return null
+  }
+  if (addr === '::1') return 'a loopback address'
+  if (addr === '::') return 'an unspecified address'
+  if (/^fe[89ab]/.test(addr)) return 'a link-local address'
+  if (/^f[cd]/.test(addr)) return 'a private (unique local) address'
+  if (/^ff/.test(addr)) return 'a multicast address'
+  return null
+}
+
+/**
+ * The IP literals the allow-list names as hosts (`http://10.0.0.5:8080/` names
+ * 10.0.0.5): the internal addresses a webhook may reach. A hostname that
+ * resolves to any other internal address is refused, so a DNS name on the list
+ * cannot be pointed at the loopback, the cloud metadata service or the LAN.
+ */
+export function allowedInternalAddresses(allowPrefixes: readonly string[]): Set<string> {
+  const out = new Set<string>()
+  for (const raw of allowPrefixes) {
+    const p = normaliseAllowPrefix(raw)
+    if (!p.ok) continue
+    const host = new URL(p.url).hostname.replace(/^\[|\]$/g, '').toLowerCase()
+    if (/^\d+\.\d+\.\d+\.\d+$/.test(host) || host.includes(':')) out.add(host)
+  }
+  return out
 }

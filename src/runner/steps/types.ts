@@ -54,6 +54,8 @@ export interface StepContext<P = Record<string, unknown>> {
 export interface StepSettings {
   /** Normalised URL prefixes a webhook may call; empty = no webhooks. */
   webhookAllow: string[]
+  /** Where `{{secret.NAME}}` values are read from (`SHOWRUNNER_SECRET_NAME`). @default process.env */
+  secrets?: Readonly<Record<string, string | undefined>>
 }
 
 /** What a handler answers. A thrown error is a failed attempt (see {@link StepFailure}). */
@@ -109,6 +111,13 @@ export interface StepKind<P = Record<string, unknown>> {
    * has no side effects. @default false
    */
   pure?: boolean
+  /**
+   * True when the kind resolves `{{secret.NAME}}` in its params itself, at the
+   * moment it acts, and keeps every resolved value out of what it logs, throws
+   * and answers (see `SecretScope`). Other kinds' params may not name secrets.
+   * @default false
+   */
+  acceptsSecrets?: boolean
   /** Check params at publish time; answer every problem found (empty = valid). */
   validate(params: unknown): ParamProblem[]
   /** Perform one attempt. */

@@ -7,9 +7,29 @@
  * that reason (fetch's own following would not ask). Credentials the author put
  * in headers (Authorization, Cookie) are not carried to another origin, as in
  * browsers' fetch.
+ *
+ * The allow-list is checked twice: on the URL, and on the address its host
+ * resolves to when the connection is made (the connector's own DNS lookup, so
+ * what is checked is what is dialled, also after a redirect). A hostname that
+ * resolves to a loopback, link-local or private address is refused unless the
+ * allow-list names that IP address itself. undici's fetch is used for that
+ * hook (the same fetch Node ships, with a dispatcher we may configure).
+ *
+ * Secrets: `{{secret.NAME}}` in the url, headers and body are resolved here,
+ * per attempt, from `SHOWRUNNER_SECRET_NAME`, and every resolved value is
+ * scrubbed from the error or result before the runner stores it.
  */
+import { lookup as dnsLookup, type LookupAddress } from 'node:dns'
+import { Agent, fetch, Headers, type Response } from 'undici'
 import { z } from 'zod'
-import { allowListRefusal, normaliseUrl } from './allowList.ts'
+import { SecretScope } from '../secrets.ts'
+import {
+  allowedInternalAddresses,
+  allowListRefusal,
+  internalAddressKind,
+  normaliseUrl,
+  shownUrl,
+} from './allowList.ts'
 import { hasPlaceholder, parseParams, schemaProblems } from './params.ts'
 import { type StepContext, StepFailure, type StepKind } from './types.ts'
 
@@ -156,9 +176,61 @@ function snippet(text: string): string {
   return `: ${flat.length > 200 ? `${flat.slice(0, 200)}…` : flat}`
 }
 
+type LookupCallback = (
+  err: NodeJS.ErrnoException | null,
+  address: string | LookupAddress[],
+  family?: number,
+) => void
+
+/**
+ * A connection pool for one attempt whose DNS lookup refuses internal
+ * addresses the allow-list does not name; `refusal()` says why it refused.
+ */
+function guardedAgent(allow: readonly string[]): { agent: Agent; refusal: () => string | null } {
+  const allowedInternal = allowedInternalAddresses(allow)
+  let refused: string | null = null
+  const lookup = (
+    hostname: string,
+    options: { all?: boolean; family?: number },
+    callback: LookupCallback,
+  ) => {
+    dnsLookup(hostname, { family: options.family ?? 0, all: true }, (err, addresses) => {
+      if (err) return callback(err, [])
+      for (const a of addresses) {
+        const kind = internalAddressKind(a.address)
+        if (kind && !allowedInternal.has(a.address.toLowerCase())) {
+          refused = `${hostname} resolves to ${a.address}, ${kind}; only an allow-list entry naming that IP address allows it`
+          return callback(Object.assign(new Error(refused), { code: 'EACCES' }), [])
+        }
+      }
+      if (options.all) return callback(null, addresses)
+      const first = addresses[0]
+      if (!first)
+        return callback(Object.assign(new Error(`${hostname} has no address`), { code: 'ENOTFOUND' }), [])
+      callback(null, first.address, first.family)
+    })
+  }
+  const agent = new Agent({ connect: { lookup } as Record<string, unknown> })
+  return { agent, refusal: () => refused }
+}
+
 /** Perform one attempt, following (and re-checking) redirects. */
-async function send(ctx: StepContext<WebhookParams>): Promise<WebhookResult> {
-  const p = parseParams(schema, ctx.params, 'core.webhook')
+async function send(ctx: StepContext<WebhookParams>, params: unknown): Promise<WebhookResult> {
+  const p = parseParams(schema, params, 'core.webhook')
+  const { agent, refusal } = guardedAgent(ctx.settings.webhookAllow)
+  try {
+    return await sendWith(ctx, p, agent, refusal)
+  } finally {
+    agent.destroy().catch(() => {})
+  }
+}
+
+async function sendWith(
+  ctx: StepContext<WebhookParams>,
+  p: WebhookParams,
+  agent: Agent,
+  dnsRefusal: () => string | null,
+): Promise<WebhookResult> {
   const allow = ctx.settings.webhookAllow
   let url = p.url
   let method: string = p.method ?? 'POST'
@@ -189,21 +261,31 @@ async function send(ctx: StepContext<WebhookParams>): Promise<WebhookResult> {
     let res: Response
     let text: string
     try {
-      res = await fetch(target, { method, headers, body, redirect: 'manual', signal: ctx.signal })
+      res = await fetch(target, {
+        method,
+        headers,
+        body,
+        redirect: 'manual',
+        signal: ctx.signal,
+        dispatcher: agent,
+      })
       const location = res.headers.get('location')
       if (res.status >= 300 && res.status < 400 && location !== null) {
         await res.body?.cancel().catch(() => {})
         if (redirects >= MAX_REDIRECTS) {
-          throw new StepFailure(`webhook ${method} ${p.url}: more than ${MAX_REDIRECTS} redirects`, {
-            retryable: false,
-          })
+          throw new StepFailure(
+            `webhook ${method} ${shownUrl(p.url)}: more than ${MAX_REDIRECTS} redirects`,
+            {
+              retryable: false,
+            },
+          )
         }
         let next: URL
         try {
           next = new URL(location, target)
         } catch {
           throw new StepFailure(
-            `webhook ${method} ${target.href}: bad redirect Location ${JSON.stringify(location)}`,
+            `webhook ${method} ${shownUrl(target)}: bad redirect Location ${JSON.stringify(shownUrl(location))}`,
             {
               retryable: false,
             },
@@ -220,25 +302,40 @@ async function send(ctx: StepContext<WebhookParams>): Promise<WebhookResult> {
       text = await readPrefix(res, RESPONSE_BODY_BYTES)
     } catch (err) {
       if (err instanceof StepFailure) throw err
-      if (ctx.signal.aborted) {
-        throw new StepFailure(`webhook ${method} ${target.href} ${abortReason(ctx.signal)}`, { cause: err })
+      const refused = dnsRefusal()
+      if (refused) {
+        const what = redirects === 0 ? 'webhook refused' : `webhook redirect ${redirects} refused`
+        throw new StepFailure(`${what}: ${shownUrl(target)}: ${refused}`, { retryable: false })
       }
-      throw new StepFailure(`webhook ${method} ${target.href} failed: ${networkReason(err)}`, { cause: err })
+      if (ctx.signal.aborted) {
+        throw new StepFailure(`webhook ${method} ${shownUrl(target)} ${abortReason(ctx.signal)}`)
+      }
+      throw new StepFailure(`webhook ${method} ${shownUrl(target)} failed: ${networkReason(err)}`)
     }
     if (res.status >= 200 && res.status < 300) return { status: res.status, body: text }
     const retryable = res.status === 408 || res.status === 429 || res.status >= 500
-    throw new StepFailure(`webhook ${method} ${target.href} answered HTTP ${res.status}${snippet(text)}`, {
-      retryable,
-    })
+    throw new StepFailure(
+      `webhook ${method} ${shownUrl(target)} answered HTTP ${res.status}${snippet(text)}`,
+      {
+        retryable,
+      },
+    )
   }
 }
 
 export const webhookStep: StepKind<WebhookParams> = {
   kind: 'core.webhook',
   sideEffects: true,
+  acceptsSecrets: true,
   validate: (params) => schemaProblems(schema, params, ['url', 'method', 'headers', 'body']),
   async execute(ctx) {
-    return { type: 'completed', result: await send(ctx) }
+    const secrets = new SecretScope(ctx.settings.secrets ?? process.env)
+    try {
+      const result = await send(ctx, secrets.resolve(ctx.params))
+      return { type: 'completed', result: secrets.scrubValue(result) }
+    } catch (err) {
+      throw secrets.scrubError(err)
+    }
   },
   describe(ctx) {
     const p = ctx.params

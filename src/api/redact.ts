@@ -1,0 +1,50 @@
+/**
+ * What only admins may read: the literal header values of `core.webhook` steps
+ * (an `Authorization: Bearer …` written into a program). Viewers and operators
+ * see each value as {@link REDACTED}, in `EventVersion.program` and in
+ * `RunStep.params`; header names, URLs and bodies stay readable. Secrets named
+ * as `{{secret.NAME}}` are never in a program at all; this covers what an
+ * author typed in literally.
+ */
+import { roleAllows } from '../auth.ts'
+import type { ApiContext } from './context.ts'
+
+export const REDACTED = '[redacted]'
+
+/** Step kinds whose `params.headers` values are redacted. */
+const HEADER_KINDS = new Set(['core.webhook'])
+
+/** True when the caller may read literal header values (admins). */
+export function seesLiterals(ctx: ApiContext): boolean {
+  return ctx.principal !== null && roleAllows(ctx.principal.role, 'admin')
+}
+
+function isObject(v: unknown): v is Record<string, unknown> {
+  return v !== null && typeof v === 'object' && !Array.isArray(v)
+}
+
+/** A step's params with header values redacted (other kinds, and params without headers, as they are). */
+export function redactStepParams(kind: unknown, params: unknown): unknown {
+  if (typeof kind !== 'string' || !HEADER_KINDS.has(kind) || !isObject(params)) return params
+  if (!isObject(params.headers)) return params
+  const headers: Record<string, unknown> = {}
+  for (const name of Object.keys(params.headers)) headers[name] = REDACTED
+  return { ...params, headers }
+}
+
+/** A program (`{phases: [{steps: [...]}]}`) with every webhook step's header values redacted. */
+export function redactProgram(program: unknown): unknown {
+  if (!isObject(program) || !Array.isArray(program.phases)) return program
+  return {
+    ...program,
+    phases: program.phases.map((phase) => {
+      if (!isObject(phase) || !Array.isArray(phase.steps)) return phase
+      return {
+        ...phase,
+        steps: phase.steps.map((step) =>
+          isObject(step) ? { ...step, params: redactStepParams(step.kind, step.params) } : step,
+        ),
+      }
+    }),
+  }
+}
