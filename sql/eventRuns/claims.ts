@@ -585,17 +585,18 @@ export async function renewClaims(
 }
 
 /**
- * While a run is claimed its `wake_at` is the lease's end. A person acting on it
- * meanwhile (a cue resolved, a step skipped) pulls `wake_at` earlier
- * ({@link wakeNow}); the release keeps that earlier instant instead of
- * overwriting it with the holder's own plan, which predates the person's act
- * (otherwise a cue answered while its runner was still parking it would sleep
- * until the cue's timeout). `wake_at` is assigned first: MariaDB evaluates SET
- * left to right, and `claim_expires_at` is cleared after it.
+ * A person acting on a claimed run (a cue resolved, a step skipped) pulls its
+ * `wake_at` earlier and marks it `woken_while_claimed` ({@link wakeNow}); the
+ * release then keeps that earlier instant instead of overwriting it with the
+ * holder's own plan, made before the person acted (otherwise a cue answered
+ * while its runner was still parking it would sleep until the cue's timeout),
+ * and clears the mark. Assigned in this order: MariaDB evaluates SET left to
+ * right.
  */
 function releasedWakeAt(): string {
   return `wake_at = IF(status IN (${placeholders(IN_FLIGHT.length)}),
-              IF(wake_at < claim_expires_at, LEAST(wake_at, COALESCE(?, wake_at)), ?), wake_at)`
+              IF(woken_while_claimed = 1, LEAST(wake_at, COALESCE(?, wake_at)), ?), wake_at),
+            woken_while_claimed = 0`
 }
 
 /**
@@ -644,7 +645,7 @@ export async function releaseClaims(
 export async function releaseAllClaims(db: Queryable, owner: string, now: Date): Promise<number> {
   const res = await db.run(
     `UPDATE event_runs
-        SET claimed_by = NULL, claim_expires_at = NULL, claim_token = NULL,
+        SET claimed_by = NULL, claim_expires_at = NULL, claim_token = NULL, woken_while_claimed = 0,
             wake_at = IF(status IN (${placeholders(IN_FLIGHT.length)}), ?, wake_at)
       WHERE claimed_by = ?`,
     [...IN_FLIGHT, now, owner],
@@ -654,9 +655,9 @@ export async function releaseAllClaims(db: Queryable, owner: string, now: Date):
 
 /**
  * Wake a run now (a cue resolved, a step skipped), unless it is paused or terminal.
- * A run that is claimed at this moment gets the earlier `wake_at` too, and its
- * holder's release keeps it (see {@link releaseClaim}); another instance cannot
- * take the run meanwhile, its lease being live.
+ * A run that is claimed at this moment gets the earlier `wake_at` too, marked
+ * so that its holder's release keeps it (see {@link releaseClaim}); another
+ * instance cannot take the run meanwhile, its lease being live.
  *
  * `now` is the caller's clock (the one the runner compares `wake_at` with).
  * Without it the database's NOW(3) is used; but a database clock ahead of the
@@ -666,7 +667,7 @@ export async function releaseAllClaims(db: Queryable, owner: string, now: Date):
 export async function wakeNow(db: Queryable, id: number, now?: Date): Promise<boolean> {
   const at = now ?? null
   const res = await db.run(
-    `UPDATE event_runs SET wake_at = COALESCE(?, NOW(3))
+    `UPDATE event_runs SET wake_at = COALESCE(?, NOW(3)), woken_while_claimed = claimed_by IS NOT NULL
       WHERE id = ? AND status IN (${placeholders(IN_FLIGHT.length)})
         AND (wake_at IS NULL OR wake_at > COALESCE(?, NOW(3)))`,
     [at, id, ...IN_FLIGHT, at],

@@ -12,3 +12,14 @@
 
 ALTER TABLE event_definitions
   ADD COLUMN IF NOT EXISTS run_guard BIGINT UNSIGNED NOT NULL DEFAULT 0
+;;
+
+-- Set when a person wakes a run (a cue answered, a step skipped) while an
+-- instance holds it, and cleared when that instance releases it: the release
+-- then keeps the person's earlier wake time instead of writing its own plan,
+-- made before the person acted (a cue answered while its runner was parking it
+-- would otherwise sleep until the cue's timeout). A flag rather than a
+-- comparison of times, because due times and leases follow different clocks.
+
+ALTER TABLE event_runs
+  ADD COLUMN IF NOT EXISTS woken_while_claimed TINYINT(1) NOT NULL DEFAULT 0
