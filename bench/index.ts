@@ -6,15 +6,24 @@
  * benchmark could not run (a target not met is a figure, not a crash).
  *
  * Alone: `npx tsx bench/throughput.ts` (also the graphile-worker peer),
- * `bench/starvation.ts`, `bench/fanout.ts`, `bench/apiLatency.ts`, `bench/galera.ts`
- * (which starts the three-node cluster of test/galera/cluster.sh).
+ * `bench/starvation.ts`, `bench/fanout.ts`, `bench/apiLatency.ts`, `bench/console.ts`,
+ * `bench/consoleLoad.ts`, `bench/galera.ts` (which starts the three-node cluster of
+ * test/galera/cluster.sh).
  */
 import { spawn } from 'node:child_process'
 import { rm } from 'node:fs/promises'
 import { fileURLToPath } from 'node:url'
 import { printResults, RESULTS_FILE, readResults } from './lib.ts'
 
-const BENCHMARKS = ['throughput', 'starvation', 'fanout', 'apiLatency', 'galera'] as const
+const BENCHMARKS = [
+  'throughput',
+  'starvation',
+  'fanout',
+  'apiLatency',
+  'console',
+  'consoleLoad',
+  'galera',
+] as const
 
 function runOne(name: string): Promise<number> {
   const file = fileURLToPath(new URL(`./${name}.ts`, import.meta.url))
