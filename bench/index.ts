@@ -7,7 +7,8 @@
  *
  * Alone: `npx tsx bench/throughput.ts` (also the graphile-worker peer),
  * `bench/starvation.ts`, `bench/fanout.ts`, `bench/apiLatency.ts`, `bench/console.ts`,
- * `bench/consoleLoad.ts`, `bench/history.ts`.
+ * `bench/consoleLoad.ts`, `bench/history.ts`, `bench/galera.ts` (which starts the three-node
+ * cluster of test/galera/cluster.sh).
  */
 import { spawn } from 'node:child_process'
 import { rm } from 'node:fs/promises'
@@ -22,6 +23,7 @@ const BENCHMARKS = [
   'console',
   'consoleLoad',
   'history',
+  'galera',
 ] as const
 
 function runOne(name: string): Promise<number> {

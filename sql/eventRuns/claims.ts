@@ -221,14 +221,18 @@ export async function claimStart(
         }
         return { claimed: true, blockedBy: null, ...(cancelled && { overlap: cancelled }) }
       },
-      { isolation: 'READ COMMITTED' },
+      // Safe to repeat, and repeated when it loses a conflict: on a Galera
+      // cluster two claimers on different nodes both see the key free and both
+      // claim; one fails certification at COMMIT and, run again, sees the
+      // winner's lock row. The answer is the committed attempt's.
+      { isolation: 'READ COMMITTED', retryable: true },
     )
   } catch (err) {
     if (err instanceof KeyBlocked) return { claimed: false, blockedBy: err.holderId }
     if (err instanceof ClaimLost) {
       return { claimed: false, blockedBy: null }
     }
-    // A deadlock or a duplicate between two claimers is a lost race, not a failure.
+    // Still losing after every retry, or a duplicate between two claimers: a lost race, not a failure.
     if (isDbErrno(err, DB_ERRNO.LOCK_DEADLOCK) || isDbErrno(err, DB_ERRNO.DUP_ENTRY)) {
       return { claimed: false, blockedBy: null }
     }
@@ -590,11 +594,26 @@ export async function renewClaims(
 }
 
 /**
+ * A person acting on a claimed run (a cue resolved, a step skipped) pulls its
+ * `wake_at` earlier and marks it `woken_while_claimed` ({@link wakeNow}); the
+ * release then keeps that earlier instant instead of overwriting it with the
+ * holder's own plan, made before the person acted (otherwise a cue answered
+ * while its runner was still parking it would sleep until the cue's timeout),
+ * and clears the mark. Assigned in this order: MariaDB evaluates SET left to
+ * right.
+ */
+function releasedWakeAt(): string {
+  return `wake_at = IF(status IN (${placeholders(IN_FLIGHT.length)}),
+              IF(woken_while_claimed = 1, LEAST(wake_at, COALESCE(?, wake_at)), ?), wake_at),
+            woken_while_claimed = 0`
+}
+
+/**
  * Give a run back. Scoped to `claimed_by = owner`: a process releases only its
  * own claim. `wakeAt` says when the run next needs the runner: now (the default)
  * to pick it up at once, a timer's end, or null for a run parked on a cue. A run
  * parked or waiting carries no lease: otherwise every wait would last
- * max(wait, lease).
+ * max(wait, lease). A wake someone asked for while the run was claimed stands.
  */
 export async function releaseClaim(
   db: Queryable,
@@ -605,10 +624,10 @@ export async function releaseClaim(
   const wake = opts.wakeAt === undefined ? new Date() : opts.wakeAt
   const res = await db.run(
     `UPDATE event_runs
-        SET claimed_by = NULL, claim_expires_at = NULL, claim_token = NULL,
-            wake_at = IF(status IN (${placeholders(IN_FLIGHT.length)}), ?, wake_at)
+        SET ${releasedWakeAt()},
+            claimed_by = NULL, claim_expires_at = NULL, claim_token = NULL
       WHERE id = ? AND claimed_by = ?`,
-    [...IN_FLIGHT, wake, id, owner],
+    [...IN_FLIGHT, wake, wake, id, owner],
   )
   return res.affectedRows === 1
 }
@@ -623,10 +642,10 @@ export async function releaseClaims(
   if (ids.length === 0) return 0
   const res = await db.runQuery(
     `UPDATE event_runs
-        SET claimed_by = NULL, claim_expires_at = NULL, claim_token = NULL,
-            wake_at = IF(status IN (${placeholders(IN_FLIGHT.length)}), ?, wake_at)
+        SET ${releasedWakeAt()},
+            claimed_by = NULL, claim_expires_at = NULL, claim_token = NULL
       WHERE id IN (${placeholders(ids.length)}) AND claimed_by = ?`,
-    [...IN_FLIGHT, wakeAt, ...ids, owner],
+    [...IN_FLIGHT, wakeAt, wakeAt, ...ids, owner],
   )
   return res.affectedRows
 }
@@ -635,7 +654,7 @@ export async function releaseClaims(
 export async function releaseAllClaims(db: Queryable, owner: string, now: Date): Promise<number> {
   const res = await db.run(
     `UPDATE event_runs
-        SET claimed_by = NULL, claim_expires_at = NULL, claim_token = NULL,
+        SET claimed_by = NULL, claim_expires_at = NULL, claim_token = NULL, woken_while_claimed = 0,
             wake_at = IF(status IN (${placeholders(IN_FLIGHT.length)}), ?, wake_at)
       WHERE claimed_by = ?`,
     [...IN_FLIGHT, now, owner],
@@ -645,6 +664,9 @@ export async function releaseAllClaims(db: Queryable, owner: string, now: Date):
 
 /**
  * Wake a run now (a cue resolved, a step skipped), unless it is paused or terminal.
+ * A run that is claimed at this moment gets the earlier `wake_at` too, marked
+ * so that its holder's release keeps it (see {@link releaseClaim}); another
+ * instance cannot take the run meanwhile, its lease being live.
  *
  * `now` is the caller's clock (the one the runner compares `wake_at` with).
  * Without it the database's NOW(3) is used; but a database clock ahead of the
@@ -654,9 +676,9 @@ export async function releaseAllClaims(db: Queryable, owner: string, now: Date):
 export async function wakeNow(db: Queryable, id: number, now?: Date): Promise<boolean> {
   const at = now ?? null
   const res = await db.run(
-    `UPDATE event_runs SET wake_at = COALESCE(?, NOW(3))
+    `UPDATE event_runs SET wake_at = COALESCE(?, NOW(3)), woken_while_claimed = claimed_by IS NOT NULL
       WHERE id = ? AND status IN (${placeholders(IN_FLIGHT.length)})
-        AND (wake_at IS NULL OR wake_at > COALESCE(?, NOW(3))) AND claimed_by IS NULL`,
+        AND (wake_at IS NULL OR wake_at > COALESCE(?, NOW(3)))`,
     [at, id, ...IN_FLIGHT, at],
   )
   return res.affectedRows === 1

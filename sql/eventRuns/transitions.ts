@@ -103,7 +103,8 @@ export async function transitionMany(
  * one transaction: pending, sleeping and parked steps become `cancelled` in the
  * same commit as the run's move, so no crash between the two can leave a
  * parked cue under a finished run (it would count as waiting for good). Safe to
- * repeat, so a deadlock victim is retried. Answers whether the run moved.
+ * repeat, so it runs again when it loses a conflict (a deadlock, or a Galera
+ * certification failure at COMMIT). Answers whether the run moved.
  */
 export function endWithSteps(
   db: Db,
@@ -118,7 +119,7 @@ export function endWithSteps(
       if (moved) await cancelUnfinished(tx, id)
       return moved
     },
-    { deadlockAttempts: 3 },
+    { retryable: true },
   )
 }
 
@@ -143,7 +144,7 @@ export function failWithStep(
       if (runFailed) await cancelUnfinished(tx, runId)
       return { stepFailed: true, runFailed }
     },
-    { deadlockAttempts: 3 },
+    { retryable: true },
   )
 }
 

@@ -52,9 +52,6 @@ export interface StartBatchOutcome {
   failed: { runId: number; reason: string }[]
 }
 
-/** Deadlocks with another writer roll the whole start back; it is then tried again from scratch. */
-const DEADLOCK_ATTEMPTS = 3
-
 /**
  * Start up to `limit` due key-less runs in one transaction. `token` marks the
  * claims of the runs handed off (unique per call).
@@ -128,8 +125,10 @@ function isTransient(err: unknown): boolean {
 }
 
 /**
- * One start transaction, run again whole when InnoDB picks it as a deadlock
- * victim: safe, because everything it does (pure steps included) is inside it.
+ * One start transaction, run again whole when it loses a conflict (an InnoDB
+ * deadlock, a lock wait timeout, or, on Galera, another node's start of the same
+ * runs winning certification at COMMIT): safe, because everything it does (pure
+ * steps included) is inside it, and its outcome is read only once it committed.
  */
 async function startOnce(
   deps: EngineDeps,
@@ -140,7 +139,7 @@ async function startOnce(
 ): Promise<StartBatchOutcome> {
   const { outcome, finished } = await deps.db.transaction(
     (tx) => startInTransaction(deps, tx, token, limit, seen, onLocked),
-    { isolation: 'READ COMMITTED', deadlockAttempts: DEADLOCK_ATTEMPTS },
+    { isolation: 'READ COMMITTED', retryable: true },
   )
   for (const kind of finished) deps.observer?.stepFinished?.(kind, 'completed')
   return outcome
