@@ -22,7 +22,7 @@ import { clampLimit, placeholders } from '../json.ts'
 import { LEASE_EXPIRY, leaseFree, leaseMicros } from '../leases.ts'
 import { IN_FLIGHT, KEY_HOLDING } from '../states.ts'
 import { hydrate, type Raw, type RunRow, SELECT_RUN, sortRows } from './rows.ts'
-import { releaseKey, transitionSets } from './transitions.ts'
+import { DROP_CLAIM, releaseKey, transitionSets } from './transitions.ts'
 
 const DUE_STATUSES = ['scheduled', ...IN_FLIGHT] as const
 
@@ -31,7 +31,7 @@ const DUE_STATUSES = ['scheduled', ...IN_FLIGHT] as const
  * or terminal. It selects rather than claims, so two sweepers may see the same
  * candidates and then disagree, harmlessly, about who owns each.
  *
- * Unlike the seed's "50 oldest in flight", idle runs are not candidates at all:
+ * Unlike a due query that takes the 50 oldest runs in flight, idle runs are not candidates at all:
  * a run parked on a cue has `wake_at` NULL (or its timeout), a run waiting out a
  * timer has it in the future, and a leased run has it at its lease expiry. So
  * 10,000 parked runs cost this query nothing.
@@ -501,28 +501,12 @@ export async function markStarted(tx: Queryable, ids: readonly number[], as: Sta
 }
 
 /**
- * Lease a run already in flight so one tick works on it at a time; status is
- * unchanged. **A live lease is not re-enterable, not even by its owner**: a tick
- * that overran would otherwise advance one run twice at once. The lease also
- * moves `wake_at` to its expiry, so a crashed owner's run comes due by itself.
+ * Lease up to `limit` due in-flight runs so one tick works on each at a time;
+ * status is unchanged. **A live lease is not re-enterable, not even by its
+ * owner**: a tick that overran would otherwise advance one run twice at once
+ * (the lease's expiry is judged on the database's clock). The lease also moves
+ * `wake_at` to its expiry, so a crashed owner's run comes due by itself.
  */
-export async function claimTick(
-  db: Queryable,
-  id: number,
-  owner: string,
-  leaseUntil: Date,
-  now: Date,
-): Promise<boolean> {
-  const res = await db.run(
-    `UPDATE event_runs
-        SET claimed_by = ?, claim_expires_at = ${LEASE_EXPIRY}, claim_token = NULL, wake_at = ?
-      WHERE id = ? AND status IN (${placeholders(IN_FLIGHT.length)}) AND ${leaseFree()}`,
-    [owner, leaseMicros(leaseUntil, now), leaseUntil, id, ...IN_FLIGHT],
-  )
-  return res.affectedRows === 1
-}
-
-/** {@link claimTick} for up to `limit` due in-flight runs in one statement. */
 export async function claimTickBatch(
   db: Queryable,
   owner: string,
@@ -621,15 +605,7 @@ export async function releaseClaim(
   owner: string,
   opts: { wakeAt?: Date | null } = {},
 ): Promise<boolean> {
-  const wake = opts.wakeAt === undefined ? new Date() : opts.wakeAt
-  const res = await db.run(
-    `UPDATE event_runs
-        SET ${releasedWakeAt()},
-            claimed_by = NULL, claim_expires_at = NULL, claim_token = NULL
-      WHERE id = ? AND claimed_by = ?`,
-    [...IN_FLIGHT, wake, wake, id, owner],
-  )
-  return res.affectedRows === 1
+  return (await releaseClaims(db, [id], owner, opts.wakeAt === undefined ? new Date() : opts.wakeAt)) === 1
 }
 
 /** {@link releaseClaim} for many runs with one wake time. */
@@ -642,8 +618,7 @@ export async function releaseClaims(
   if (ids.length === 0) return 0
   const res = await db.runQuery(
     `UPDATE event_runs
-        SET ${releasedWakeAt()},
-            claimed_by = NULL, claim_expires_at = NULL, claim_token = NULL
+        SET ${releasedWakeAt()}, ${DROP_CLAIM}
       WHERE id IN (${placeholders(ids.length)}) AND claimed_by = ?`,
     [...IN_FLIGHT, wakeAt, wakeAt, ...ids, owner],
   )
@@ -654,7 +629,7 @@ export async function releaseClaims(
 export async function releaseAllClaims(db: Queryable, owner: string, now: Date): Promise<number> {
   const res = await db.run(
     `UPDATE event_runs
-        SET claimed_by = NULL, claim_expires_at = NULL, claim_token = NULL, woken_while_claimed = 0,
+        SET ${DROP_CLAIM}, woken_while_claimed = 0,
             wake_at = IF(status IN (${placeholders(IN_FLIGHT.length)}), ?, wake_at)
       WHERE claimed_by = ?`,
     [...IN_FLIGHT, now, owner],
@@ -704,7 +679,7 @@ export async function deferStart(db: Queryable, id: number, until: Date): Promis
  */
 export async function reclaimStale(db: Queryable): Promise<number> {
   const res = await db.run(
-    `UPDATE event_runs SET claimed_by = NULL, claim_expires_at = NULL, claim_token = NULL
+    `UPDATE event_runs SET ${DROP_CLAIM}
       WHERE status IN (${placeholders(IN_FLIGHT.length)})
         AND claim_expires_at IS NOT NULL AND claim_expires_at < NOW(3)`,
     [...IN_FLIGHT],

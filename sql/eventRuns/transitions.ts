@@ -24,6 +24,9 @@ export interface TransitionOptions {
   wakeAt?: Date | null
 }
 
+/** The SET clause that gives a claim up: owner, lease and batch token together. */
+export const DROP_CLAIM = 'claimed_by = NULL, claim_expires_at = NULL, claim_token = NULL'
+
 export function transitionSets(to: RunStatus, opts: TransitionOptions): { sets: string[]; args: SqlValue[] } {
   // Every status move hands back the row's start reserve (migration 0003): the
   // first one, out of `scheduled`, is the one that grows the row. It also
@@ -41,8 +44,7 @@ export function transitionSets(to: RunStatus, opts: TransitionOptions): { sets: 
   }
   const terminal = isTerminal(to)
   if (terminal) sets.push('ended_at = COALESCE(ended_at, NOW(3))')
-  if (terminal || opts.clearClaim)
-    sets.push('claimed_by = NULL', 'claim_expires_at = NULL', 'claim_token = NULL')
+  if (terminal || opts.clearClaim) sets.push(DROP_CLAIM)
   if (terminal || to === 'paused') sets.push('wake_at = NULL')
   else if (opts.wakeAt !== undefined) {
     sets.push('wake_at = ?')
