@@ -15,8 +15,8 @@
 import { type ChildProcess, fork } from 'node:child_process'
 import { once } from 'node:events'
 import { fileURLToPath } from 'node:url'
+import { cancelRun, pauseRun, resumeRun } from '../src/operations/runControls.ts'
 import { systemClock } from '../src/runner/clock.ts'
-import { cancelRun, pauseRun, resumeRun } from '../src/runner/controls.ts'
 import { defineCueEvent, driveUntilParked, materialiseRuns } from './fixtures.ts'
 import {
   type BenchResult,

@@ -6,8 +6,8 @@
  */
 import { expect, it } from 'vitest'
 import * as runsSql from '../sql/eventRuns/index.ts'
+import { startRun } from '../src/operations/runControls.ts'
 import type { Clock } from '../src/runner/clock.ts'
-import { startRun } from '../src/runner/controls.ts'
 import { Runner } from '../src/runner/runner.ts'
 import { useTestDb } from './helpers/db.ts'
 import {

@@ -7,7 +7,7 @@
 import { expect, it } from 'vitest'
 import type { NewRun } from '../sql/eventRuns/index.ts'
 import * as runsSql from '../sql/eventRuns/index.ts'
-import { resolveCue, startRun } from '../src/runner/controls.ts'
+import { resolveCue, startRun } from '../src/operations/runControls.ts'
 import { Runner } from '../src/runner/runner.ts'
 import { useTestDb } from './helpers/db.ts'
 import {

@@ -14,8 +14,8 @@ import type { StepRow } from '../../sql/eventSteps.ts'
 import * as steps from '../../sql/eventSteps.ts'
 import { NON_TERMINAL } from '../../sql/states.ts'
 import { badInput, conflict, notFound } from '../errors.ts'
-import type { Clock } from './clock.ts'
-import { resolveConcurrencyKey } from './materialise.ts'
+import type { Clock } from '../runner/clock.ts'
+import { resolveConcurrencyKey } from '../runner/materialise.ts'
 
 export interface ControlDeps {
   db: Db
