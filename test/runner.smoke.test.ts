@@ -1,7 +1,7 @@
 import { expect, it } from 'vitest'
 import * as logsSql from '../sql/eventRunLogs.ts'
 import * as runsSql from '../sql/eventRuns/index.ts'
-import * as stepsSql from '../sql/eventSteps.ts'
+import * as stepsSql from '../sql/eventSteps/index.ts'
 import { createDefinition } from '../src/operations/definitions.ts'
 import { resolveCue, startRun } from '../src/operations/runControls.ts'
 import { systemClock } from '../src/runner/clock.ts'

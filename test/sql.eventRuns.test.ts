@@ -8,7 +8,7 @@ import type { Db } from '../sql/db.ts'
 import * as logs from '../sql/eventRunLogs.ts'
 import type { NewRun, RunRow } from '../sql/eventRuns/index.ts'
 import * as runs from '../sql/eventRuns/index.ts'
-import * as steps from '../sql/eventSteps.ts'
+import * as steps from '../sql/eventSteps/index.ts'
 import * as versions from '../sql/eventVersions.ts'
 import type { RunStatus } from '../sql/states.ts'
 import { useTestDb } from './helpers/db.ts'
@@ -645,12 +645,13 @@ describe('invariant 10: reclaim releases the lease only', () => {
     const stale = await makeRun(db)
     const live = await makeRun(db)
     const starting = await makeRun(db)
-    // Leases of 1 ms: run out by the time reclaim runs (on the database's clock).
-    await runs.claimStart(db, starting, 'crashed', at(1, T), new Date(T))
-    await runningUnleased(stale)
-    expect(await leases(stale.id, 'crashed', at(1, T), new Date(T))).toBe(true)
+    // The live lease first (its run then is not due), then leases of 1 ms that run
+    // out by the time reclaim runs (on the database's clock).
     await runningUnleased(live)
-    expect(await leases(live.id, 'alive', at(60_000, T), new Date(T))).toBe(true)
+    expect(await leases(live.id, 'alive', at(60_000), new Date())).toBe(true)
+    await runningUnleased(stale)
+    expect(await leases(stale.id, 'crashed', at(1), new Date())).toBe(true)
+    await runs.claimStart(db, starting, 'crashed', at(1, T), new Date(T))
     await runs.setHealth(db, stale.id, 'degraded')
     const before = await runs.getById(db, stale.id)
     await sleepMs(20)

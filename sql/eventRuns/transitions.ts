@@ -7,7 +7,7 @@
  */
 
 import type { Db, Queryable, SqlValue } from '../db.ts'
-import { cancelUnfinished, fail as failStep } from '../eventSteps.ts'
+import { cancelUnfinished, fail as failStep } from '../eventSteps/index.ts'
 import { placeholders } from '../json.ts'
 import type { RunHealth, RunStatus } from '../states.ts'
 import { isTerminal, KEY_HOLDING, TERMINAL } from '../states.ts'

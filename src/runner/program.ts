@@ -5,7 +5,7 @@
  */
 
 import { z } from 'zod'
-import type { StepSpec } from '../../sql/eventSteps.ts'
+import type { StepSpec } from '../../sql/eventSteps/index.ts'
 import { STEP_ON_ERROR, type StepOnError } from '../../sql/states.ts'
 import { badInput } from '../errors.ts'
 import { describeType, zodProblems } from './steps/params.ts'

@@ -16,8 +16,8 @@ import type { DefinitionRow } from '../../sql/eventDefinitions.ts'
 import * as logsSql from '../../sql/eventRunLogs.ts'
 import type { RunListRow } from '../../sql/eventRuns/index.ts'
 import * as runsSql from '../../sql/eventRuns/index.ts'
-import type { StepRow } from '../../sql/eventSteps.ts'
-import * as stepsSql from '../../sql/eventSteps.ts'
+import type { StepRow } from '../../sql/eventSteps/index.ts'
+import * as stepsSql from '../../sql/eventSteps/index.ts'
 import type { RunStatus } from '../../sql/states.ts'
 import {
   type CreateDefinitionInput,
