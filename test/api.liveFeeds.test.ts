@@ -286,7 +286,8 @@ describe('changes made elsewhere, and the cost of many subscribers (poll interva
       [parkedSteps[0]?.id ?? 0],
     )
     const target = await makeRun(elsewhere, { definition: fx })
-    const clients = Array.from({ length: 20 }, () => wsClient(s, 'viewer'))
+    // 50 sockets of 80 operations each: under the per-socket cap (WS_MAX_SUBSCRIPTIONS, 100).
+    const clients = Array.from({ length: 50 }, () => wsClient(s, 'viewer'))
     const changeSubs: Collected<RunEvent>[] = []
     const inboxSubs: Collected<InboxEvent>[] = []
     try {

@@ -58,6 +58,8 @@ export class InboxFeed {
   private readonly listeners = new Set<InboxListener>()
   private readonly loop: PollLoop
   private closed = false
+  /** The first-inbox read that subscribers joining now share (see {@link watch}). */
+  private firstRead: Promise<Inbox> | null = null
 
   constructor(private readonly opts: InboxFeedOptions) {
     this.loop = new PollLoop({
@@ -94,7 +96,14 @@ export class InboxFeed {
   async watch(limit: number): Promise<AsyncIterableIterator<Inbox>> {
     const n = Math.min(Math.max(1, Math.trunc(limit)), MAX_INBOX)
     // Read before the stream opens, so a database error refuses the subscription.
-    const first = await this.read(n)
+    // Subscribers that join together (a console reconnecting, a dashboard of
+    // many panes) share one read of the longest inbox instead of a read each,
+    // which would queue thousands of statements on the API's pool.
+    this.firstRead ??= this.read(MAX_INBOX).finally(() => {
+      this.firstRead = null
+    })
+    const shared = await this.firstRead
+    const first = { steps: shared.steps.slice(0, n), loaders: shared.loaders }
     return new Repeater<Inbox>(async (push, stop) => {
       const unlisten = this.listen({
         limit: n,
