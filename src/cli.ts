@@ -10,6 +10,7 @@ import { migrate } from '../sql/migrate.ts'
 import { ADMIN_TOKEN_FILE, AdminTokenError, loadOrCreateAdminToken } from './adminToken.ts'
 import { type Config, ConfigError, generateToken, loadConfig } from './config.ts'
 import { loadDemo } from './demo.ts'
+import { installLastResortHandlers } from './lastResort.ts'
 import { createLogger, type Logger } from './log.ts'
 import {
   MariadbNotInstalledError,
@@ -151,6 +152,13 @@ async function serve(opts: { dataDir: string; demo?: boolean }): Promise<void> {
   }
   process.on('SIGINT', () => void shutdown('SIGINT'))
   process.on('SIGTERM', () => void shutdown('SIGTERM'))
+  installLastResortHandlers({
+    logger: log,
+    stop: async () => {
+      await app.stop()
+      await privateDb?.stop()
+    },
+  })
 
   let started: Awaited<ReturnType<typeof app.start>>
   try {

@@ -30,6 +30,8 @@ export interface ApiServices {
   tickMs: number
   /** Materialisation look-ahead, passed to definition changes. */
   horizonMs: number
+  /** Schedule occurrences one request may compute in all (MAX_OCCURRENCES_PER_REQUEST). */
+  maxOccurrences: number
   /** Wake the co-hosted runner (a run was started, a cue resolved); a no-op with RUNNER=off. */
   nudge(): void
   /** Ask the co-hosted runner to materialise at its next tick (a definition changed). */
@@ -41,8 +43,15 @@ export interface ApiContext {
   principal: Principal | null
   services: ApiServices
   loaders: Loaders
+  /** What this request may still compute (see src/api/queryBudget.ts). */
+  budget: { occurrencesLeft: number }
 }
 
 export function createApiContext(services: ApiServices, principal: Principal | null): ApiContext {
-  return { principal, services, loaders: createLoaders(services.db) }
+  return {
+    principal,
+    services,
+    loaders: createLoaders(services.db),
+    budget: { occurrencesLeft: services.maxOccurrences },
+  }
 }

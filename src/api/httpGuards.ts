@@ -9,20 +9,48 @@
  *   custom header only a script allowed by CORS could add. JSON POSTs (every
  *   real client, curl included) are preflighted by browsers and pass.
  */
+import type { IncomingMessage } from 'node:http'
 import { createGraphQLError, type Plugin } from 'graphql-yoga'
 import { authenticate, type TokenEntry } from '../auth.ts'
 import { ERROR_CODES } from '../errors.ts'
-import { unauthenticatedError, unauthenticatedReason } from './authz.ts'
+import type { Logger } from '../log.ts'
+import { logRefusedAuthentication, unauthenticatedError, unauthenticatedReason } from './authz.ts'
 
-export function useAuthGate(tokens: readonly TokenEntry[]): Plugin {
+export function useAuthGate(
+  tokens: readonly TokenEntry[],
+  logger: Logger,
+): Plugin<{ req?: IncomingMessage }> {
   return {
-    onParams({ request, setResult }) {
-      const header = request.headers.get('authorization')
-      if (authenticate(header, tokens) === null) {
-        setResult({ errors: [unauthenticatedError(unauthenticatedReason(header))] })
+    onParams({ request, params, context, setResult }) {
+      const credential = request.headers.get('authorization')
+      if (authenticate(credential, tokens) === null) {
+        logRefusedAuthentication(logger, {
+          transport: 'http',
+          credential: credential === null ? 'none' : 'unknown token',
+          operationName: operationNameOf(params),
+          remote: (context as { req?: IncomingMessage }).req?.socket?.remoteAddress ?? null,
+        })
+        setResult({ errors: [unauthenticatedError(unauthenticatedReason(credential))] })
       }
     },
   }
+}
+
+/**
+ * The operation a request names, for the log of a refused one: `operationName`
+ * when sent, else the name of the document's first operation, read from the
+ * first kilobyte without parsing (the request is refused before its document
+ * is parsed, and parsing is the expensive part).
+ */
+export function operationNameOf(params: { operationName?: unknown; query?: unknown }): string | null {
+  if (typeof params.operationName === 'string' && params.operationName !== '') {
+    return params.operationName.slice(0, 100)
+  }
+  if (typeof params.query !== 'string') return null
+  const m = /^(?:\s|,|#[^\n]*\n)*(?:query|mutation|subscription)\s+([_A-Za-z][_0-9A-Za-z]{0,99})/.exec(
+    params.query.slice(0, 1024),
+  )
+  return m?.[1] ?? null
 }
 
 /** Content types a browser may POST cross-site without a preflight (the CORS "simple" ones). */
