@@ -21,7 +21,6 @@ import { setMaxListeners } from 'node:events'
 import { hostname } from 'node:os'
 import type { Db } from '../../sql/db.ts'
 import { isDbUnavailable } from '../../sql/db.ts'
-import * as logs from '../../sql/eventRunLogs.ts'
 import type { RunRow } from '../../sql/eventRuns/index.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
 import * as steps from '../../sql/eventSteps.ts'
@@ -35,7 +34,9 @@ import {
   expandStartingRuns,
   type RunnerObserver,
 } from './engine.ts'
-import { DEFAULT_MAX_RUNS_AHEAD, materialiseAll } from './materialise.ts'
+import { Housekeeping } from './housekeeping.ts'
+import { KeyedStarter } from './keyedStart.ts'
+import { DEFAULT_MAX_RUNS_AHEAD } from './materialise.ts'
 import { startKeylessBatch } from './start.ts'
 import type { StepRegistry } from './steps/registry.ts'
 import type { StepSettings } from './steps/types.ts'
@@ -111,10 +112,6 @@ const MAX_ERROR_BACKOFF_MS = 5_000
  * instead of one pass that starves the claims of runs already in flight.
  */
 const MAX_START_BATCHES_PER_TICK = 10
-/** Runs per retention round: each round is a few statements over this many runs. */
-const RUN_RETENTION_BATCH = 200
-/** Rounds per sweep (the rest waits for the next sweep, so one sweep never takes a tick for long). */
-const RUN_RETENTION_ROUNDS = 50
 
 export class Runner {
   readonly instanceId: string
@@ -125,16 +122,10 @@ export class Runner {
   private readonly opts: Required<Omit<RunnerOptions, 'observer' | 'instanceId'>> & {
     observer?: RunnerObserver
   }
-  private lastMaterialise = 0
-  /** When a count-bounded window (a dense schedule) needs topping up, before the usual interval. */
-  private refillAt: number | null = null
-  private materialiseRequested = true
-  private lastRetention = 0
+  private readonly housekeeping: Housekeeping
+  private readonly keyed: KeyedStarter
   private consecutiveErrors = 0
   private lastTickAt: Date | null = null
-  private readonly startedAt = new Date()
-  /** runId → holder run id already logged, so a blocked run's log names its holder once. */
-  private readonly blockedLogged = new Map<number, number>()
   private tickSeq = 0
   private nudged = false
 
@@ -162,6 +153,9 @@ export class Runner {
       logger: options.logger ?? noopLogger,
       observer: options.observer,
     }
+    const stopping = () => this.windingDown
+    this.housekeeping = new Housekeeping({ ...this.opts, instanceId: this.instanceId, stopping })
+    this.keyed = new KeyedStarter({ ...this.opts, instanceId: this.instanceId, stopping })
   }
 
   get state(): RunnerState {
@@ -199,7 +193,7 @@ export class Runner {
 
   /** Materialise at the next tick (a definition changed), then nudge. */
   requestMaterialise(): void {
-    this.materialiseRequested = true
+    this.housekeeping.requestMaterialise()
     this.nudge()
   }
 
@@ -296,72 +290,14 @@ export class Runner {
     // Lease expiry is judged on the database's clock (sql/leases.ts).
     await runs.reclaimStale(db)
     await steps.reclaimStale(db)
-    const now = clock.now()
-    if (
-      this.materialiseRequested ||
-      now.getTime() - this.lastMaterialise >= this.opts.materialiseEveryMs ||
-      (this.refillAt !== null && now.getTime() >= this.refillAt)
-    ) {
-      this.materialiseRequested = false
-      this.lastMaterialise = now.getTime()
-      const pass = await materialiseAll(
-        db,
-        now,
-        { horizonMs: this.opts.horizonMs, maxRunsAhead: this.opts.maxRunsAhead },
-        (def, err) =>
-          this.opts.logger.error(
-            { err, definitionId: def.id, slug: def.slug },
-            'materialisation failed for a definition',
-          ),
-      )
-      this.refillAt = pass.refillAt?.getTime() ?? null
-    }
-    await this.markMissed(clock.now())
+    await this.housekeeping.materialiseIfDue(clock.now())
+    this.keyed.forget(await this.housekeeping.markMissed(clock.now()))
     await this.advanceDue()
-    const after = clock.now()
-    if (after.getTime() - this.lastRetention >= this.opts.retentionEveryMs) {
-      this.lastRetention = after.getTime()
-      await this.retention(after)
-    }
+    await this.housekeeping.retentionIfDue(clock.now())
     const lag = this.lastTickAt ? Math.max(0, Date.now() - this.lastTickAt.getTime() - this.opts.tickMs) : 0
     this.opts.observer?.tickLag?.(lag)
-    await heartbeats.beat(db, {
-      instanceId: this.instanceId,
-      host: hostname(),
-      pid: process.pid,
-      startedAt: this.startedAt,
-      tickLagMs: lag,
-    })
+    await this.housekeeping.beat(lag)
     this.lastTickAt = new Date()
-  }
-
-  private async markMissed(now: Date): Promise<void> {
-    const { db } = this.opts
-    for (let round = 0; round < 20; round++) {
-      const missed = await runs.findMissed(db, now, 500)
-      if (missed.length === 0) return
-      const ids = missed.map((r) => r.id)
-      await runs.transitionMany(db, ids, 'scheduled', 'missed', {
-        error: 'not started within its grace window',
-      })
-      const entries = await Promise.all(
-        missed.map(async (r) => {
-          const holder = r.concurrencyKey ? await runs.concurrencyHolder(db, r.concurrencyKey, r.id) : null
-          return {
-            runId: r.id,
-            level: 'warn' as const,
-            message: holder
-              ? `missed: not started within the grace window; concurrency key "${r.concurrencyKey}" was held by run ${holder.id}`
-              : 'missed: not started within the grace window',
-            actor: this.instanceId,
-            data: holder ? { holderRunId: holder.id } : undefined,
-          }
-        }),
-      )
-      await logs.appendMany(db, entries)
-      for (const id of ids) this.blockedLogged.delete(id)
-      if (missed.length < 500) return
-    }
   }
 
   /** Claim what is due (batch claims for key-less runs, one by one for keyed ones) and advance it. */
@@ -385,38 +321,8 @@ export class Runner {
       )
       throw err
     }
-    // Keyed scheduled runs: each needs its key lock, taken with its claim. Their
-    // own query, so no backlog of key-less runs can hide them past their grace.
-    const due = await runs.findDueKeyed(db, now, batchSize)
-    // A key found held (or just taken) stays held for the rest of this pass, so
-    // the other runs waiting on it are deferred without a claim transaction each.
-    const holderOfKey = new Map<string, number>()
-    for (const run of due) {
-      // Keyed runs, and runs under an overlap policy (they decide one by one, under their scope's lock).
-      if (run.status !== 'scheduled' || (!run.concurrencyKey && !run.overlap)) continue
-      if (this.windingDown) break
-      const knownHolder = run.concurrencyKey ? holderOfKey.get(run.concurrencyKey) : undefined
-      if (knownHolder !== undefined) {
-        await this.noteBlocked(run, knownHolder, now)
-        continue
-      }
-      const answer = await runs.claimStart(db, run, this.instanceId, leaseUntil, now)
-      if (answer.overlap) await this.noteOverlap(run, answer.overlap, now)
-      if (answer.claimed) {
-        this.blockedLogged.delete(run.id)
-        if (run.concurrencyKey) holderOfKey.set(run.concurrencyKey, run.id)
-        // expandStartingRuns re-reads every claimed run, so the claim's own effect is all it needs here.
-        claimed.push({ ...run, status: 'starting', claimedBy: this.instanceId, claimExpiresAt: leaseUntil })
-      } else if (answer.overlap) {
-        // Decided by the overlap policy (and logged above).
-      } else if (answer.blockedBy !== null && run.concurrencyKey) {
-        this.opts.observer?.claimConflict?.()
-        holderOfKey.set(run.concurrencyKey, answer.blockedBy)
-        await this.noteBlocked(run, answer.blockedBy, now)
-      } else {
-        this.opts.observer?.claimConflict?.()
-      }
-    }
+    // Keyed runs and runs under an overlap policy, one by one (keyedStart.ts).
+    claimed.push(...(await this.keyed.claimDue(now, leaseUntil, batchSize)))
     if (claimed.length === 0 && started.length === 0) return
     // The keyed loop can be long (a transaction per due keyed run). Past a third
     // of the lease, the claims taken at its start may have expired and been
@@ -525,80 +431,6 @@ export class Runner {
     return handOff
   }
 
-  /** Record what a run's overlap policy decided, on the runs it touched; a held run waits a tick. */
-  private async noteOverlap(run: RunRow, decided: runs.OverlapOutcome, now: Date): Promise<void> {
-    const { db } = this.opts
-    const actor = this.instanceId
-    switch (decided.outcome) {
-      case 'skipped':
-        await logs.append(db, {
-          runId: run.id,
-          level: 'warn',
-          message: `missed: run ${decided.holderId} of this definition and scope was still in progress (overlap policy SKIP)`,
-          actor,
-          data: { holderRunId: decided.holderId, overlap: 'skip' },
-        })
-        return
-      case 'superseded':
-        await logs.append(db, {
-          runId: run.id,
-          level: 'warn',
-          message: `missed: newer run ${decided.heldId} is held until run ${decided.holderId} ends (overlap policy BUFFER_ONE)`,
-          actor,
-          data: { heldRunId: decided.heldId, holderRunId: decided.holderId, overlap: 'buffer_one' },
-        })
-        return
-      case 'held': {
-        await runs.deferStart(db, run.id, new Date(now.getTime() + this.opts.tickMs))
-        if (decided.supersededId !== null) {
-          await logs.append(db, {
-            runId: decided.supersededId,
-            level: 'warn',
-            message: `missed: newer run ${run.id} came due while run ${decided.holderId} was still in progress (overlap policy BUFFER_ONE)`,
-            actor,
-            data: { newerRunId: run.id, holderRunId: decided.holderId, overlap: 'buffer_one' },
-          })
-        }
-        if (this.blockedLogged.get(run.id) === decided.holderId) return
-        if (this.blockedLogged.size > 10_000) this.blockedLogged.clear()
-        this.blockedLogged.set(run.id, decided.holderId)
-        await logs.append(db, {
-          runId: run.id,
-          level: 'info',
-          message: `held until run ${decided.holderId} is out of the way (overlap policy BUFFER_ONE)`,
-          actor,
-          data: { holderRunId: decided.holderId, overlap: 'buffer_one' },
-        })
-        return
-      }
-      case 'cancelled':
-        await logs.append(db, {
-          runId: decided.cancelledId,
-          level: 'warn',
-          message: `cancelled: newer run ${run.id} of this definition and scope came due (overlap policy CANCEL_OTHER)`,
-          actor,
-          data: { newerRunId: run.id, overlap: 'cancel_other' },
-        })
-        return
-    }
-  }
-
-  private async noteBlocked(run: RunRow, holderId: number, now: Date): Promise<void> {
-    const { db } = this.opts
-    // Rotate blocked runs behind newly due ones; their grace window still decides.
-    await runs.deferStart(db, run.id, new Date(now.getTime() + this.opts.tickMs))
-    if (this.blockedLogged.get(run.id) === holderId) return
-    if (this.blockedLogged.size > 10_000) this.blockedLogged.clear()
-    this.blockedLogged.set(run.id, holderId)
-    await logs.append(db, {
-      runId: run.id,
-      level: 'info',
-      message: `waiting for concurrency key "${run.concurrencyKey}", held by run ${holderId}`,
-      actor: this.instanceId,
-      data: { holderRunId: holderId, key: run.concurrencyKey },
-    })
-  }
-
   private async advanceClaimed(engine: EngineDeps, run: ClaimedRun): Promise<void> {
     const { db, clock, logger } = this.opts
     let wakeAt: Date | null = clock.now()
@@ -656,48 +488,6 @@ export class Runner {
       observer: this.opts.observer,
       stopping: () => this.windingDown,
       hardStop: this.hardStop.signal,
-    }
-  }
-
-  private async retention(now: Date): Promise<void> {
-    await this.logRetention(now)
-    await this.runRetention(now)
-  }
-
-  /**
-   * Run history retention: terminal runs that ended before the retention
-   * period go with their steps and logs, a batch of {@link RUN_RETENTION_BATCH}
-   * per round of short statements, never a run that is not terminal. Each
-   * round's counts go to the observer, so cached run counts stay right.
-   */
-  private async runRetention(now: Date): Promise<void> {
-    if (this.opts.runRetentionMs <= 0) return
-    const cutoff = new Date(now.getTime() - this.opts.runRetentionMs)
-    let total = 0
-    for (let round = 0; round < RUN_RETENTION_ROUNDS; round++) {
-      if (this.windingDown) break
-      const expired = await runs.expiredRuns(this.opts.db, cutoff, RUN_RETENTION_BATCH)
-      if (expired.length === 0) break
-      const deleted = await runs.deleteTerminalRuns(this.opts.db, expired)
-      this.opts.observer?.runsDeleted?.(deleted)
-      total += Object.values(deleted).reduce((a, n) => a + (n ?? 0), 0)
-      if (expired.length < RUN_RETENTION_BATCH) break
-    }
-    if (total > 0)
-      this.opts.logger.info({ runs: total, before: cutoff }, 'run retention: deleted finished runs')
-  }
-
-  private async logRetention(now: Date): Promise<void> {
-    const cutoff = new Date(now.getTime() - this.opts.logRetentionMs)
-    for (let round = 0; round < 20; round++) {
-      const ids = await runs.terminalBefore(this.opts.db, cutoff, 500, { withLogsOnly: true })
-      if (ids.length === 0) return
-      const deleted = await logs.deleteForRuns(this.opts.db, ids)
-      this.opts.logger.info(
-        { runs: ids.length, lines: deleted },
-        'log retention: deleted logs of finished runs',
-      )
-      if (ids.length < 500) return
     }
   }
 }
