@@ -5,9 +5,10 @@
  * Each tick: reclaim expired leases → materialise (throttled; at once after a
  * definition changed) → mark missed runs → lease due in-flight runs → start
  * due key-less runs, a batch per transaction (start.ts) → claim due keyed runs
- * one by one, each with its key lock → advance what is held (inline steps
- * together in batch.ts, the rest run by run in engine.ts) → log retention
- * (throttled) → heartbeat.
+ * one by one, each with its key lock (keyedStart.ts) → advance what is held
+ * (inline steps together in batch.ts, the rest run by run in engine.ts, both
+ * through the step executor in executor/) → retention (throttled) →
+ * heartbeat. The sweeps and their throttles live in housekeeping.ts.
  *
  * Be careful about which parts can throw. `tick()` may throw only database
  * errors from its sweeps; the loop catches them, counts them, logs them and
@@ -37,7 +38,7 @@ import {
 import { Housekeeping } from './housekeeping.ts'
 import { KeyedStarter } from './keyedStart.ts'
 import { DEFAULT_MAX_RUNS_AHEAD } from './materialise.ts'
-import { startKeylessBatch } from './start.ts'
+import { startKeylessDue } from './start.ts'
 import type { StepRegistry } from './steps/registry.ts'
 import type { StepSettings } from './steps/types.ts'
 
@@ -107,11 +108,6 @@ const noopLogger: RunnerLogger = { info() {}, warn() {}, error() {}, debug() {} 
  * restarted database within seconds, long enough not to hammer one that is down.
  */
 const MAX_ERROR_BACKOFF_MS = 5_000
-/**
- * Start transactions per tick, at most: a backlog drains over a few ticks
- * instead of one pass that starves the claims of runs already in flight.
- */
-const MAX_START_BATCHES_PER_TICK = 10
 
 export class Runner {
   readonly instanceId: string
@@ -313,7 +309,20 @@ export class Runner {
     )
     let started: ClaimedRun[]
     try {
-      started = await this.startKeylessDue(`${token}:s`)
+      const pass = await startKeylessDue(this.engineDeps(), {
+        token: `${token}:s`,
+        batchSize,
+        concurrency: this.opts.startConcurrency,
+        onFailed: (runId, reason) =>
+          this.opts.logger.error(
+            { runId, instance: this.instanceId, reason },
+            'a run could not be started; it failed',
+          ),
+        release: (ids) => this.releaseAll(ids, this.opts.clock.now()),
+      })
+      started = pass.handOff
+      // A backlog is left: tick again at once rather than after the tick interval.
+      if (pass.backlog && !this.windingDown) this.nudged = true
     } catch (err) {
       await this.releaseAll(
         claimed.map((r) => r.id),
@@ -370,65 +379,6 @@ export class Runner {
       throw err
     }
     await this.forEachLimited(handOff, (run) => this.advanceClaimed(engine, run))
-  }
-
-  /**
-   * Start due key-less runs, a batch per transaction (start.ts), until none is
-   * left or the pass has started {@link MAX_START_BATCHES_PER_TICK} batches.
-   * Answers the runs claimed for the rest of their program.
-   */
-  private async startKeylessDue(token: string): Promise<ClaimedRun[]> {
-    const engine = this.engineDeps()
-    const handOff: ClaimedRun[] = []
-    let batches = 0
-    let drained = false
-    const startOne = async (onLocked?: (count: number) => void) => {
-      const batch = await startKeylessBatch(engine, `${token}:${batches++}`, this.opts.batchSize, {
-        onLocked,
-      })
-      handOff.push(...batch.handOff)
-      for (const { runId, reason } of batch.failed)
-        this.opts.logger.error(
-          { runId, instance: this.instanceId, reason },
-          'a run could not be started; it failed',
-        )
-      // A short batch means the due index is drained (or holds only runs past their grace).
-      if (batch.locked < this.opts.batchSize || batch.started === 0) drained = true
-    }
-    const more = () => !drained && !this.windingDown && batches < MAX_START_BATCHES_PER_TICK
-    const keepStarting = async () => {
-      while (more()) await startOne()
-    }
-    // One batch first. Only a backlog (its locking read came back full) brings
-    // in the other `startConcurrency - 1` workers, so one batch's statements
-    // overlap another's work. They join as soon as the first batch has locked
-    // its runs rather than once it commits, which would run the first batch of
-    // every backlog alone.
-    const helpers: Promise<void>[] = []
-    const joinHelpers = (locked: number) => {
-      if (locked < this.opts.batchSize || helpers.length > 0 || !more()) return
-      for (let i = 1; i < this.opts.startConcurrency; i++) helpers.push(keepStarting())
-    }
-    try {
-      const first = (async () => {
-        await startOne(joinHelpers)
-        await keepStarting()
-      })()
-      // allSettled: a failed worker must not leave the others still starting runs after the release below.
-      const settled = [...(await Promise.allSettled([first])), ...(await Promise.allSettled(helpers))]
-      const failed = settled.find((w) => w.status === 'rejected')
-      if (failed) throw failed.reason
-    } catch (err) {
-      // The batches that committed hold claims: give them back rather than let them wait out their leases.
-      await this.releaseAll(
-        handOff.map((r) => r.id),
-        this.opts.clock.now(),
-      )
-      throw err
-    }
-    // A backlog is left: tick again at once rather than after TICK_MS.
-    if (!drained && !this.windingDown) this.nudged = true
-    return handOff
   }
 
   private async advanceClaimed(engine: EngineDeps, run: ClaimedRun): Promise<void> {

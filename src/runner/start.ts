@@ -115,6 +115,72 @@ export async function startKeylessBatch(
   }
 }
 
+/**
+ * Start transactions per pass, at most: a backlog drains over a few ticks
+ * instead of one pass that starves the claims of runs already in flight.
+ */
+const MAX_START_BATCHES_PER_TICK = 10
+
+/**
+ * Start due key-less runs, a batch per transaction ({@link startKeylessBatch}),
+ * until none is left or the pass has started {@link MAX_START_BATCHES_PER_TICK}
+ * batches. Answers the runs claimed for the rest of their program, and whether
+ * a backlog is left (the caller ticks again at once).
+ */
+export async function startKeylessDue(
+  deps: EngineDeps,
+  pass: {
+    token: string
+    batchSize: number
+    /** Start transactions in flight at once while a backlog drains. */
+    concurrency: number
+    /** A run could not be started at all and failed. */
+    onFailed: (runId: number, reason: string) => void
+    /** Give back claims this pass took, when it fails part-way. */
+    release: (ids: number[]) => Promise<void>
+  },
+): Promise<{ handOff: ClaimedRun[]; backlog: boolean }> {
+  const handOff: ClaimedRun[] = []
+  let batches = 0
+  let drained = false
+  const startOne = async (onLocked?: (count: number) => void) => {
+    const batch = await startKeylessBatch(deps, `${pass.token}:${batches++}`, pass.batchSize, { onLocked })
+    handOff.push(...batch.handOff)
+    for (const { runId, reason } of batch.failed) pass.onFailed(runId, reason)
+    // A short batch means the due index is drained (or holds only runs past their grace).
+    if (batch.locked < pass.batchSize || batch.started === 0) drained = true
+  }
+  const more = () => !drained && !deps.stopping() && batches < MAX_START_BATCHES_PER_TICK
+  const keepStarting = async () => {
+    while (more()) await startOne()
+  }
+  // One batch first. Only a backlog (its locking read came back full) brings
+  // in the other `concurrency - 1` workers, so one batch's statements
+  // overlap another's work. They join as soon as the first batch has locked
+  // its runs rather than once it commits, which would run the first batch of
+  // every backlog alone.
+  const helpers: Promise<void>[] = []
+  const joinHelpers = (locked: number) => {
+    if (locked < pass.batchSize || helpers.length > 0 || !more()) return
+    for (let i = 1; i < pass.concurrency; i++) helpers.push(keepStarting())
+  }
+  try {
+    const first = (async () => {
+      await startOne(joinHelpers)
+      await keepStarting()
+    })()
+    // allSettled: a failed worker must not leave the others still starting runs after the release below.
+    const settled = [...(await Promise.allSettled([first])), ...(await Promise.allSettled(helpers))]
+    const failed = settled.find((w) => w.status === 'rejected')
+    if (failed) throw failed.reason
+  } catch (err) {
+    // The batches that committed hold claims: give them back rather than let them wait out their leases.
+    await pass.release(handOff.map((r) => r.id))
+    throw err
+  }
+  return { handOff, backlog: !drained }
+}
+
 /** A run that cannot be started for a reason of its own (its program), as opposed to a fault of the runner. */
 class StartRefused extends Error {
   override readonly name = 'StartRefused'
