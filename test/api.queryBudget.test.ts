@@ -5,7 +5,14 @@
  */
 import { getIntrospectionQuery } from 'graphql'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { type GqlResponse, SESSION_PROGRAM, startTestServer, type TestServer } from './helpers/server.ts'
+import {
+  type GqlResponse,
+  SESSION_PROGRAM,
+  startTestServer,
+  type TestServer,
+  wsClient,
+  wsSubscribe,
+} from './helpers/server.ts'
 
 let s: TestServer
 beforeAll(async () => {
@@ -23,10 +30,13 @@ afterAll(async () => {
 })
 
 /** Send `query` as a viewer; answer the response, the time it took and the statements it ran. */
-async function timed(query: string): Promise<GqlResponse & { ms: number; statements: number }> {
+async function timed(
+  query: string,
+  variables?: Record<string, unknown>,
+): Promise<GqlResponse & { ms: number; statements: number }> {
   const before = s.app.db.stats.statements
   const t0 = performance.now()
-  const res = await s.gql(query, { auth: 'viewer' })
+  const res = await s.gql(query, { auth: 'viewer', variables })
   return { ...res, ms: performance.now() - t0, statements: s.app.db.stats.statements - before }
 }
 
@@ -34,6 +44,7 @@ function expectRefused(res: Awaited<ReturnType<typeof timed>>, pattern: RegExp) 
   expect(res.status, JSON.stringify(res.body).slice(0, 500)).toBe(400)
   expect(res.body.data).toBeUndefined()
   expect(res.body.errors?.every((e) => e.extensions?.code === 'GRAPHQL_VALIDATION_FAILED')).toBe(true)
+  expect(JSON.stringify(res.body)).not.toContain('"http"')
   expect(res.body.errors?.map((e) => e.message).join('\n')).toMatch(pattern)
   expect(res.statements).toBe(0)
   expect(res.ms).toBeLessThan(500)
@@ -121,13 +132,50 @@ describe('cost counts what comes back', () => {
     )
   })
 
-  it('a size given as a variable counts at the most the server returns', async () => {
-    const res = await s.gql('query ($n: Int) { a: runs(limit: $n) { steps { run { steps { id } } } } }', {
-      auth: 'viewer',
-      variables: { n: 1 },
-    })
-    expect(res.status).toBe(400)
-    expect(res.body.errors?.[0]?.message).toMatch(/Query cost limit/)
+  // Costs 121 per run: 12,100 at limit 100, 60,500 at 500 (the cap is 20,000).
+  const VARIABLE_SIZED = 'query ($n: Int) { a: runs(limit: $n) { steps { run { steps { id } } } } }'
+
+  it('a size given as a variable counts at the value sent: within budget passes', async () => {
+    const res = await timed(VARIABLE_SIZED, { n: 100 })
+    expect(res.status, JSON.stringify(res.body).slice(0, 300)).toBe(200)
+    expect(res.body.errors).toBeUndefined()
+  })
+
+  it('the same document with a larger value is refused before any statement, as HTTP 400', async () => {
+    expectRefused(
+      await timed(VARIABLE_SIZED, { n: 500 }),
+      /^Query cost limit: this operation costs 60500 with the variables sent; at most 20000 \(MAX_QUERY_COST\)/,
+    )
+    // Past the server's maximum the value counts as the resolvers clamp it (500).
+    expectRefused(await timed(VARIABLE_SIZED, { n: 100_000 }), /costs 60500 with the variables sent/)
+  })
+
+  it("a variable's default counts only when the request leaves the variable out", async () => {
+    const q = 'query ($n: Int = 1) { runs(limit: $n) { steps { run { steps { id } } } } }'
+    expectRefused(
+      await timed(q, { n: 500 }),
+      /Query cost limit: this operation costs 60500 with the variables sent/,
+    )
+    const omitted = await timed(q)
+    expect(omitted.status, JSON.stringify(omitted.body).slice(0, 300)).toBe(200)
+    expect(omitted.body.errors).toBeUndefined()
+  })
+
+  it('an absent or null size counts at the argument default, as the resolver reads it', async () => {
+    // runs' limit defaults to 100: 12,100.
+    for (const variables of [{}, { n: null }]) {
+      const res = await timed(VARIABLE_SIZED, variables)
+      expect(res.status, JSON.stringify(res.body).slice(0, 300)).toBe(200)
+    }
+  })
+
+  it('a document over budget whatever its variables is still refused at validation', async () => {
+    // The literal 500 alone costs 500 × (1 + 10 × (1 + 1 × (1 + 10 × 2))) = 110,500; $n counts as 1 here.
+    const q =
+      'query ($n: Int) { runs(limit: 500) { steps { run { steps { run { id } } } } } a: runs(limit: $n) { id } }'
+    const res = await timed(q, { n: 1 })
+    // The validation-time message: no "with the variables sent".
+    expectRefused(res, /^Query cost limit: this operation costs 110501; at most 20000 \(MAX_QUERY_COST\)/)
   })
 
   it('what a console sends passes: a page of 100 runs with their steps', async () => {
@@ -158,6 +206,18 @@ describe('occurrences per request', () => {
     )
   })
 
+  it('counts given as variables are counted at the values sent', async () => {
+    const q =
+      'query ($c: Int!) { definition(slug: "budget-a") { a: nextOccurrences(count: $c) b: nextOccurrences(count: $c) } }'
+    const within = await timed(q, { c: 700 })
+    expect(within.status, JSON.stringify(within.body).slice(0, 300)).toBe(200)
+    expect(within.body.errors).toBeUndefined()
+    expectRefused(
+      await timed(q, { c: 800 }),
+      /^Occurrence limit: this operation asks for 1600 schedule occurrences in all with the variables sent .*at most 1500 \(MAX_OCCURRENCES_PER_REQUEST\)/,
+    )
+  })
+
   it('a list the document cannot size is capped as it runs', async () => {
     // One alias of 1000 passes validation; two scheduled definitions make 2000 > 1500.
     const res = await s.gql('{ definitions { slug nextOccurrences(count: 1000) } }', { auth: 'viewer' })
@@ -172,5 +232,52 @@ describe('occurrences per request', () => {
       { auth: 'viewer' },
     )
     expect(one.body.data?.definition.nextOccurrences).toHaveLength(1000)
+  })
+})
+
+describe('over graphql-ws, variables count at the values sent', () => {
+  it('a query: within budget answers data, a larger value is refused without data', async () => {
+    const client = wsClient(s, 'viewer')
+    try {
+      const q = 'query ($n: Int) { runs(limit: $n) { steps { run { steps { id } } } } }'
+      const ok = wsSubscribe(client, q, { n: 100 })
+      await ok.done
+      expect(ok.events[0]?.errors).toBeUndefined()
+      expect(ok.events[0]?.data).toBeDefined()
+      const refused = wsSubscribe(client, q, { n: 500 })
+      await refused.done
+      expect(refused.events).toHaveLength(1)
+      expect(refused.events[0]?.data).toBeUndefined()
+      expect(refused.events[0]?.errors?.[0]?.extensions).toEqual({ code: 'GRAPHQL_VALIDATION_FAILED' })
+      expect(refused.events[0]?.errors?.[0]?.message).toMatch(
+        /Query cost limit: this operation costs 60500 with the variables sent; at most 20000 \(MAX_QUERY_COST\)/,
+      )
+    } finally {
+      await client.dispose()
+    }
+  })
+
+  it('a subscription: within budget streams, a larger value is refused before it starts', async () => {
+    const client = wsClient(s, 'viewer')
+    try {
+      // 122 per waiting step: 12,200 at 100, 61,000 at 500.
+      const q =
+        'subscription ($n: Int) { waitingSteps(limit: $n) { run { steps { run { steps { id } } } } } }'
+      const ok = wsSubscribe<{ waitingSteps: unknown[] }>(client, q, { n: 100 })
+      const first = await ok.until(() => true)
+      expect(first.errors).toBeUndefined()
+      expect(first.data?.waitingSteps).toEqual([])
+      ok.stop()
+      const refused = wsSubscribe(client, q, { n: 500 })
+      await refused.done
+      expect(refused.events).toHaveLength(1)
+      expect(refused.events[0]?.data).toBeUndefined()
+      expect(refused.events[0]?.errors?.[0]?.extensions).toEqual({ code: 'GRAPHQL_VALIDATION_FAILED' })
+      expect(refused.events[0]?.errors?.[0]?.message).toMatch(
+        /Query cost limit: this operation costs 61000 with the variables sent/,
+      )
+    } finally {
+      await client.dispose()
+    }
   })
 })

@@ -9,9 +9,17 @@
  *   lists sized by an argument. A `limit`, `count` or `first` argument
  *   multiplies the cost of everything under it by the number it asks for; a
  *   list with no such argument is assumed to hold {@link ASSUMED_LIST_SIZE}
- *   items. An argument given as a variable counts at the largest value the
- *   server accepts for it (the value is not known until execution). Root
- *   fields that run several statements weigh more ({@link FIELD_WEIGHTS}).
+ *   items. Root fields that run several statements weigh more
+ *   ({@link FIELD_WEIGHTS}).
+ * - **Variables count at the value the request sends.** The budget is checked
+ *   twice, by one walk ({@link measureOperation}). At validation (cached per
+ *   document, so it cannot see variables) a size given as a variable counts as
+ *   1, the least it can ask for: only what no variable value could save is
+ *   refused there. At execution the selected operation is measured again with
+ *   the request's coerced variable values, clamped as the resolvers clamp them
+ *   (an absent or null value takes the argument's default), and refused before
+ *   any resolver runs if it is over budget. A variable's default in the
+ *   document counts only when the request leaves the variable out.
  * - **Introspection costs like anything else**: `__schema` weighs
  *   {@link SCHEMA_INTROSPECTION_COST}, `__type` {@link TYPE_INTROSPECTION_COST},
  *   at most one `__schema` per operation, and no path inside introspection may
@@ -26,13 +34,14 @@
  *   keeps a running total per request for that, see
  *   {@link takeOccurrences}.)
  *
- * A refused document is a validation error: HTTP 400, code
- * GRAPHQL_VALIDATION_FAILED, a message naming the limit and the variable
- * that raises it.
+ * A refused document or request is answered like a validation error: HTTP 400,
+ * code GRAPHQL_VALIDATION_FAILED, a message naming the limit and the
+ * configuration variable that raises it, no `data`.
  */
 import {
   BREAK,
   type DocumentNode,
+  type ExecutionResult,
   type FieldNode,
   type FragmentDefinitionNode,
   GraphQLError,
@@ -41,6 +50,8 @@ import {
   type GraphQLSchema,
   getNamedType,
   getNullableType,
+  getOperationAST,
+  getVariableValues,
   isCompositeType,
   isInterfaceType,
   isListType,
@@ -50,7 +61,6 @@ import {
   type SelectionSetNode,
   type ValidationContext,
   type ValueNode,
-  type VariableDefinitionNode,
   visit,
 } from 'graphql'
 import type { Plugin } from 'graphql-yoga'
@@ -96,10 +106,23 @@ function refusal(message: string): GraphQLError {
   return new GraphQLError(message, { extensions: { code: API_CODES.GRAPHQL_VALIDATION_FAILED } })
 }
 
+/**
+ * A refusal at execution time. Yoga answers a result set before execution with
+ * HTTP 200 unless an error's `extensions.http.status` asks for another; over
+ * HTTP yoga reads it and leaves it out of the body, but graphql-ws would send
+ * it as is, so it is not enumerable: read by yoga, never serialized.
+ */
+function executionRefusal(message: string): GraphQLError {
+  const extensions: Record<string, unknown> = { code: API_CODES.GRAPHQL_VALIDATION_FAILED }
+  Object.defineProperty(extensions, 'http', { value: { status: 400 }, enumerable: false })
+  return new GraphQLError(message, { extensions })
+}
+
 interface Walk {
   schema: GraphQLSchema
   fragments: Record<string, FragmentDefinitionNode>
-  variables: Map<string, VariableDefinitionNode>
+  /** The request's coerced variable values; undefined at validation, where each size variable counts as 1. */
+  variableValues: Readonly<Record<string, unknown>> | undefined
   measure: OperationMeasure
   /** Fragments on the current path: a cycle is another rule's error, not a reason to loop. */
   path: Set<string>
@@ -119,13 +142,20 @@ function sizeOf(field: FieldNode, def: GraphQLField<unknown, unknown>, walk: Wal
     const max = SIZE_ARGUMENTS[arg.name]
     if (max === undefined) continue
     const given = field.arguments?.find((a) => a.name.value === arg.name)?.value
+    const argDefault = typeof arg.defaultValue === 'number' ? arg.defaultValue : undefined
     let n: number | undefined
-    if (given === undefined) n = typeof arg.defaultValue === 'number' ? arg.defaultValue : undefined
+    if (given === undefined) n = argDefault
     else if (given.kind === Kind.VARIABLE) {
-      // Unknown until execution: the variable's default if it has one, else the most allowed.
-      n = intValue(walk.variables.get(given.name.value)?.defaultValue) ?? max
-    } else n = intValue(given)
-    if (n !== undefined) return Math.min(Math.max(n, 1), max)
+      if (walk.variableValues === undefined) {
+        // Validation: the value is unknown (and the result is cached for every request); the least it can be.
+        n = 1
+      } else {
+        // Execution: coerced values already hold the variable's default; absent or null → the argument's default.
+        const value = walk.variableValues[given.name.value]
+        n = typeof value === 'number' ? value : argDefault
+      }
+    } else n = intValue(given) ?? argDefault
+    if (n !== undefined) return Math.min(Math.max(Math.trunc(n), 1), max)
   }
   return undefined
 }
@@ -223,26 +253,30 @@ function introspectionNesting(selections: SelectionSetNode, walk: Walk, depth: n
 }
 
 /**
- * Measure one operation of a document against `schema` (via the validation
- * context); null when it expands past {@link MAX_EXPANDED_FIELDS} fields.
+ * Measure one operation of `document` against `schema`; null when it expands
+ * past {@link MAX_EXPANDED_FIELDS} fields. Without `variableValues` (at
+ * validation) a size argument given as a variable counts as 1; with them (the
+ * request's coerced values, at execution) it counts at the value sent.
  */
 export function measureOperation(
-  context: ValidationContext,
+  schema: GraphQLSchema,
+  document: DocumentNode,
   operation: OperationDefinitionNode,
+  variableValues?: Readonly<Record<string, unknown>>,
 ): OperationMeasure | null {
   const fragments: Record<string, FragmentDefinitionNode> = {}
-  for (const d of context.getDocument().definitions) {
+  for (const d of document.definitions) {
     if (d.kind === Kind.FRAGMENT_DEFINITION) fragments[d.name.value] = d
   }
   const walk: Walk = {
-    schema: context.getSchema(),
+    schema,
     fragments,
-    variables: new Map((operation.variableDefinitions ?? []).map((v) => [v.variable.name.value, v])),
+    variableValues,
     measure: { cost: 0, occurrences: 0, schemaIntrospections: 0, introspectionListNesting: 0 },
     path: new Set(),
     visits: 0,
   }
-  const root = context.getSchema().getRootType(operation.operation)
+  const root = schema.getRootType(operation.operation)
   try {
     if (root) walk.measure.cost = selectionCost(operation.selectionSet, root, walk, 1)
   } catch (err) {
@@ -252,50 +286,81 @@ export function measureOperation(
   return walk.measure
 }
 
-/** The validation rule: refuse an operation over any part of the budget. */
+/**
+ * The limits `m` breaks, as messages; `withVariables` says the request's
+ * variable values were counted (execution), so the message can say so.
+ */
+export function budgetViolations(
+  m: OperationMeasure | null,
+  budget: QueryBudget,
+  withVariables = false,
+): string[] {
+  if (m === null) {
+    return [
+      `Query size limit: once its fragments are spread this operation selects more than ${MAX_EXPANDED_FIELDS} fields.`,
+    ]
+  }
+  const asSent = withVariables ? ' with the variables sent' : ''
+  const messages: string[] = []
+  if (m.schemaIntrospections > MAX_SCHEMA_INTROSPECTIONS) {
+    messages.push(
+      `Introspection limit: at most ${MAX_SCHEMA_INTROSPECTIONS} __schema per operation; this one asks for ${m.schemaIntrospections}.`,
+    )
+  }
+  if (m.introspectionListNesting > MAX_INTROSPECTION_LIST_NESTING) {
+    messages.push(
+      `Introspection limit: list fields (types, fields, args, …) may nest at most ${MAX_INTROSPECTION_LIST_NESTING} deep inside __schema or __type.`,
+    )
+  }
+  if (m.occurrences > budget.maxOccurrences) {
+    messages.push(
+      `Occurrence limit: this operation asks for ${m.occurrences} schedule occurrences in all${asSent} (nextOccurrences counts, summed over aliases); at most ${budget.maxOccurrences} (MAX_OCCURRENCES_PER_REQUEST).`,
+    )
+  }
+  if (m.cost > budget.maxCost) {
+    messages.push(
+      `Query cost limit: this operation costs ${m.cost}${asSent}; at most ${budget.maxCost} (MAX_QUERY_COST). Ask for fewer items (limit/first/count) or fewer nested lists.`,
+    )
+  }
+  return messages
+}
+
+/** The validation rule: refuse an operation over any part of the budget that the document itself fixes. */
 export function queryBudgetRule(budget: QueryBudget) {
   return (context: ValidationContext) => ({
     OperationDefinition(operation: OperationDefinitionNode) {
-      const m = measureOperation(context, operation)
-      if (m === null) {
-        context.reportError(
-          refusal(
-            `Query size limit: once its fragments are spread this operation selects more than ${MAX_EXPANDED_FIELDS} fields.`,
-          ),
-        )
-        return false
-      }
-      if (m.schemaIntrospections > MAX_SCHEMA_INTROSPECTIONS) {
-        context.reportError(
-          refusal(
-            `Introspection limit: at most ${MAX_SCHEMA_INTROSPECTIONS} __schema per operation; this one asks for ${m.schemaIntrospections}.`,
-          ),
-        )
-      }
-      if (m.introspectionListNesting > MAX_INTROSPECTION_LIST_NESTING) {
-        context.reportError(
-          refusal(
-            `Introspection limit: list fields (types, fields, args, …) may nest at most ${MAX_INTROSPECTION_LIST_NESTING} deep inside __schema or __type.`,
-          ),
-        )
-      }
-      if (m.occurrences > budget.maxOccurrences) {
-        context.reportError(
-          refusal(
-            `Occurrence limit: this operation asks for ${m.occurrences} schedule occurrences in all (nextOccurrences counts, summed over aliases); at most ${budget.maxOccurrences} (MAX_OCCURRENCES_PER_REQUEST).`,
-          ),
-        )
-      }
-      if (m.cost > budget.maxCost) {
-        context.reportError(
-          refusal(
-            `Query cost limit: this operation costs ${m.cost}; at most ${budget.maxCost} (MAX_QUERY_COST). Ask for fewer items (limit/count) or fewer nested lists.`,
-          ),
-        )
-      }
+      const m = measureOperation(context.getSchema(), context.getDocument(), operation)
+      for (const message of budgetViolations(m, budget)) context.reportError(refusal(message))
       return false
     },
   })
+}
+
+/**
+ * The execution-time check: the operation a request selects, measured with
+ * the variable values it sends. Undefined when the request is within budget,
+ * or when execution will refuse it anyway (no such operation, variables that
+ * do not coerce) with its own error and without running a resolver.
+ */
+export function executionRefusals(
+  args: {
+    schema: GraphQLSchema
+    document: DocumentNode
+    operationName?: string | null
+    variableValues?: Readonly<Record<string, unknown>> | null
+  },
+  budget: QueryBudget,
+): ExecutionResult | undefined {
+  const operation = getOperationAST(args.document, args.operationName)
+  // Without variables the validation-time measure was already exact.
+  if (!operation?.variableDefinitions?.length) return undefined
+  const coerced = getVariableValues(args.schema, operation.variableDefinitions, args.variableValues ?? {}, {
+    maxErrors: 1,
+  })
+  if (coerced.errors) return undefined
+  const m = measureOperation(args.schema, args.document, operation, coerced.coerced)
+  const messages = budgetViolations(m, budget, true)
+  return messages.length > 0 ? { errors: messages.map(executionRefusal) } : undefined
 }
 
 /**
@@ -347,7 +412,8 @@ function repeatedFields(document: DocumentNode): GraphQLError[] {
 }
 
 /**
- * Yoga plugin adding {@link queryBudgetRule} to validation (HTTP, SSE and
+ * Yoga plugin adding {@link queryBudgetRule} to validation and
+ * {@link executionRefusals} before execution and subscription (HTTP, SSE and
  * WebSocket alike). Repeated fields are checked first, on their own: such a
  * document never reaches the standard rules, one of which costs time
  * quadratic in them.
@@ -358,6 +424,14 @@ export function useQueryBudget(budget: QueryBudget): Plugin {
       const errors = repeatedFields(params.documentAST)
       if (errors.length > 0) setResult(errors)
       else addValidationRule(queryBudgetRule(budget))
+    },
+    onExecute({ args, setResultAndStopExecution }) {
+      const refused = executionRefusals(args, budget)
+      if (refused) setResultAndStopExecution(refused)
+    },
+    onSubscribe({ args, setResultAndStopExecution }) {
+      const refused = executionRefusals(args, budget)
+      if (refused) setResultAndStopExecution(refused)
     },
   }
 }
