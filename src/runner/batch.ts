@@ -15,9 +15,10 @@
 import * as runs from '../../sql/eventRuns/index.ts'
 import type { StepRow } from '../../sql/eventSteps.ts'
 import * as steps from '../../sql/eventSteps.ts'
-import { type ClaimedRun, type EngineDeps, handleFailure } from './engine.ts'
+import type { ClaimedRun, EngineDeps } from './engine.ts'
 import { stepContext, withTimeout } from './executor/context.ts'
 import { isAdvancing, outcomeWrite, phaseMove, takesInlinePath } from './executor/decide.ts'
+import { handleFailure } from './executor/failure.ts'
 import { BufferedWriter } from './executor/writer.ts'
 
 export interface BatchOutcome {

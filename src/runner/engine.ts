@@ -11,7 +11,6 @@
  * parks is released with `wake_at` set to when it next needs attention.
  */
 import { type Db, isDbUnavailable } from '../../sql/db.ts'
-import * as logs from '../../sql/eventRunLogs.ts'
 import type { RunListRow, RunRow } from '../../sql/eventRuns/index.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
 import type { StepRow, StepSpec } from '../../sql/eventSteps.ts'
@@ -20,7 +19,15 @@ import * as versions from '../../sql/eventVersions.ts'
 import type { RunStatus } from '../../sql/states.ts'
 import type { Clock } from './clock.ts'
 import { stepContext, withTimeout } from './executor/context.ts'
-import { failureWrite, isAdvancing, isResume, notYet, outcomeWrite, phaseMove } from './executor/decide.ts'
+import {
+  isAdvancing,
+  isResume,
+  notYet,
+  outcomeWrite,
+  phaseMove,
+  type StepVerdict,
+} from './executor/decide.ts'
+import { handleFailure } from './executor/failure.ts'
 import { immediateWriter, recordOutcome, type StepWriter } from './executor/writer.ts'
 import { expandProgram, type Program } from './program.ts'
 import type { StepRegistry } from './steps/registry.ts'
@@ -103,9 +110,10 @@ export async function expandStartingRuns(
   // Group by first phase so each group is one guarded multi-row transition.
   const byPhase = new Map<string, { phase: string; ending: boolean; ids: number[] }>()
   for (const item of items) {
-    const first = item.specs[0]
-    const phase = first?.phase ?? ''
-    const ending = first?.ending ?? false
+    // The run enters its first step's phase as it would any other (and `ending` with it).
+    const move = phaseMove(item.specs[0] ?? { phase: '', ending: false }, 'running', null)
+    const phase = move?.phase ?? ''
+    const ending = move?.to === 'ending'
     const key = JSON.stringify([ending, phase])
     const group = byPhase.get(key) ?? { phase, ending, ids: [] }
     group.ids.push(item.runId)
@@ -125,14 +133,6 @@ export async function expandStartingRuns(
   )
   return fresh
 }
-
-type StepVerdict =
-  /** The step is done (completed, skipped, degraded failure): take the next one. */
-  | { next: true }
-  /** The run must wait: release with this wake time (null = until a person acts). */
-  | { next: false; wakeAt: Date | null }
-  /** The run reached a terminal status or is no longer ours to advance. */
-  | { next: false; stop: true }
 
 /**
  * Advance one claimed run. Answers when the run next needs attention (`wakeAt`
@@ -256,91 +256,4 @@ async function restoreHealth(deps: EngineDeps, runId: number): Promise<void> {
     (s) => s.status === 'failed' || (s.status === 'pending' && s.attempts > 0 && s.lastError),
   )
   if (!stillBad) await runs.setHealth(deps.db, runId, 'ok')
-}
-
-/**
- * Write a failed attempt's outcome (decided by `failureWrite`). Failures are
- * rare and each needs its own guarded statements, so every path (the batch
- * one included) writes them here, one run at a time.
- */
-export async function handleFailure(
-  deps: EngineDeps,
-  run: RunRow,
-  step: StepRow,
-  err: unknown,
-  runStatus: RunStatus,
-): Promise<StepVerdict> {
-  const now = deps.clock.now()
-  const decided = failureWrite(step, err, now, deps.hardStop.aborted)
-  const { message } = decided
-  switch (decided.write) {
-    case 'interrupt': {
-      // Cut short by this runner's shutdown (a deploy), not failed by the step:
-      // the attempt is not counted, the run is not degraded, and the step runs
-      // again (same idempotency key) as soon as another instance takes the run.
-      const givenBack = await recordOutcome(deps.hardStop, () =>
-        steps.interrupt(deps.db, step.id, message, now),
-      )
-      if (!givenBack) return { next: true }
-      await logs.append(deps.db, {
-        runId: run.id,
-        stepId: step.id,
-        level: 'info',
-        message: `${step.kind} attempt ${step.attempts} interrupted (${message}); it will run again`,
-      })
-      deps.observer?.stepFinished?.(step.kind, 'retry')
-      return { next: false, wakeAt: now }
-    }
-    case 'retry': {
-      const { wakeAt } = decided
-      if (!(await recordOutcome(deps.hardStop, () => steps.scheduleRetry(deps.db, step.id, message, wakeAt))))
-        return { next: true }
-      await runs.setHealth(deps.db, run.id, 'degraded')
-      await logs.append(deps.db, {
-        runId: run.id,
-        stepId: step.id,
-        level: 'warn',
-        message: `${step.kind} attempt ${step.attempts} of ${step.maxAttempts} failed: ${message}; retrying at ${wakeAt.toISOString()}`,
-      })
-      deps.observer?.stepFinished?.(step.kind, 'retry')
-      return { next: false, wakeAt }
-    }
-    case 'degrade': {
-      const failed = await recordOutcome(deps.hardStop, () => steps.fail(deps.db, step.id, message))
-      deps.observer?.stepFinished?.(step.kind, 'failed')
-      if (!failed) return { next: true } // a person skipped or cancelled it meanwhile
-      await runs.setHealth(deps.db, run.id, 'degraded')
-      await logs.append(deps.db, {
-        runId: run.id,
-        stepId: step.id,
-        level: 'warn',
-        message: `${step.kind} failed after ${step.attempts} attempt(s): ${message}; continuing degraded (onError: degrade)`,
-      })
-      return { next: true }
-    }
-    case 'fail': {
-      const error = decided.runError
-      // The step, the run and the run's other steps move in one transaction.
-      const { stepFailed, runFailed } = await recordOutcome(deps.hardStop, () =>
-        runs.failWithStep(
-          deps.db,
-          run.id,
-          [runStatus, 'running', 'ending'],
-          { id: step.id, error: message },
-          error,
-        ),
-      )
-      deps.observer?.stepFinished?.(step.kind, 'failed')
-      if (!stepFailed) return { next: true } // a person skipped or cancelled it meanwhile
-      if (runFailed) {
-        await logs.append(deps.db, {
-          runId: run.id,
-          stepId: step.id,
-          level: 'error',
-          message: `run failed: ${error}`,
-        })
-      }
-      return { next: false, stop: true }
-    }
-  }
 }

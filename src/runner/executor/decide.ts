@@ -159,3 +159,12 @@ export function startedAs(
     leaseMs: claim.leaseUntil.getTime() - now.getTime(),
   }
 }
+
+/** What the executor answers for one step: take the next, or give the run back. */
+export type StepVerdict =
+  /** The step is done (completed, skipped, degraded failure): take the next one. */
+  | { next: true }
+  /** The run must wait: release with this wake time (null = until a person acts). */
+  | { next: false; wakeAt: Date | null }
+  /** The run reached a terminal status or is no longer ours to advance. */
+  | { next: false; stop: true }
