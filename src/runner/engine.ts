@@ -7,8 +7,9 @@
  * may throw a DatabaseError; the caller (`Runner.advanceClaimed`) catches it per
  * run and releases the lease in `finally`. A step handler's throw is NOT an
  * engine error: it is a failed attempt and becomes a retry, a failed step or a
- * failed run here. The lease is never held across a wait: a run that sleeps or
- * parks is released with `wake_at` set to when it next needs attention.
+ * failed run (decided in executor/decide.ts, written by executor/failure.ts).
+ * The lease is never held across a wait: a run that sleeps or parks is
+ * released with `wake_at` set to when it next needs attention.
  */
 import { type Db, isDbUnavailable } from '../../sql/db.ts'
 import type { RunListRow, RunRow } from '../../sql/eventRuns/index.ts'
@@ -150,7 +151,7 @@ export async function advanceRun(
     // Re-read the status between steps: a pause or cancel from a person takes
     // effect before the next step, not at the next tick.
     const status = await runs.statusOf(deps.db, run.id)
-    if (!status || !isAdvancing(status)) return { stop: true }
+    if (!isAdvancing(status)) return { stop: true }
     const step = await steps.nextStep(deps.db, run.id)
     if (!step) {
       await writer.finishRun(run.id)

@@ -34,7 +34,7 @@ export function phaseMove(
 }
 
 /** True when a run in this status is advanced at all (a pause or cancel stops it before its next step). */
-export function isAdvancing(status: RunStatus | null | undefined): boolean {
+export function isAdvancing(status: RunStatus | null | undefined): status is 'running' | 'ending' {
   return status === 'running' || status === 'ending'
 }
 
