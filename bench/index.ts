@@ -7,14 +7,24 @@
  *
  * Alone: `npx tsx bench/throughput.ts` (also the graphile-worker peer),
  * `bench/starvation.ts`, `bench/fanout.ts`, `bench/apiLatency.ts`, `bench/console.ts`,
- * `bench/consoleLoad.ts`.
+ * `bench/consoleLoad.ts`, `bench/history.ts`, `bench/galera.ts` (which starts the three-node
+ * cluster of test/galera/cluster.sh).
  */
 import { spawn } from 'node:child_process'
 import { rm } from 'node:fs/promises'
 import { fileURLToPath } from 'node:url'
 import { printResults, RESULTS_FILE, readResults } from './lib.ts'
 
-const BENCHMARKS = ['throughput', 'starvation', 'fanout', 'apiLatency', 'console', 'consoleLoad'] as const
+const BENCHMARKS = [
+  'throughput',
+  'starvation',
+  'fanout',
+  'apiLatency',
+  'console',
+  'consoleLoad',
+  'history',
+  'galera',
+] as const
 
 function runOne(name: string): Promise<number> {
   const file = fileURLToPath(new URL(`./${name}.ts`, import.meta.url))

@@ -29,7 +29,51 @@ export const DB_ERRNO = {
   CON_COUNT: 1040,
   /** A table the query names does not exist (migrations not applied). */
   NO_SUCH_TABLE: 1146,
+  /**
+   * A Galera node that is not part of the primary component (cut off, joining,
+   * or still catching up) refuses every statement with this number ("WSREP has
+   * not yet prepared node for application use"). Nothing ran.
+   */
+  WSREP_NOT_READY: 1047,
+  /** COMMIT failed on the server's side (Galera: a partition during commit). */
+  ERROR_DURING_COMMIT: 1180,
+  /** The server killed this connection (Galera does so when a node drops out). */
+  CONNECTION_KILLED: 1927,
 } as const
+
+/**
+ * Server answers that mean "this server cannot take work right now", not "this
+ * statement is wrong": callers back off and try again, never fail a run on them.
+ */
+const UNAVAILABLE_ERRNOS: ReadonlySet<number> = new Set([
+  DB_ERRNO.SERVER_SHUTDOWN,
+  DB_ERRNO.CON_COUNT,
+  DB_ERRNO.WSREP_NOT_READY,
+  DB_ERRNO.ERROR_DURING_COMMIT,
+  DB_ERRNO.CONNECTION_KILLED,
+])
+
+/**
+ * Unavailability that is certain to have left nothing behind: the connection
+ * was never made, or the node refused before running anything. Only these are
+ * sent again to the next host of a cluster at once; a connection lost mid-way
+ * may or may not have committed, so that is the caller's to retry.
+ */
+const NOTHING_RAN_CODES = new Set([
+  'ECONNREFUSED',
+  'EHOSTUNREACH',
+  'ENOTFOUND',
+  'ENOENT',
+  'ER_CON_COUNT_ERROR',
+])
+function nothingRan(err: unknown): boolean {
+  const e = (err instanceof DatabaseError ? err.cause : err) as { code?: string; errno?: number } | undefined
+  return (
+    (e?.code !== undefined && NOTHING_RAN_CODES.has(e.code)) ||
+    e?.errno === DB_ERRNO.WSREP_NOT_READY ||
+    e?.errno === DB_ERRNO.CON_COUNT
+  )
+}
 
 /** Driver-level codes that mean "the database cannot be reached right now". */
 const UNAVAILABLE_CODES = new Set([
@@ -67,8 +111,7 @@ export class DatabaseError extends Error {
     this.code = c?.code
     this.unavailable =
       (c?.code !== undefined && UNAVAILABLE_CODES.has(c.code)) ||
-      c?.errno === DB_ERRNO.SERVER_SHUTDOWN ||
-      c?.errno === DB_ERRNO.CON_COUNT ||
+      (c?.errno !== undefined && UNAVAILABLE_ERRNOS.has(c.errno)) ||
       (c?.fatal === true && c?.errno === undefined)
   }
 }
@@ -91,12 +134,33 @@ export type Row = RowDataPacket & Record<string, unknown>
 export interface TransactionOptions {
   isolation?: 'READ COMMITTED'
   /**
-   * Attempts in all when InnoDB picks the transaction as a deadlock victim: it
-   * was rolled back whole, so `fn` runs again from the start on a fresh
-   * transaction. Only for an `fn` that is safe to repeat (no effect outside the
-   * transaction). @default 1 (the deadlock is the caller's)
+   * Run `fn` again from the start, on a fresh transaction, when the transaction
+   * lost a conflict and was rolled back whole: an InnoDB deadlock victim or a
+   * Galera certification failure (both 1213, the latter at COMMIT, after every
+   * statement reported success) or a lock wait timeout (1205); and, with
+   * several hosts, when the node became unavailable before COMMIT was sent (the
+   * next attempt goes to the next host). Jittered backoff between attempts.
+   *
+   * Only for an `fn` that is safe to repeat: no effect outside the transaction,
+   * and every decision it answers is made from what its own statements saw, so
+   * the answer of the attempt that committed is the one returned. After the
+   * last attempt the error is the caller's. @default false
    */
-  deadlockAttempts?: number
+  retryable?: boolean
+}
+
+/** Attempts in all for a {@link TransactionOptions.retryable} transaction. */
+export const TRANSACTION_ATTEMPTS = 8
+
+/** True for the failures after which a whole transaction may simply run again. */
+export function isConflict(err: unknown): boolean {
+  return isDbErrno(err, DB_ERRNO.LOCK_DEADLOCK) || isDbErrno(err, DB_ERRNO.LOCK_WAIT_TIMEOUT)
+}
+
+/** Full-jitter exponential backoff: up to 5 ms, 10 ms, 20 ms … capped at 250 ms. */
+function conflictPause(attempt: number): Promise<void> {
+  const cap = Math.min(250, 5 * 2 ** (attempt - 1))
+  return new Promise((r) => setTimeout(r, Math.random() * cap))
 }
 
 /** Runs statements; implemented by the pool and by a transaction's connection. */
@@ -137,6 +201,13 @@ export interface DbOptions {
   connectionLimit?: number
   /** Milliseconds to wait for a connection to open. @default 5000 */
   connectTimeout?: number
+  /**
+   * On a Galera node, make every read wait until the node has applied every
+   * write the cluster committed before it (`wsrep_sync_wait = 1`), so an answer
+   * reflects a write just made through another node. Ignored on a server that
+   * is not a Galera node. @default true
+   */
+  causalReads?: boolean
   /**
    * Statements that may wait for a free connection; one more fails at once
    * with a "busy" error ({@link isPoolBusy}) instead of waiting behind them.
@@ -185,84 +256,141 @@ async function retryDeadlocks<T>(attempts: number, fn: () => Promise<T>): Promis
   }
 }
 
-function makeQueryable(
-  target: Pool | PoolConnection,
-  stats: { statements: number },
-  autocommit: boolean,
-): Queryable {
+/** How a statement reaches the server: prepared (`execute`) or text protocol (`query`). */
+type Send = (how: 'execute' | 'query', sql: string, params: SqlValue[]) => Promise<unknown>
+
+function makeQueryable(send: Send, stats: { statements: number }, autocommit: boolean): Queryable {
+  async function call<T>(how: 'execute' | 'query', sql: string, params: readonly SqlValue[], what: string) {
+    stats.statements++
+    try {
+      const [res] = (await retryDeadlocks(autocommit ? DEADLOCK_RETRIES : 1, () =>
+        send(how, sql, params as SqlValue[]),
+      )) as [T]
+      return res
+    } catch (err) {
+      throw wrap(err, what)
+    }
+  }
   return {
     async execute<T>(sql: string, params: readonly SqlValue[] = []): Promise<T[]> {
-      stats.statements++
-      try {
-        const [rows] = await retryDeadlocks(autocommit ? DEADLOCK_RETRIES : 1, () =>
-          target.execute<RowDataPacket[]>(sql, params as SqlValue[]),
-        )
-        return rows as unknown as T[]
-      } catch (err) {
-        throw wrap(err, 'a query')
-      }
+      return call<T[]>('execute', sql, params, 'a query')
     },
     async run(sql: string, params: readonly SqlValue[] = []) {
-      stats.statements++
-      try {
-        const [res] = await retryDeadlocks(autocommit ? DEADLOCK_RETRIES : 1, () =>
-          target.execute<ResultSetHeader>(sql, params as SqlValue[]),
-        )
-        return { affectedRows: Number(res.affectedRows), insertId: Number(res.insertId) }
-      } catch (err) {
-        throw wrap(err, 'a write')
-      }
+      const res = await call<ResultSetHeader>('execute', sql, params, 'a write')
+      return { affectedRows: Number(res.affectedRows), insertId: Number(res.insertId) }
     },
     async query<T>(sql: string, params: readonly SqlValue[] = []): Promise<T[]> {
-      stats.statements++
-      try {
-        const [rows] = await retryDeadlocks(autocommit ? DEADLOCK_RETRIES : 1, () =>
-          target.query<RowDataPacket[]>(sql, params as SqlValue[]),
-        )
-        return rows as unknown as T[]
-      } catch (err) {
-        throw wrap(err, 'a query')
-      }
+      return call<T[]>('query', sql, params, 'a query')
     },
     async runQuery(sql: string, params: readonly SqlValue[] = []) {
-      stats.statements++
-      try {
-        const [res] = await retryDeadlocks(autocommit ? DEADLOCK_RETRIES : 1, () =>
-          target.query<ResultSetHeader>(sql, params as SqlValue[]),
-        )
-        return { affectedRows: Number(res.affectedRows), insertId: Number(res.insertId) }
-      } catch (err) {
-        throw wrap(err, 'a write')
-      }
+      const res = await call<ResultSetHeader>('query', sql, params, 'a write')
+      return { affectedRows: Number(res.affectedRows), insertId: Number(res.insertId) }
     },
   }
 }
 
+function sendOn(target: Pool | PoolConnection): Send {
+  return (how, sql, params) => (how === 'execute' ? target.execute(sql, params) : target.query(sql, params))
+}
+
+/** Where a database URL points: one server, or several nodes of one Galera cluster. */
+export interface DatabaseTarget {
+  /** In the order given; the first is tried first. Empty when `socketPath` is set. */
+  hosts: { host: string; port: number }[]
+  socketPath: string | undefined
+  user: string
+  password: string
+  database: string | undefined
+}
+
+const URL_SHAPE =
+  'expected mysql://user:pass@host:port/db, or mysql://user:pass@host1:port,host2:port/db for several nodes of one cluster'
+
 /**
- * Pool options from a `mysql://user:pass@host:port/db` URL. A `socketPath` query
- * parameter (`?socket=/path/to/mysqld.sock`) selects a unix socket instead of TCP.
+ * Parse `mysql://user:pass@host:port/db`. The host part may list several nodes
+ * of one cluster, comma-separated (`host1:3306,host2:3306`), which a standard URL
+ * parser refuses; each is parsed on its own. A `socket` query parameter
+ * (`?socket=/path/to/mysqld.sock`) selects a unix socket instead of TCP.
+ * Messages never repeat the password.
  */
-export function poolOptionsFromUrl(url: string, opts: DbOptions = {}): PoolOptions {
+export function parseDatabaseUrl(url: string): DatabaseTarget {
+  const schemeEnd = url.indexOf('://')
+  if (schemeEnd < 0) throw new Error(`The database URL is not a valid URL; ${URL_SHAPE}.`)
+  // The host list: after the last '@' of the part before any '?' or '#', up to the path.
+  const rest = url.slice(schemeEnd + 3)
+  const qAt = rest.search(/[?#]/)
+  const head = qAt < 0 ? rest : rest.slice(0, qAt)
+  const hostsStart = head.lastIndexOf('@') + 1
+  const slash = head.indexOf('/', hostsStart)
+  const hostsEnd = slash < 0 ? head.length : slash
+  const hostList = head.slice(hostsStart, hostsEnd).split(',')
   let u: URL
   try {
-    u = new URL(url)
+    // The same URL with only the first host, for everything but the hosts.
+    u = new URL(url.slice(0, schemeEnd + 3) + rest.slice(0, hostsStart) + hostList[0] + rest.slice(hostsEnd))
   } catch (err) {
-    throw new Error(`The database URL is not a valid URL; expected mysql://user:pass@host:port/db.`, {
-      cause: err,
-    })
+    throw new Error(`The database URL is not a valid URL; ${URL_SHAPE}.`, { cause: err })
   }
   if (u.protocol !== 'mysql:' && u.protocol !== 'mariadb:') {
     throw new Error(`The database URL must start with mysql:// (got ${u.protocol}//).`)
   }
   const socketPath = u.searchParams.get('socket') ?? undefined
-  const database = decodeURIComponent(u.pathname.replace(/^\//, '')) || undefined
+  if (socketPath && hostList.length > 1) {
+    throw new Error('The database URL names several hosts and a unix socket; use one or the other.')
+  }
+  const hosts = hostList.map((entry, i) => {
+    if (entry.trim() === '' && hostList.length > 1) {
+      throw new Error(`The database URL's host list has an empty entry (number ${i + 1}); ${URL_SHAPE}.`)
+    }
+    let h: URL
+    try {
+      h = new URL(`mysql://${entry.trim()}`)
+    } catch (err) {
+      throw new Error(`The database URL's host ${JSON.stringify(entry)} is not host or host:port.`, {
+        cause: err,
+      })
+    }
+    return { host: h.hostname || '127.0.0.1', port: Number(h.port || 3306) }
+  })
+  const seen = new Set(hosts.map((h) => `${h.host}:${h.port}`))
+  if (seen.size !== hosts.length) throw new Error('The database URL names the same host:port twice.')
   return {
-    host: socketPath ? undefined : u.hostname || '127.0.0.1',
-    port: socketPath ? undefined : Number(u.port || 3306),
+    hosts: socketPath ? [] : hosts,
     socketPath,
     user: decodeURIComponent(u.username || 'root'),
     password: decodeURIComponent(u.password || ''),
-    database,
+    database: decodeURIComponent(u.pathname.replace(/^\//, '')) || undefined,
+  }
+}
+
+/** The URL with its password replaced by `***`, for logs. */
+export function redactDatabaseUrl(url: string): string {
+  const schemeEnd = url.indexOf('://')
+  if (schemeEnd < 0) return '(invalid URL)'
+  const rest = url.slice(schemeEnd + 3)
+  const qAt = rest.search(/[?#]/)
+  const head = qAt < 0 ? rest : rest.slice(0, qAt)
+  const at = head.lastIndexOf('@')
+  if (at < 0) return url
+  const colon = head.slice(0, at).indexOf(':')
+  if (colon < 0) return url
+  return `${url.slice(0, schemeEnd + 3)}${head.slice(0, colon)}:***${rest.slice(at)}`
+}
+
+/**
+ * Pool options for one host of the URL (the first unless `hostIndex` says
+ * otherwise); see {@link parseDatabaseUrl}.
+ */
+export function poolOptionsFromUrl(url: string, opts: DbOptions = {}, hostIndex = 0): PoolOptions {
+  const t = parseDatabaseUrl(url)
+  const host = t.hosts[hostIndex]
+  return {
+    host: t.socketPath ? undefined : (host?.host ?? '127.0.0.1'),
+    port: t.socketPath ? undefined : (host?.port ?? 3306),
+    socketPath: t.socketPath,
+    user: t.user,
+    password: t.password,
+    database: t.database,
     connectionLimit: opts.connectionLimit ?? 10,
     connectTimeout: opts.connectTimeout ?? 5000,
     // UTC end to end: mysql2 writes and reads DATETIME as UTC, and every session's
@@ -284,53 +412,146 @@ export function poolOptionsFromUrl(url: string, opts: DbOptions = {}): PoolOptio
   }
 }
 
-/** Open a pool for `url`. No connection is made until the first statement. */
+/**
+ * One pool per host of the URL, and which one is in use. An instance stays on
+ * one node while it answers (its own writes then never conflict with each other
+ * in certification), and moves to the next when that node is unavailable.
+ */
+class HostRouter {
+  private current = 0
+  constructor(readonly pools: readonly Pool[]) {}
+
+  get pool(): Pool {
+    return this.pools[this.current] as Pool
+  }
+
+  /** `pool` failed as unavailable: move to the next host, unless another failure already moved us. */
+  failed(pool: Pool): void {
+    if (this.pools.length > 1 && this.pool === pool) this.current = (this.current + 1) % this.pools.length
+  }
+
+  /**
+   * Run one autocommit statement. When the host is unavailable and certainly
+   * ran nothing, try the next host at once; otherwise the error is the caller's
+   * (a later call goes to the next host).
+   */
+  async send<T>(fn: (pool: Pool) => Promise<T>): Promise<T> {
+    for (let tried = 1; ; tried++) {
+      const pool = this.pool
+      try {
+        return await fn(pool)
+      } catch (err) {
+        if (!isDbUnavailable(err)) throw err
+        this.failed(pool)
+        if (tried >= this.pools.length || !nothingRan(err)) throw err
+      }
+    }
+  }
+}
+
+/** Open a pool for `url` (one per host it lists). No connection is made until the first statement. */
 export function createDb(url: string, opts: DbOptions = {}): Db {
-  const pool = mysql.createPool(poolOptionsFromUrl(url, opts))
-  // Pin every session to UTC before it runs anything else; commands on one
-  // connection run in order, so this lands before the first real statement.
-  pool.pool.on('connection', (conn) => {
-    conn.query("SET time_zone = '+00:00'")
+  const hostCount = Math.max(1, parseDatabaseUrl(url).hosts.length)
+  const causalReads = opts.causalReads ?? true
+  const pools = Array.from({ length: hostCount }, (_, i) => {
+    const pool = mysql.createPool(poolOptionsFromUrl(url, opts, i))
+    // Pin every session to UTC before it runs anything else; commands on one
+    // connection run in order, so this lands before the first real statement.
+    pool.pool.on('connection', (conn) => {
+      conn.query("SET time_zone = '+00:00'")
+      if (causalReads) {
+        // Decided by the server in the same statement (no round trip that a first
+        // real statement could overtake): 1 on a Galera node, unchanged elsewhere.
+        // A server built without Galera support has no such variable; nothing to do there.
+        conn.query(
+          'SET SESSION wsrep_sync_wait = IF(@@global.wsrep_on, 1, @@session.wsrep_sync_wait)',
+          () => {},
+        )
+      }
+    })
+    return pool
   })
+  const router = new HostRouter(pools)
   const stats = { statements: 0 }
-  const base = makeQueryable(pool, stats, true)
+  const base = makeQueryable(
+    (how, sql, params) => router.send((pool) => sendOn(pool)(how, sql, params)),
+    stats,
+    true,
+  )
+
+  /** One attempt; `stage` tells the caller how far it got when it failed. */
+  async function transactionOnce<T>(
+    pool: Pool,
+    fn: (tx: Queryable) => Promise<T>,
+    txOpts: TransactionOptions | undefined,
+    stage: { at: 'connect' | 'body' | 'commit' },
+  ): Promise<T> {
+    let conn: PoolConnection
+    try {
+      conn = await pool.getConnection()
+    } catch (err) {
+      throw wrap(err, 'a connection')
+    }
+    stage.at = 'body'
+    try {
+      if (txOpts?.isolation) {
+        stats.statements++
+        await conn.query(`SET TRANSACTION ISOLATION LEVEL ${txOpts.isolation}`)
+      }
+      stats.statements++
+      await conn.beginTransaction()
+      const result = await fn(makeQueryable(sendOn(conn), stats, false))
+      stats.statements++
+      stage.at = 'commit'
+      // On Galera a certification failure surfaces here (1213), after every
+      // statement above reported success: `result` counts only once this returns.
+      await conn.commit()
+      return result
+    } catch (err) {
+      try {
+        await conn.rollback()
+      } catch {
+        // The connection is already broken; the original error is the one to report.
+      }
+      // Application errors thrown by `fn` pass through unchanged; only driver
+      // failures (begin/commit on a broken connection) are wrapped.
+      const driverError = (err as { sqlState?: string; errno?: number })?.errno !== undefined
+      throw driverError || isDbUnavailable(err) ? wrap(err, 'a transaction') : err
+    } finally {
+      conn.release()
+    }
+  }
+
   return {
     ...base,
-    pool,
+    get pool() {
+      return router.pool
+    },
     stats,
-    transaction(fn, txOpts) {
-      return retryDeadlocks(txOpts?.deadlockAttempts ?? 1, async () => {
-        let conn: PoolConnection
+    async transaction(fn, txOpts) {
+      const attempts = txOpts?.retryable ? TRANSACTION_ATTEMPTS : 1
+      let hostsTried = 1
+      for (let attempt = 1; ; attempt++) {
+        const pool = router.pool
+        const stage: { at: 'connect' | 'body' | 'commit' } = { at: 'connect' }
         try {
-          conn = await pool.getConnection()
+          return await transactionOnce(pool, fn, txOpts, stage)
         } catch (err) {
-          throw wrap(err, 'a connection')
-        }
-        try {
-          if (txOpts?.isolation) {
-            stats.statements++
-            await conn.query(`SET TRANSACTION ISOLATION LEVEL ${txOpts.isolation}`)
+          if (isDbUnavailable(err)) {
+            router.failed(pool)
+            // Another host, when nothing can have been kept: no connection was
+            // made, or (for a transaction safe to repeat) COMMIT was never sent.
+            const nothingKept = stage.at === 'connect' || (txOpts?.retryable === true && stage.at === 'body')
+            if (hostsTried < pools.length && nothingKept && (nothingRan(err) || stage.at === 'body')) {
+              hostsTried++
+              continue
+            }
+            throw err
           }
-          stats.statements++
-          await conn.beginTransaction()
-          const result = await fn(makeQueryable(conn, stats, false))
-          stats.statements++
-          await conn.commit()
-          return result
-        } catch (err) {
-          try {
-            await conn.rollback()
-          } catch {
-            // The connection is already broken; the original error is the one to report.
-          }
-          // Application errors thrown by `fn` pass through unchanged; only driver
-          // failures (begin/commit on a broken connection) are wrapped.
-          const driverError = (err as { sqlState?: string; errno?: number })?.errno !== undefined
-          throw driverError || isDbUnavailable(err) ? wrap(err, 'a transaction') : err
-        } finally {
-          conn.release()
+          if (attempt >= attempts || !isConflict(err)) throw err
+          await conflictPause(attempt)
         }
-      })
+      }
     },
     async ping() {
       try {
@@ -341,7 +562,7 @@ export function createDb(url: string, opts: DbOptions = {}): Db {
       }
     },
     async close() {
-      await pool.end()
+      await Promise.all(pools.map((p) => p.end()))
     },
   }
 }

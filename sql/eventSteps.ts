@@ -13,6 +13,7 @@ import type { Queryable, SqlValue } from './db.ts'
 import { chunkRows, clampLimit, parseJson, placeholders, toJson } from './json.ts'
 import { LEASE_EXPIRY, leaseFree, leaseMicros } from './leases.ts'
 import type { StepOnError, StepStatus } from './states.ts'
+import { KEY_HOLDING } from './states.ts'
 
 /** One step of an expanded program: what a run's step row is made from. */
 export interface StepSpec {
@@ -600,9 +601,24 @@ export async function cancelUnfinished(db: Queryable, runId: number): Promise<nu
  * next owner (at-least-once), under the same idempotency key.
  */
 export async function reclaimStale(db: Queryable): Promise<number> {
-  const res = await db.run(
+  // Find them from the runs that can hold a step lease (the status index's live
+  // ranges) and their steps, not from the steps table: every finished run's
+  // steps are in it, and no index of steps serves a lease range. A step of a
+  // terminal run holds no lease (ending a run ends its steps). A plain read
+  // first: an UPDATE joining the runs would lock every in-flight run's row and
+  // index gap, on every tick of every instance, against their claims.
+  const stale = await db.execute<Raw>(
+    `SELECT s.id FROM event_runs r STRAIGHT_JOIN event_run_steps s ON s.run_id = r.id
+      WHERE r.status IN (${placeholders(KEY_HOLDING.length)})
+        AND s.status = 'running' AND s.claim_expires_at IS NOT NULL AND s.claim_expires_at < NOW(3)`,
+    [...KEY_HOLDING],
+  )
+  if (stale.length === 0) return 0
+  const ids = stale.map((r) => Number(r.id))
+  const res = await db.runQuery(
     `UPDATE event_run_steps SET claimed_by = NULL, claim_expires_at = NULL
-      WHERE status = 'running' AND claim_expires_at IS NOT NULL AND claim_expires_at < NOW(3)`,
+      WHERE id IN (${placeholders(ids.length)}) AND status = 'running' AND claim_expires_at < NOW(3)`,
+    [...ids],
   )
   return res.affectedRows
 }

@@ -133,12 +133,17 @@ async function backfill(deps: BackfillDeps, input: BackfillInput): Promise<Backf
       wanted.has(`${r.scope}|${r.scheduledFor.getTime()}`),
     )
   const before = new Set((await inRange()).map((r) => r.id))
-  // Under a shared lock on the definition, so an archive cannot slip in between.
-  const created = await deps.db.transaction(async (tx) => {
-    if ((await definitions.lockForNewRuns(tx, def.id)) === 'archived')
-      throw conflict(`Definition "${def.slug}" is archived; set it ACTIVE or PAUSED to backfill.`)
-    return runs.materialiseMany(tx, rows)
-  })
+  // After writing the definition's guard, so an archive cannot slip in between
+  // (see eventDefinitions.setState); safe to repeat when it loses that race
+  // through another cluster node: a second attempt inserts what is still missing.
+  const created = await deps.db.transaction(
+    async (tx) => {
+      if ((await definitions.lockForNewRuns(tx, def.id)) === 'archived')
+        throw conflict(`Definition "${def.slug}" is archived; set it ACTIVE or PAUSED to backfill.`)
+      return runs.materialiseMany(tx, rows)
+    },
+    { retryable: true },
+  )
   const all = await inRange()
   const made = all.filter((r) => !before.has(r.id))
   await logs.appendMany(

@@ -269,6 +269,9 @@ async function update(
   if (patch.timezone !== undefined) normalised.timezone = canonicalTimezone(patch.timezone) ?? patch.timezone
   assertValid(fieldProblems(patch, current))
   await definitions.update(deps.db, id, normalised)
+  // Runs waiting to start become missed at their start plus the grace: a new
+  // grace moves that instant for every one of them.
+  if (patch.graceSeconds !== undefined) await runs.resetMissedAt(deps.db, id)
   const updated = await mustGet(deps.db, id)
   const rescheduled = definitions.reschedules(patch)
   let cancelled = 0

@@ -34,7 +34,8 @@ function failingInTransaction(db: Db, pattern: RegExp): { db: Db; faults: () => 
       faults++
       throw new DatabaseError(
         'The database refused a write (injected fault).',
-        Object.assign(new Error('injected'), { errno: 1180, code: 'ER_ERROR_DURING_COMMIT' }),
+        // A refusal, not unavailability (1180 at COMMIT is a Galera partition, waited out and retried).
+        Object.assign(new Error('injected'), { errno: 1406, code: 'ER_DATA_TOO_LONG' }),
       )
     }
     return real(sql, args)

@@ -44,6 +44,11 @@ async function history(n: number, status: RunStatus, ageDays: number, now: numbe
       { runId, message: 'two' },
     ]),
   )
+  // Log lines are written while a run lives, so they are as old as the run.
+  await t.db.query(
+    `UPDATE event_run_logs SET at = ? WHERE run_id IN (SELECT id FROM event_runs WHERE definition_id = ?)`,
+    [at, fx.def.id] as SqlValue[],
+  )
   const terminal = ['completed', 'cancelled', 'failed', 'missed'].includes(status)
   await t.db.query(
     `UPDATE event_runs SET status = ?, wake_at = NULL, ended_at = ?, started_at = ? WHERE definition_id = ?`,

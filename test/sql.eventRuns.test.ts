@@ -337,6 +337,24 @@ describe('invariant 4: releaseClaim releases only the caller’s claim and sets 
     expect(ids(await runs.findDue(db, at(1000)))).toEqual([run.id])
   })
 
+  it('a wake asked for while the run was claimed (a cue answered as it parked) survives the release', async () => {
+    const run = await makeRun(db)
+    await startRunning(run, 'owner')
+    // The holder has parked the cue and not yet released; a person answers it now.
+    const answeredAt = at(0)
+    expect(await runs.wakeNow(db, run.id, answeredAt)).toBe(true)
+    // The holder's release carries its plan from before the answer: the cue's timeout.
+    expect(await runs.releaseClaim(db, run.id, 'owner', { wakeAt: at(240_000) })).toBe(true)
+    expect((await runs.getById(db, run.id))?.wakeAt?.getTime()).toBe(answeredAt.getTime())
+    expect(ids(await runs.findDue(db, at(1000)))).toContain(run.id)
+    // The same for a cue without a timeout (released with NULL), through the batch release.
+    const other = await makeRun(db)
+    await startRunning(other, 'owner')
+    expect(await runs.wakeNow(db, other.id, answeredAt)).toBe(true)
+    expect(await runs.releaseClaims(db, [other.id], 'owner', null)).toBe(1)
+    expect((await runs.getById(db, other.id))?.wakeAt?.getTime()).toBe(answeredAt.getTime())
+  })
+
   it('a sleeping run is released with its timer’s end and comes due then', async () => {
     const run = await makeRun(db)
     await startRunning(run, 'owner')

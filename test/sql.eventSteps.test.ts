@@ -462,7 +462,10 @@ describe('nextStep / nextSteps', () => {
 
 describe('invariant 10 (steps): reclaim releases the lease only', () => {
   it('releases expired step leases, keeps status and attempts; the next begin re-runs the step', async () => {
-    const [stale, live, parked] = (await fresh(3)) as [StepRow, StepRow, StepRow]
+    const { run, steps: made } = await makeRunWithSteps(db, 3)
+    const [stale, live, parked] = made as [StepRow, StepRow, StepRow]
+    // Steps run only once their run has started; the sweep looks at started runs' steps.
+    await runs.transition(db, run.id, 'scheduled', 'running')
     const T = Date.now()
     // A lease of 1 ms has run out by the time reclaim runs (on the database's clock).
     expect(await steps.begin(db, stale.id, 'crashed', at(1, T), new Date(T))).toBe(true)

@@ -27,13 +27,6 @@ import { releaseKey, transitionSets } from './transitions.ts'
 const DUE_STATUSES = ['scheduled', ...IN_FLIGHT] as const
 
 /**
- * The grace window applies to this run (`r` aliased): not backfilled, not held
- * back by BUFFER_ONE. What the missed sweep requires; {@link WITHIN_GRACE} is
- * the claim's side of the same rule, and `src/runner/grace.ts` the batch start's.
- */
-const GRACE_APPLIES = 'r.grace_exempt = 0'
-
-/**
  * Runs that need the runner now: `wake_at` has passed and the run is not paused
  * or terminal. It selects rather than claims, so two sweepers may see the same
  * candidates and then disagree, harmlessly, about who owns each.
@@ -77,32 +70,45 @@ export async function findDueKeyed(db: Queryable, now: Date, limit = 50): Promis
 }
 
 /**
- * Scheduled runs whose start instant passed more than their own definition's
- * grace window ago. Only `scheduled` qualifies: a run that reached `starting` has
- * begun, and "began then stalled" is a different fact from "never began".
+ * Runs whose `missed_at` has passed: scheduled runs whose start instant is more
+ * than their definition's grace window ago. Only `scheduled` qualifies: a run
+ * that reached `starting` has begun, and "began then stalled" is a different
+ * fact from "never began".
+ *
+ * It reads the range `missed_at < now` of idx_evrun_missed, oldest first, and
+ * answers every row it read: `missed_at` is set only while a run is
+ * `scheduled`, so the range holds the runs to mark and nothing else, however
+ * many runs finished or wait ahead. A row answered with another status is a
+ * stray stamp the caller clears ({@link clearMissedAt}), so it is read once.
  */
 export async function findMissed(db: Queryable, now: Date, limit = 100): Promise<RunRow[]> {
   const n = clampLimit(limit, 100)
-  // Ids first, then rows: the join sorts through a temporary table, which must
-  // not carry the runs' JSON columns (that puts it on disk, every tick; see list).
   const rows = await db.execute<Raw>(
-    `${SELECT_RUN}
-       JOIN (SELECT r.id FROM event_runs r
-               JOIN event_definitions d ON d.id = r.definition_id
-              WHERE r.status = 'scheduled' AND ${GRACE_APPLIES}
-                AND r.scheduled_for + INTERVAL d.grace_seconds SECOND < ?
-              ORDER BY r.scheduled_for, r.id
-              LIMIT ${n}) page ON page.id = r.id`,
+    `${SELECT_RUN} FORCE INDEX (idx_evrun_missed)
+      WHERE r.missed_at < ?
+      ORDER BY r.missed_at, r.id
+      LIMIT ${n}`,
     [now],
   )
-  return sortRows(rows, 'oldest first').map(hydrate)
+  return rows.map(hydrate)
+}
+
+/** Drop the missed sweep's stamp from runs that are no longer `scheduled`. */
+export async function clearMissedAt(db: Queryable, ids: readonly number[]): Promise<number> {
+  if (ids.length === 0) return 0
+  const res = await db.runQuery(
+    `UPDATE event_runs SET missed_at = NULL
+      WHERE id IN (${placeholders(ids.length)}) AND status <> 'scheduled' AND missed_at IS NOT NULL`,
+    [...ids],
+  )
+  return res.affectedRows
 }
 
 // A start claim also requires the run to be inside its grace window, so a run
-// that should be `missed` can never be started by a sweeper that got there first.
-// A grace-exempt run (backfilled, or held back by BUFFER_ONE) is never late.
-const WITHIN_GRACE = `(grace_exempt = 1 OR scheduled_for + INTERVAL (SELECT d.grace_seconds FROM event_definitions d
-     WHERE d.id = event_runs.definition_id) SECOND >= ?)`
+// that should be `missed` can never be started by a sweeper that got there
+// first. The same column as the missed sweep's, so the two agree at the
+// boundary; a run without the stamp (none should be left) is not held back.
+const WITHIN_GRACE = '(missed_at IS NULL OR missed_at >= ?)'
 // A run the schedule made starts only while its definition is active: a pause
 // withdraws those runs in the transaction that pauses, and this guard keeps a
 // claim that raced it from starting one anyway. Runs a person asked for start.
@@ -165,7 +171,7 @@ export async function claimStart(
 ): Promise<ClaimStartResult> {
   const claimSql = `UPDATE event_runs
         SET status = 'starting', claimed_by = ?, claim_expires_at = ${LEASE_EXPIRY}, claim_token = NULL, wake_at = ?,
-            started_at = COALESCE(started_at, NOW(3)), start_reserve = NULL
+            started_at = COALESCE(started_at, NOW(3)), start_reserve = NULL, missed_at = NULL
       WHERE id = ? AND status = 'scheduled' AND ${WITHIN_GRACE} AND ${SCHEDULE_ACTIVE}`
   const overlap = run.overlap && run.definitionId !== undefined ? run.overlap : null
   if (!run.concurrencyKey && !overlap) {
@@ -215,14 +221,18 @@ export async function claimStart(
         }
         return { claimed: true, blockedBy: null, ...(cancelled && { overlap: cancelled }) }
       },
-      { isolation: 'READ COMMITTED' },
+      // Safe to repeat, and repeated when it loses a conflict: on a Galera
+      // cluster two claimers on different nodes both see the key free and both
+      // claim; one fails certification at COMMIT and, run again, sees the
+      // winner's lock row. The answer is the committed attempt's.
+      { isolation: 'READ COMMITTED', retryable: true },
     )
   } catch (err) {
     if (err instanceof KeyBlocked) return { claimed: false, blockedBy: err.holderId }
     if (err instanceof ClaimLost) {
       return { claimed: false, blockedBy: null }
     }
-    // A deadlock or a duplicate between two claimers is a lost race, not a failure.
+    // Still losing after every retry, or a duplicate between two claimers: a lost race, not a failure.
     if (isDbErrno(err, DB_ERRNO.LOCK_DEADLOCK) || isDbErrno(err, DB_ERRNO.DUP_ENTRY)) {
       return { claimed: false, blockedBy: null }
     }
@@ -359,8 +369,11 @@ async function takeOverlap(tx: Queryable, run: OverlapCandidate): Promise<Overla
           supersededId = heldId
         }
       }
-      // Held: its grace window does not run while it waits.
-      await tx.run(`UPDATE event_runs SET grace_exempt = 1 WHERE id = ? AND status = 'scheduled'`, [run.id])
+      // Held: its grace window does not run while it waits (no missed_at: the sweep never sees it).
+      await tx.run(
+        `UPDATE event_runs SET grace_exempt = 1, missed_at = NULL WHERE id = ? AND status = 'scheduled'`,
+        [run.id],
+      )
       await tx.run(`UPDATE overlap_locks SET held_run_id = ? WHERE ${where}`, [
         run.id,
         run.definitionId,
@@ -581,11 +594,26 @@ export async function renewClaims(
 }
 
 /**
+ * A person acting on a claimed run (a cue resolved, a step skipped) pulls its
+ * `wake_at` earlier and marks it `woken_while_claimed` ({@link wakeNow}); the
+ * release then keeps that earlier instant instead of overwriting it with the
+ * holder's own plan, made before the person acted (otherwise a cue answered
+ * while its runner was still parking it would sleep until the cue's timeout),
+ * and clears the mark. Assigned in this order: MariaDB evaluates SET left to
+ * right.
+ */
+function releasedWakeAt(): string {
+  return `wake_at = IF(status IN (${placeholders(IN_FLIGHT.length)}),
+              IF(woken_while_claimed = 1, LEAST(wake_at, COALESCE(?, wake_at)), ?), wake_at),
+            woken_while_claimed = 0`
+}
+
+/**
  * Give a run back. Scoped to `claimed_by = owner`: a process releases only its
  * own claim. `wakeAt` says when the run next needs the runner: now (the default)
  * to pick it up at once, a timer's end, or null for a run parked on a cue. A run
  * parked or waiting carries no lease: otherwise every wait would last
- * max(wait, lease).
+ * max(wait, lease). A wake someone asked for while the run was claimed stands.
  */
 export async function releaseClaim(
   db: Queryable,
@@ -596,10 +624,10 @@ export async function releaseClaim(
   const wake = opts.wakeAt === undefined ? new Date() : opts.wakeAt
   const res = await db.run(
     `UPDATE event_runs
-        SET claimed_by = NULL, claim_expires_at = NULL, claim_token = NULL,
-            wake_at = IF(status IN (${placeholders(IN_FLIGHT.length)}), ?, wake_at)
+        SET ${releasedWakeAt()},
+            claimed_by = NULL, claim_expires_at = NULL, claim_token = NULL
       WHERE id = ? AND claimed_by = ?`,
-    [...IN_FLIGHT, wake, id, owner],
+    [...IN_FLIGHT, wake, wake, id, owner],
   )
   return res.affectedRows === 1
 }
@@ -614,10 +642,10 @@ export async function releaseClaims(
   if (ids.length === 0) return 0
   const res = await db.runQuery(
     `UPDATE event_runs
-        SET claimed_by = NULL, claim_expires_at = NULL, claim_token = NULL,
-            wake_at = IF(status IN (${placeholders(IN_FLIGHT.length)}), ?, wake_at)
+        SET ${releasedWakeAt()},
+            claimed_by = NULL, claim_expires_at = NULL, claim_token = NULL
       WHERE id IN (${placeholders(ids.length)}) AND claimed_by = ?`,
-    [...IN_FLIGHT, wakeAt, ...ids, owner],
+    [...IN_FLIGHT, wakeAt, wakeAt, ...ids, owner],
   )
   return res.affectedRows
 }
@@ -626,7 +654,7 @@ export async function releaseClaims(
 export async function releaseAllClaims(db: Queryable, owner: string, now: Date): Promise<number> {
   const res = await db.run(
     `UPDATE event_runs
-        SET claimed_by = NULL, claim_expires_at = NULL, claim_token = NULL,
+        SET claimed_by = NULL, claim_expires_at = NULL, claim_token = NULL, woken_while_claimed = 0,
             wake_at = IF(status IN (${placeholders(IN_FLIGHT.length)}), ?, wake_at)
       WHERE claimed_by = ?`,
     [...IN_FLIGHT, now, owner],
@@ -636,6 +664,9 @@ export async function releaseAllClaims(db: Queryable, owner: string, now: Date):
 
 /**
  * Wake a run now (a cue resolved, a step skipped), unless it is paused or terminal.
+ * A run that is claimed at this moment gets the earlier `wake_at` too, marked
+ * so that its holder's release keeps it (see {@link releaseClaim}); another
+ * instance cannot take the run meanwhile, its lease being live.
  *
  * `now` is the caller's clock (the one the runner compares `wake_at` with).
  * Without it the database's NOW(3) is used; but a database clock ahead of the
@@ -645,9 +676,9 @@ export async function releaseAllClaims(db: Queryable, owner: string, now: Date):
 export async function wakeNow(db: Queryable, id: number, now?: Date): Promise<boolean> {
   const at = now ?? null
   const res = await db.run(
-    `UPDATE event_runs SET wake_at = COALESCE(?, NOW(3))
+    `UPDATE event_runs SET wake_at = COALESCE(?, NOW(3)), woken_while_claimed = claimed_by IS NOT NULL
       WHERE id = ? AND status IN (${placeholders(IN_FLIGHT.length)})
-        AND (wake_at IS NULL OR wake_at > COALESCE(?, NOW(3))) AND claimed_by IS NULL`,
+        AND (wake_at IS NULL OR wake_at > COALESCE(?, NOW(3)))`,
     [at, id, ...IN_FLIGHT, at],
   )
   return res.affectedRows === 1

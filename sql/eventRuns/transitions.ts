@@ -26,8 +26,10 @@ export interface TransitionOptions {
 
 export function transitionSets(to: RunStatus, opts: TransitionOptions): { sets: string[]; args: SqlValue[] } {
   // Every status move hands back the row's start reserve (migration 0003): the
-  // first one, out of `scheduled`, is the one that grows the row.
-  const sets = ['status = ?', 'start_reserve = NULL']
+  // first one, out of `scheduled`, is the one that grows the row. It also
+  // leaves the missed sweep's index (`missed_at`, set only while `scheduled`):
+  // NULL again on every later move, which rewrites no index entry.
+  const sets = ['status = ?', 'start_reserve = NULL', 'missed_at = NULL']
   const args: SqlValue[] = [to]
   if (opts.phase !== undefined) {
     sets.push('current_phase = ?')
@@ -101,7 +103,8 @@ export async function transitionMany(
  * one transaction: pending, sleeping and parked steps become `cancelled` in the
  * same commit as the run's move, so no crash between the two can leave a
  * parked cue under a finished run (it would count as waiting for good). Safe to
- * repeat, so a deadlock victim is retried. Answers whether the run moved.
+ * repeat, so it runs again when it loses a conflict (a deadlock, or a Galera
+ * certification failure at COMMIT). Answers whether the run moved.
  */
 export function endWithSteps(
   db: Db,
@@ -116,7 +119,7 @@ export function endWithSteps(
       if (moved) await cancelUnfinished(tx, id)
       return moved
     },
-    { deadlockAttempts: 3 },
+    { retryable: true },
   )
 }
 
@@ -141,7 +144,7 @@ export function failWithStep(
       if (runFailed) await cancelUnfinished(tx, runId)
       return { stepFailed: true, runFailed }
     },
-    { deadlockAttempts: 3 },
+    { retryable: true },
   )
 }
 

@@ -32,6 +32,10 @@ export interface HousekeepingDeps {
 const RUN_RETENTION_BATCH = 200
 /** Rounds per sweep (the rest waits for the next sweep, so one sweep never takes a tick for long). */
 const RUN_RETENTION_ROUNDS = 50
+/** Log lines the retention sweep reads per statement. */
+const RETENTION_PAGE = 1000
+/** Heartbeat rows of instances silent this long are deleted (on the retention sweep's cadence). */
+const HEARTBEAT_KEEP_MS = 7 * 24 * 3600_000
 
 export class Housekeeping {
   private lastMaterialise = 0
@@ -77,8 +81,15 @@ export class Housekeeping {
     const { db } = this.deps
     const marked: number[] = []
     for (let round = 0; round < 20; round++) {
-      const missed = await runs.findMissed(db, now, 500)
-      if (missed.length === 0) break
+      const found = await runs.findMissed(db, now, 500)
+      if (found.length === 0) break
+      // A run found here in another status kept a stamp it should have dropped
+      // when it left `scheduled`: clear it, so no tick reads it again.
+      await runs.clearMissedAt(
+        db,
+        found.filter((r) => r.status !== 'scheduled').map((r) => r.id),
+      )
+      const missed = found.filter((r) => r.status === 'scheduled')
       const ids = missed.map((r) => r.id)
       await runs.transitionMany(db, ids, 'scheduled', 'missed', {
         error: 'not started within its grace window',
@@ -99,12 +110,12 @@ export class Housekeeping {
       )
       await logs.appendMany(db, entries)
       marked.push(...ids)
-      if (missed.length < 500) break
+      if (found.length < 500) break
     }
     return marked
   }
 
-  /** Log and run retention, at most once per `retentionEveryMs`. */
+  /** Log and run retention, and forgetting silent instances, at most once per `retentionEveryMs`. */
   async retentionIfDue(now: Date): Promise<void> {
     if (now.getTime() - this.lastRetention < this.deps.retentionEveryMs) return
     this.lastRetention = now.getTime()
@@ -146,15 +157,32 @@ export class Housekeeping {
     if (total > 0) deps.logger.info({ runs: total, before: cutoff }, 'run retention: deleted finished runs')
   }
 
+  /**
+   * Delete the logs of runs that ended more than the retention period ago, and
+   * forget instances silent for a week. The sweep walks the log lines from the
+   * oldest one and stops at the first line young enough to keep: what it reads
+   * is what it deletes plus the old lines of runs still going (or ended within
+   * the period), not every finished run, which walking the runs read again on
+   * every sweep once their logs were gone.
+   */
   private async logRetention(now: Date): Promise<void> {
-    const { deps } = this
-    const cutoff = new Date(now.getTime() - deps.logRetentionMs)
+    const { db, logger } = this.deps
+    const cutoff = new Date(now.getTime() - this.deps.logRetentionMs)
+    let after = 0
     for (let round = 0; round < 20; round++) {
-      const ids = await runs.terminalBefore(deps.db, cutoff, 500, { withLogsOnly: true })
-      if (ids.length === 0) return
-      const deleted = await logs.deleteForRuns(deps.db, ids)
-      deps.logger.info({ runs: ids.length, lines: deleted }, 'log retention: deleted logs of finished runs')
-      if (ids.length < 500) return
+      const lines = await logs.oldestLines(db, after, RETENTION_PAGE)
+      const old = lines.filter((l) => l.at.getTime() < cutoff.getTime())
+      const ended = await runs.endedBefore(db, [...new Set(old.map((l) => l.runId))], cutoff)
+      if (ended.length > 0) {
+        const deleted = await logs.deleteForRuns(db, ended)
+        logger.info({ runs: ended.length, lines: deleted }, 'log retention: deleted logs of finished runs')
+      }
+      const last = lines.at(-1)
+      if (last === undefined || old.length < lines.length || lines.length < RETENTION_PAGE) break
+      after = last.id
     }
+    const silentSince = new Date(now.getTime() - HEARTBEAT_KEEP_MS)
+    const forgotten = await heartbeats.pruneBefore(db, silentSince)
+    if (forgotten > 0) logger.info({ instances: forgotten }, 'forgot runner instances silent for a week')
   }
 }
