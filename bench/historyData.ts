@@ -12,7 +12,7 @@
  */
 import type { Db } from '../sql/db.ts'
 import * as runs from '../sql/eventRuns/index.ts'
-import { createDefinition } from '../src/definitions.ts'
+import { createDefinition } from '../src/operations/definitions.ts'
 import { systemClock } from '../src/runner/clock.ts'
 import { createDefaultRegistry } from '../src/runner/steps/registry.ts'
 

@@ -13,7 +13,7 @@
  */
 import type { Db } from '../sql/db.ts'
 import * as runs from '../sql/eventRuns/index.ts'
-import { createDefinition } from '../src/definitions.ts'
+import { createDefinition } from '../src/operations/definitions.ts'
 import { systemClock } from '../src/runner/clock.ts'
 import { Runner, type RunnerLogger } from '../src/runner/runner.ts'
 import { createDefaultRegistry } from '../src/runner/steps/registry.ts'

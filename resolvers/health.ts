@@ -3,7 +3,7 @@
 import { builder } from '../schema/builder.ts'
 import { HealthRef, type HealthShape } from '../schema/refs.ts'
 import * as runs from '../sql/eventRuns/index.ts'
-import * as steps from '../sql/eventSteps.ts'
+import * as steps from '../sql/eventSteps/index.ts'
 import * as heartbeats from '../sql/runnerHeartbeats.ts'
 import { RUN_STATUSES } from '../sql/states.ts'
 import { requires } from '../src/api/authz.ts'

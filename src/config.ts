@@ -1,5 +1,5 @@
 /**
- * Configuration from the environment (SPEC §7), validated once at start.
+ * Configuration from the environment (the table in README.md), validated once at start.
  *
  * Every problem is reported at once, each message naming its variable and what
  * it got, so a person fixes the whole environment in one go instead of one

@@ -5,7 +5,7 @@
  * here, so each rule is pinned once, without a database.
  */
 import { describe, expect, it } from 'vitest'
-import type { StepRow } from '../sql/eventSteps.ts'
+import type { StepRow } from '../sql/eventSteps/index.ts'
 import {
   failureWrite,
   isResume,

@@ -7,7 +7,7 @@
  */
 import { beforeEach, describe, expect, it } from 'vitest'
 import * as runs from '../sql/eventRuns/index.ts'
-import { updateDefinition } from '../src/definitions.ts'
+import { updateDefinition } from '../src/operations/definitions.ts'
 import { createDefaultRegistry } from '../src/runner/steps/registry.ts'
 import { useTestDb } from './helpers/db.ts'
 import { makeDefinition, makeRun, rawRun, resetRuns } from './helpers/fixtures.ts'

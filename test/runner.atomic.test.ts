@@ -7,7 +7,7 @@
  */
 import { describe, expect, it } from 'vitest'
 import { DatabaseError, type Db, type Queryable } from '../sql/db.ts'
-import { cancelRun, startRun } from '../src/runner/controls.ts'
+import { cancelRun, startRun } from '../src/operations/runControls.ts'
 import { Runner } from '../src/runner/runner.ts'
 import { StepFailure } from '../src/runner/steps/types.ts'
 import { useTestDb, wrapTransactionStatements } from './helpers/db.ts'

@@ -1,13 +1,13 @@
 /**
- * sql/eventSteps.ts against a real MariaDB: idempotent expansion, the guarded
+ * sql/eventSteps/ against a real MariaDB: idempotent expansion, the guarded
  * moves of a step, next-step selection, step reclaim (invariant 10) and the
  * waiting counts (invariant 13: parked cues only, never timers or backoffs).
  */
 import { beforeEach, describe, expect, it } from 'vitest'
 import type { Db } from '../sql/db.ts'
 import * as runs from '../sql/eventRuns/index.ts'
-import type { StepRow } from '../sql/eventSteps.ts'
-import * as steps from '../sql/eventSteps.ts'
+import type { StepRow } from '../sql/eventSteps/index.ts'
+import * as steps from '../sql/eventSteps/index.ts'
 import { useTestDb } from './helpers/db.ts'
 import {
   at,

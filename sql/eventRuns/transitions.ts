@@ -7,7 +7,7 @@
  */
 
 import type { Db, Queryable, SqlValue } from '../db.ts'
-import { cancelUnfinished, fail as failStep } from '../eventSteps.ts'
+import { cancelUnfinished, fail as failStep } from '../eventSteps/index.ts'
 import { placeholders } from '../json.ts'
 import type { RunHealth, RunStatus } from '../states.ts'
 import { isTerminal, KEY_HOLDING, TERMINAL } from '../states.ts'
@@ -23,6 +23,9 @@ export interface TransitionOptions {
   /** Set `wake_at` (a terminal or paused target clears it regardless). */
   wakeAt?: Date | null
 }
+
+/** The SET clause that gives a claim up: owner, lease and batch token together. */
+export const DROP_CLAIM = 'claimed_by = NULL, claim_expires_at = NULL, claim_token = NULL'
 
 export function transitionSets(to: RunStatus, opts: TransitionOptions): { sets: string[]; args: SqlValue[] } {
   // Every status move hands back the row's start reserve (migration 0003): the
@@ -41,8 +44,7 @@ export function transitionSets(to: RunStatus, opts: TransitionOptions): { sets: 
   }
   const terminal = isTerminal(to)
   if (terminal) sets.push('ended_at = COALESCE(ended_at, NOW(3))')
-  if (terminal || opts.clearClaim)
-    sets.push('claimed_by = NULL', 'claim_expires_at = NULL', 'claim_token = NULL')
+  if (terminal || opts.clearClaim) sets.push(DROP_CLAIM)
   if (terminal || to === 'paused') sets.push('wake_at = NULL')
   else if (opts.wakeAt !== undefined) {
     sets.push('wake_at = ?')

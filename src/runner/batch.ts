@@ -13,8 +13,8 @@
  */
 
 import * as runs from '../../sql/eventRuns/index.ts'
-import type { StepRow } from '../../sql/eventSteps.ts'
-import * as steps from '../../sql/eventSteps.ts'
+import type { StepRow } from '../../sql/eventSteps/index.ts'
+import * as steps from '../../sql/eventSteps/index.ts'
 import type { ClaimedRun, EngineDeps } from './engine.ts'
 import { stepContext, withTimeout } from './executor/context.ts'
 import { isAdvancing, outcomeWrite, phaseMove, takesInlinePath } from './executor/decide.ts'

@@ -31,9 +31,9 @@
 import { afterAll, beforeAll, expect, it } from 'vitest'
 import { createDb, type Db } from '../../sql/db.ts'
 import * as definitions from '../../sql/eventDefinitions.ts'
-import { createDefinition } from '../../src/definitions.ts'
+import { createDefinition } from '../../src/operations/definitions.ts'
+import { startRun } from '../../src/operations/runControls.ts'
 import { systemClock } from '../../src/runner/clock.ts'
-import { startRun } from '../../src/runner/controls.ts'
 import { createDefaultRegistry } from '../../src/runner/steps/registry.ts'
 import {
   type ConflictCounters,

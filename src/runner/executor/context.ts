@@ -5,7 +5,7 @@
  * transaction.
  */
 import type { RunRow } from '../../../sql/eventRuns/index.ts'
-import type { StepRow } from '../../../sql/eventSteps.ts'
+import type { StepRow } from '../../../sql/eventSteps/index.ts'
 import type { Clock } from '../clock.ts'
 import { type StepContext, StepFailure, type StepSettings } from '../steps/types.ts'
 import { renderTemplate } from '../template.ts'

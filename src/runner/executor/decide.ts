@@ -7,7 +7,7 @@
  * (writer.ts), at once or buffered.
  */
 import type { StartedAs } from '../../../sql/eventRuns/index.ts'
-import type { StepRow, StepSpec } from '../../../sql/eventSteps.ts'
+import type { StepRow, StepSpec } from '../../../sql/eventSteps/index.ts'
 import type { RunStatus } from '../../../sql/states.ts'
 import { retryDelayMs } from '../backoff.ts'
 import { StepFailure, type StepOutcome } from '../steps/types.ts'

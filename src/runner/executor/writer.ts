@@ -8,7 +8,7 @@ import { type Db, isDbUnavailable, type Queryable } from '../../../sql/db.ts'
 import type { NewLog } from '../../../sql/eventRunLogs.ts'
 import * as logs from '../../../sql/eventRunLogs.ts'
 import * as runs from '../../../sql/eventRuns/index.ts'
-import * as steps from '../../../sql/eventSteps.ts'
+import * as steps from '../../../sql/eventSteps/index.ts'
 import type { PhaseMove } from './decide.ts'
 
 export interface StepWriter {

@@ -10,15 +10,15 @@
  * exempt: started however late, never missed for lateness. They start under
  * the definition's overlap policy and concurrency key like any other run.
  */
-import * as audit from '../sql/auditLog.ts'
-import type { Db } from '../sql/db.ts'
-import * as definitions from '../sql/eventDefinitions.ts'
-import * as logs from '../sql/eventRunLogs.ts'
-import type { NewRun, RunListRow } from '../sql/eventRuns/index.ts'
-import * as runs from '../sql/eventRuns/index.ts'
-import { AppError, badInput, conflict, notFound } from './errors.ts'
-import { resolveConcurrencyKey } from './runner/materialise.ts'
-import { occurrenceStream } from './runner/schedule.ts'
+import * as audit from '../../sql/auditLog.ts'
+import type { Db } from '../../sql/db.ts'
+import * as definitions from '../../sql/eventDefinitions.ts'
+import * as logs from '../../sql/eventRunLogs.ts'
+import type { NewRun, RunListRow } from '../../sql/eventRuns/index.ts'
+import * as runs from '../../sql/eventRuns/index.ts'
+import { AppError, badInput, conflict, notFound } from '../errors.ts'
+import { resolveConcurrencyKey } from '../runner/materialise.ts'
+import { occurrenceStream } from '../runner/schedule.ts'
 
 /** Occurrences (instant × scope) one call may make, at most. */
 export const MAX_BACKFILL_OCCURRENCES = 1000

@@ -10,12 +10,12 @@ import * as definitions from '../../sql/eventDefinitions.ts'
 import * as logs from '../../sql/eventRunLogs.ts'
 import type { RunListRow } from '../../sql/eventRuns/index.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
-import type { StepRow } from '../../sql/eventSteps.ts'
-import * as steps from '../../sql/eventSteps.ts'
+import type { StepRow } from '../../sql/eventSteps/index.ts'
+import * as steps from '../../sql/eventSteps/index.ts'
 import { NON_TERMINAL } from '../../sql/states.ts'
 import { badInput, conflict, notFound } from '../errors.ts'
-import type { Clock } from './clock.ts'
-import { resolveConcurrencyKey } from './materialise.ts'
+import type { Clock } from '../runner/clock.ts'
+import { resolveConcurrencyKey } from '../runner/materialise.ts'
 
 export interface ControlDeps {
   db: Db
