@@ -8,124 +8,23 @@
 import mysql, {
   type Pool,
   type PoolConnection,
-  type PoolOptions,
   type ResultSetHeader,
   type RowDataPacket,
 } from 'mysql2/promise'
+import { parseDatabaseUrl, poolOptionsFromUrl } from './databaseUrl.ts'
+import {
+  DatabaseError,
+  DB_ERRNO,
+  isConflict,
+  isDbErrno,
+  isDbUnavailable,
+  isPoolBusy,
+  nothingRan,
+} from './dbErrors.ts'
 
-/** MariaDB/MySQL error numbers the code reacts to, by name. */
-export const DB_ERRNO = {
-  /** A UNIQUE or PRIMARY key already holds the value. */
-  DUP_ENTRY: 1062,
-  /** InnoDB picked this transaction as a deadlock victim; retrying is safe. */
-  LOCK_DEADLOCK: 1213,
-  /** A row lock was not granted within innodb_lock_wait_timeout. */
-  LOCK_WAIT_TIMEOUT: 1205,
-  /** The database named in the URL does not exist. */
-  BAD_DB: 1049,
-  /** The server is shutting down. */
-  SERVER_SHUTDOWN: 1053,
-  /** Too many connections. */
-  CON_COUNT: 1040,
-  /** A table the query names does not exist (migrations not applied). */
-  NO_SUCH_TABLE: 1146,
-  /**
-   * A Galera node that is not part of the primary component (cut off, joining,
-   * or still catching up) refuses every statement with this number ("WSREP has
-   * not yet prepared node for application use"). Nothing ran.
-   */
-  WSREP_NOT_READY: 1047,
-  /** COMMIT failed on the server's side (Galera: a partition during commit). */
-  ERROR_DURING_COMMIT: 1180,
-  /** The server killed this connection (Galera does so when a node drops out). */
-  CONNECTION_KILLED: 1927,
-} as const
-
-/**
- * Server answers that mean "this server cannot take work right now", not "this
- * statement is wrong": callers back off and try again, never fail a run on them.
- */
-const UNAVAILABLE_ERRNOS: ReadonlySet<number> = new Set([
-  DB_ERRNO.SERVER_SHUTDOWN,
-  DB_ERRNO.CON_COUNT,
-  DB_ERRNO.WSREP_NOT_READY,
-  DB_ERRNO.ERROR_DURING_COMMIT,
-  DB_ERRNO.CONNECTION_KILLED,
-])
-
-/**
- * Unavailability that is certain to have left nothing behind: the connection
- * was never made, or the node refused before running anything. Only these are
- * sent again to the next host of a cluster at once; a connection lost mid-way
- * may or may not have committed, so that is the caller's to retry.
- */
-const NOTHING_RAN_CODES = new Set([
-  'ECONNREFUSED',
-  'EHOSTUNREACH',
-  'ENOTFOUND',
-  'ENOENT',
-  'ER_CON_COUNT_ERROR',
-])
-function nothingRan(err: unknown): boolean {
-  const e = (err instanceof DatabaseError ? err.cause : err) as { code?: string; errno?: number } | undefined
-  return (
-    (e?.code !== undefined && NOTHING_RAN_CODES.has(e.code)) ||
-    e?.errno === DB_ERRNO.WSREP_NOT_READY ||
-    e?.errno === DB_ERRNO.CON_COUNT
-  )
-}
-
-/** Driver-level codes that mean "the database cannot be reached right now". */
-const UNAVAILABLE_CODES = new Set([
-  'ECONNREFUSED',
-  'ECONNRESET',
-  'ENOENT',
-  'ETIMEDOUT',
-  'EPIPE',
-  'EHOSTUNREACH',
-  'PROTOCOL_CONNECTION_LOST',
-  'PROTOCOL_SEQUENCE_TIMEOUT',
-  'ER_SERVER_SHUTDOWN',
-  'ER_CON_COUNT_ERROR',
-  'POOL_CLOSED',
-])
-
-/**
- * A database failure with the SQL text kept out of the message: the message is
- * safe to log next to user data, the driver's error stays in `cause` for
- * operators.
- */
-export class DatabaseError extends Error {
-  override readonly name = 'DatabaseError'
-  /** The server's error number, when the server answered. */
-  readonly errno: number | undefined
-  /** The driver's symbolic code (`ER_DUP_ENTRY`, `ECONNREFUSED`, …). */
-  readonly code: string | undefined
-  /** True when the server could not be reached, as opposed to refusing a statement. */
-  readonly unavailable: boolean
-
-  constructor(message: string, cause: unknown) {
-    super(message, { cause })
-    const c = cause as { errno?: number; code?: string; fatal?: boolean } | undefined
-    this.errno = c?.errno
-    this.code = c?.code
-    this.unavailable =
-      (c?.code !== undefined && UNAVAILABLE_CODES.has(c.code)) ||
-      (c?.errno !== undefined && UNAVAILABLE_ERRNOS.has(c.errno)) ||
-      (c?.fatal === true && c?.errno === undefined)
-  }
-}
-
-/** True when `err` is a database error with the given errno. */
-export function isDbErrno(err: unknown, errno: number): boolean {
-  return err instanceof DatabaseError ? err.errno === errno : (err as { errno?: number })?.errno === errno
-}
-
-/** True when `err` says the database is unreachable (not that it refused a statement). */
-export function isDbUnavailable(err: unknown): boolean {
-  if (err instanceof DatabaseError) return err.unavailable
-  return new DatabaseError('probe', err).unavailable
-}
+// Callers import errors and URL parsing from here, beside the pool.
+export * from './databaseUrl.ts'
+export * from './dbErrors.ts'
 
 /** A value a statement may bind. */
 export type SqlValue = string | number | bigint | boolean | Date | Buffer | null
@@ -151,11 +50,6 @@ export interface TransactionOptions {
 
 /** Attempts in all for a {@link TransactionOptions.retryable} transaction. */
 export const TRANSACTION_ATTEMPTS = 8
-
-/** True for the failures after which a whole transaction may simply run again. */
-export function isConflict(err: unknown): boolean {
-  return isDbErrno(err, DB_ERRNO.LOCK_DEADLOCK) || isDbErrno(err, DB_ERRNO.LOCK_WAIT_TIMEOUT)
-}
 
 /** Full-jitter exponential backoff: up to 5 ms, 10 ms, 20 ms … capped at 250 ms. */
 function conflictPause(attempt: number): Promise<void> {
@@ -214,15 +108,6 @@ export interface DbOptions {
    * @default 0 (unbounded)
    */
   queueLimit?: number
-}
-
-/** mysql2's message when a pool's wait queue is full (it sets no code). */
-const POOL_QUEUE_FULL = 'Queue limit reached.'
-
-/** True when `err` (or its cause) says every connection is busy and the wait queue is full. */
-export function isPoolBusy(err: unknown): boolean {
-  const inner = err instanceof DatabaseError ? err.cause : err
-  return (inner as { message?: unknown })?.message === POOL_QUEUE_FULL
 }
 
 function wrap(err: unknown, what: string): DatabaseError {
@@ -291,125 +176,6 @@ function makeQueryable(send: Send, stats: { statements: number }, autocommit: bo
 
 function sendOn(target: Pool | PoolConnection): Send {
   return (how, sql, params) => (how === 'execute' ? target.execute(sql, params) : target.query(sql, params))
-}
-
-/** Where a database URL points: one server, or several nodes of one Galera cluster. */
-export interface DatabaseTarget {
-  /** In the order given; the first is tried first. Empty when `socketPath` is set. */
-  hosts: { host: string; port: number }[]
-  socketPath: string | undefined
-  user: string
-  password: string
-  database: string | undefined
-}
-
-const URL_SHAPE =
-  'expected mysql://user:pass@host:port/db, or mysql://user:pass@host1:port,host2:port/db for several nodes of one cluster'
-
-/**
- * Parse `mysql://user:pass@host:port/db`. The host part may list several nodes
- * of one cluster, comma-separated (`host1:3306,host2:3306`), which a standard URL
- * parser refuses; each is parsed on its own. A `socket` query parameter
- * (`?socket=/path/to/mysqld.sock`) selects a unix socket instead of TCP.
- * Messages never repeat the password.
- */
-export function parseDatabaseUrl(url: string): DatabaseTarget {
-  const schemeEnd = url.indexOf('://')
-  if (schemeEnd < 0) throw new Error(`The database URL is not a valid URL; ${URL_SHAPE}.`)
-  // The host list: after the last '@' of the part before any '?' or '#', up to the path.
-  const rest = url.slice(schemeEnd + 3)
-  const qAt = rest.search(/[?#]/)
-  const head = qAt < 0 ? rest : rest.slice(0, qAt)
-  const hostsStart = head.lastIndexOf('@') + 1
-  const slash = head.indexOf('/', hostsStart)
-  const hostsEnd = slash < 0 ? head.length : slash
-  const hostList = head.slice(hostsStart, hostsEnd).split(',')
-  let u: URL
-  try {
-    // The same URL with only the first host, for everything but the hosts.
-    u = new URL(url.slice(0, schemeEnd + 3) + rest.slice(0, hostsStart) + hostList[0] + rest.slice(hostsEnd))
-  } catch (err) {
-    throw new Error(`The database URL is not a valid URL; ${URL_SHAPE}.`, { cause: err })
-  }
-  if (u.protocol !== 'mysql:' && u.protocol !== 'mariadb:') {
-    throw new Error(`The database URL must start with mysql:// (got ${u.protocol}//).`)
-  }
-  const socketPath = u.searchParams.get('socket') ?? undefined
-  if (socketPath && hostList.length > 1) {
-    throw new Error('The database URL names several hosts and a unix socket; use one or the other.')
-  }
-  const hosts = hostList.map((entry, i) => {
-    if (entry.trim() === '' && hostList.length > 1) {
-      throw new Error(`The database URL's host list has an empty entry (number ${i + 1}); ${URL_SHAPE}.`)
-    }
-    let h: URL
-    try {
-      h = new URL(`mysql://${entry.trim()}`)
-    } catch (err) {
-      throw new Error(`The database URL's host ${JSON.stringify(entry)} is not host or host:port.`, {
-        cause: err,
-      })
-    }
-    return { host: h.hostname || '127.0.0.1', port: Number(h.port || 3306) }
-  })
-  const seen = new Set(hosts.map((h) => `${h.host}:${h.port}`))
-  if (seen.size !== hosts.length) throw new Error('The database URL names the same host:port twice.')
-  return {
-    hosts: socketPath ? [] : hosts,
-    socketPath,
-    user: decodeURIComponent(u.username || 'root'),
-    password: decodeURIComponent(u.password || ''),
-    database: decodeURIComponent(u.pathname.replace(/^\//, '')) || undefined,
-  }
-}
-
-/** The URL with its password replaced by `***`, for logs. */
-export function redactDatabaseUrl(url: string): string {
-  const schemeEnd = url.indexOf('://')
-  if (schemeEnd < 0) return '(invalid URL)'
-  const rest = url.slice(schemeEnd + 3)
-  const qAt = rest.search(/[?#]/)
-  const head = qAt < 0 ? rest : rest.slice(0, qAt)
-  const at = head.lastIndexOf('@')
-  if (at < 0) return url
-  const colon = head.slice(0, at).indexOf(':')
-  if (colon < 0) return url
-  return `${url.slice(0, schemeEnd + 3)}${head.slice(0, colon)}:***${rest.slice(at)}`
-}
-
-/**
- * Pool options for one host of the URL (the first unless `hostIndex` says
- * otherwise); see {@link parseDatabaseUrl}.
- */
-export function poolOptionsFromUrl(url: string, opts: DbOptions = {}, hostIndex = 0): PoolOptions {
-  const t = parseDatabaseUrl(url)
-  const host = t.hosts[hostIndex]
-  return {
-    host: t.socketPath ? undefined : (host?.host ?? '127.0.0.1'),
-    port: t.socketPath ? undefined : (host?.port ?? 3306),
-    socketPath: t.socketPath,
-    user: t.user,
-    password: t.password,
-    database: t.database,
-    connectionLimit: opts.connectionLimit ?? 10,
-    connectTimeout: opts.connectTimeout ?? 5000,
-    // UTC end to end: mysql2 writes and reads DATETIME as UTC, and every session's
-    // time_zone is pinned below so NOW(3) agrees.
-    timezone: 'Z',
-    dateStrings: false,
-    supportBigNumbers: true,
-    bigNumberStrings: false,
-    decimalNumbers: true,
-    waitForConnections: true,
-    queueLimit: opts.queueLimit ?? 0,
-    enableKeepAlive: true,
-    // mysql2 otherwise captures a stack trace for every statement, to graft onto
-    // a driver error; ours never reach a user, and the capture cost a tenth of
-    // the API's CPU under load (bench/apiLatency.ts).
-    trace: false,
-    maxIdle: opts.connectionLimit ?? 10,
-    idleTimeout: 60_000,
-  }
 }
 
 /**

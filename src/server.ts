@@ -15,83 +15,32 @@
  */
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
-import { maxAliasesPlugin } from '@escape.tech/graphql-armor-max-aliases'
-import { maxDepthPlugin } from '@escape.tech/graphql-armor-max-depth'
-import { maxTokensPlugin } from '@escape.tech/graphql-armor-max-tokens'
-import { GraphQLError, type ValidationContext } from 'graphql'
-import {
-  createGraphQLError,
-  createYoga,
-  type YogaInitialContext,
-  type YogaServerInstance,
-} from 'graphql-yoga'
+import type { YogaServerInstance } from 'graphql-yoga'
 import { CONSOLE_PATHS, createConsoleHandler } from '../console/serve.ts'
-import { schema } from '../schema/index.ts'
 import { createDb, type Db } from '../sql/db.ts'
-import { countDegraded } from '../sql/eventRuns/index.ts'
-import { waitingSummary } from '../sql/eventSteps/index.ts'
-import { migrate, pendingMigrations } from '../sql/migrate.ts'
-import { ChangeSignal, useChangeSignalAfterMutations } from './api/changeSignal.ts'
-import { type ApiContext, type ApiServices, createApiContext } from './api/context.ts'
-import { useDocumentNestingLimit } from './api/documentLimits.ts'
-import { API_CODES, createMaskError, useValidationErrorCodes } from './api/errors.ts'
-import { GRAPHIQL_ASSET_PATH, renderSelfHostedGraphiQL, serveGraphiqlAsset } from './api/graphiql.ts'
-import { CSRF_HEADER, useAuthGate, useCsrfPrevention } from './api/httpGuards.ts'
+import { migrate } from '../sql/migrate.ts'
+import { ChangeSignal } from './api/changeSignal.ts'
+import type { ApiContext, ApiServices } from './api/context.ts'
+import { GRAPHIQL_ASSET_PATH, serveGraphiqlAsset } from './api/graphiql.ts'
 import { InboxFeed } from './api/inboxFeed.ts'
-import { useQueryJit } from './api/jit.ts'
-import { useQueryBudget } from './api/queryBudget.ts'
 import { requestTarget } from './api/requestTarget.ts'
 import { RunChangeFeed } from './api/runChangeFeed.ts'
 import { StatusPoller } from './api/statusPoller.ts'
-import { attachGraphqlWs, WS_PRINCIPAL, type WsTransport } from './api/ws.ts'
-import { authenticate, type Principal, type TokenEntry, tokenActor } from './auth.ts'
+import { attachGraphqlWs, type WsTransport } from './api/ws.ts'
+import { createApiYoga, GRAPHQL_PATH } from './api/yoga.ts'
+import { type TokenEntry, tokenActor } from './auth.ts'
 import { type Config, generateToken } from './config.ts'
+import { sendJson } from './httpReply.ts'
 import { createLogger, type Logger } from './log.ts'
 import { createMetrics, type Metrics } from './metrics.ts'
+import { createProbes, PROBE_SNAPSHOT_MS } from './probes.ts'
 import { runCountsFor } from './runCounts.ts'
 import { type Clock, systemClock } from './runner/clock.ts'
-
 import { Runner } from './runner/runner.ts'
 import { createDefaultRegistry, type StepRegistry } from './runner/steps/registry.ts'
-import { createSnapshot } from './snapshot.ts'
 
-export const GRAPHQL_PATH = '/graphql'
-/** How old the figures behind `/readyz` and `/metrics` may be, in milliseconds. */
-export const PROBE_SNAPSHOT_MS = 2000
-/**
- * graphql-armor throws its rejection out of validation by default (so it reaches
- * clients as an HTTP 200 "Syntax Error"). Report it as the validation error it
- * is instead: HTTP 400, code GRAPHQL_VALIDATION_FAILED, with the variable that
- * raises the limit named.
- */
-const armorReports = (variable: string) => ({
-  propagateOnRejection: false,
-  onReject: [
-    (ctx: ValidationContext | null, err: GraphQLError) =>
-      ctx?.reportError(
-        new GraphQLError(`${err.message.replace(/^Syntax Error:\s*/, '')} (${variable})`, {
-          extensions: { code: API_CODES.GRAPHQL_VALIDATION_FAILED },
-        }),
-      ),
-  ],
-})
-
-/**
- * The token limit trips inside the parser, where there is no validation
- * context to report to: it throws the same validation error itself, which also
- * stops the parse at the first token past the limit.
- */
-const tokenLimitReports = (limit: number) => ({
-  propagateOnRejection: true,
-  onReject: [
-    () => {
-      throw createGraphQLError(
-        `Token limit of ${limit} exceeded: the document is too long (MAX_QUERY_TOKENS).`,
-        { extensions: { code: API_CODES.GRAPHQL_VALIDATION_FAILED, http: { status: 400 } } },
-      )
-    },
-  ],
-})
+// Callers (tests, the CLI) import these from the server.
+export { GRAPHQL_PATH, PROBE_SNAPSHOT_MS }
 
 /** Optional collaborators of {@link buildApp}; everything has a production default. */
 export interface BuildAppDeps {
@@ -157,16 +106,6 @@ function routeOf(pathname: string): Route {
   if (pathname.startsWith(GRAPHIQL_ASSET_PATH)) return '/graphiql'
   if (CONSOLE_PATHS.has(pathname)) return 'console'
   return 'other'
-}
-
-function sendJson(res: ServerResponse, status: number, body: unknown): void {
-  const text = JSON.stringify(body)
-  res.writeHead(status, {
-    'content-type': 'application/json; charset=utf-8',
-    'content-length': Buffer.byteLength(text),
-    'cache-control': 'no-store',
-  })
-  res.end(text)
 }
 
 function urlHost(host: string): string {
@@ -295,130 +234,9 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     requestMaterialise: () => runner?.requestMaterialise(),
   }
 
-  const principalOf = (initial: YogaInitialContext & { [WS_PRINCIPAL]?: Principal }): Principal | null => {
-    const fromWs = initial[WS_PRINCIPAL]
-    if (fromWs) return fromWs
-    return authenticate(initial.request?.headers.get('authorization'), tokens)
-  }
+  const yoga = createApiYoga({ config, logger, tokens, changes, services })
 
-  const yogaLog = logger.child({ component: 'graphql' })
-  // biome-ignore lint/suspicious/noExplicitAny: node:http server context
-  const yoga = createYoga<any, ApiContext>({
-    schema,
-    graphqlEndpoint: GRAPHQL_PATH,
-    landingPage: false,
-    multipart: false,
-    maxRequestBodySize: config.maxBodyBytes,
-    logging: {
-      debug: (...args: unknown[]) => yogaLog.debug({ args }, 'yoga'),
-      info: (...args: unknown[]) => yogaLog.debug({ args }, 'yoga'),
-      warn: (...args: unknown[]) => yogaLog.warn({ args: args.map(String) }, 'yoga warning'),
-      error: (...args: unknown[]) => yogaLog.debug({ err: args[0] }, 'yoga error'),
-    },
-    maskedErrors: { maskError: createMaskError(logger) },
-    // Bearer tokens, not cookies: any origin may call with its own token, none gets ours.
-    cors: {
-      origin: '*',
-      credentials: false,
-      methods: ['GET', 'POST'],
-      allowedHeaders: ['authorization', 'content-type', 'accept', CSRF_HEADER],
-      maxAge: 600,
-    },
-    graphiql: {
-      title: 'showrunner GraphiQL',
-      // The page itself needs no token; every request it sends does.
-      headers: JSON.stringify({ Authorization: 'Bearer PASTE-YOUR-TOKEN-HERE' }, null, 2),
-      defaultEditorToolsVisibility: 'headers',
-      isHeadersEditorEnabled: true,
-      shouldPersistHeaders: false,
-    },
-    // Every asset from this server: GraphiQL works with no network beyond it.
-    renderGraphiQL: renderSelfHostedGraphiQL,
-    context: (initial) => createApiContext(services, principalOf(initial)),
-    plugins: [
-      useCsrfPrevention([CSRF_HEADER]),
-      useAuthGate(tokens, logger.child({ component: 'auth' })),
-      useDocumentNestingLimit(),
-      maxTokensPlugin({ n: config.limits.maxTokens, ...tokenLimitReports(config.limits.maxTokens) }),
-      maxDepthPlugin({
-        n: config.limits.maxDepth,
-        // Introspection nests `ofType` deeper than any query needs; the query
-        // budget bounds it instead (one __schema, list nesting at most 3).
-        ignoreIntrospection: true,
-        flattenFragments: true,
-        ...armorReports('MAX_QUERY_DEPTH'),
-      }),
-      maxAliasesPlugin({ n: config.limits.maxAliases, ...armorReports('MAX_QUERY_ALIASES') }),
-      useQueryBudget({ maxCost: config.limits.maxCost, maxOccurrences: config.limits.maxOccurrences }),
-      useValidationErrorCodes(),
-      useChangeSignalAfterMutations(changes),
-      useQueryJit({
-        onCompileError: (operationName, errors) =>
-          yogaLog.warn(
-            { operationName, errors: errors.map(String).slice(0, 3) },
-            'graphql-jit could not compile a query; it runs on graphql-js',
-          ),
-      }),
-    ],
-  })
-
-  // The unauthenticated probes read snapshots: a scrape flood costs one read per
-  // PROBE_SNAPSHOT_MS, not statements per scrape.
-  const runCountsSnapshot = createSnapshot(() => runCounts(), PROBE_SNAPSHOT_MS)
-  const attention = createSnapshot(async () => {
-    const [waiting, degradedRuns] = await Promise.all([waitingSummary(db), countDegraded(db)])
-    return { waitingSteps: waiting.count, oldestWaitingStepAt: waiting.oldestAt, degradedRuns }
-  }, PROBE_SNAPSHOT_MS)
-  const readiness = createSnapshot(async () => {
-    let database = await db.ping()
-    let pending = 0
-    if (database) {
-      try {
-        pending = (await pendingMigrations(db)).length
-      } catch {
-        database = false
-      }
-    }
-    return { database, pending }
-  }, PROBE_SNAPSHOT_MS)
-  // Rendering the page is CPU on the event loop the runner shares: a flood of
-  // scrapes renders it once per second, not once per scrape.
-  const metricsPage = createSnapshot(() => metrics.render(), 1000)
-  metrics.setRunsByStatusSource(() => runCountsSnapshot.get())
-  metrics.setAttentionSource(() => attention.get())
-
-  async function probe(
-    route: '/healthz' | '/readyz' | '/metrics',
-    req: IncomingMessage,
-    res: ServerResponse,
-  ) {
-    if (req.method !== 'GET' && req.method !== 'HEAD') {
-      res.setHeader('allow', 'GET, HEAD')
-      sendJson(res, 405, { ok: false, error: 'Use GET.' })
-      return
-    }
-    if (route === '/healthz') {
-      sendJson(res, 200, { ok: true })
-      return
-    }
-    if (route === '/readyz') {
-      const reasons: string[] = []
-      const { database, pending } = await readiness.get()
-      if (!database) reasons.push('the database does not answer')
-      if (pending > 0) reasons.push(`${pending} migration(s) pending`)
-      if (stopping) reasons.push('shutting down')
-      sendJson(res, reasons.length === 0 ? 200 : 503, {
-        ok: reasons.length === 0,
-        database,
-        pendingMigrations: pending,
-        reasons,
-      })
-      return
-    }
-    const { contentType, body } = await metricsPage.get()
-    res.writeHead(200, { 'content-type': contentType, 'cache-control': 'no-store' })
-    res.end(body)
-  }
+  const probe = createProbes({ db, metrics, runCounts, isStopping: () => stopping })
 
   // The operator console at `/`: a page that talks to /graphql like any client.
   const handleConsole = createConsoleHandler({
