@@ -3,7 +3,7 @@
  * path that executes steps (per run in engine.ts, many runs at once in
  * batch.ts, inside the start transaction in start.ts). Pure functions: given
  * a step, its run's status and an outcome or an error, they answer which
- * writes to make; the caller makes them through a {@link StepWriter}
+ * writes to make; the caller makes them through a `StepWriter`
  * (writer.ts), at once or buffered.
  */
 import type { StartedAs } from '../../../sql/eventRuns/index.ts'
