@@ -5,9 +5,10 @@
  * Each tick: reclaim expired leases → materialise (throttled; at once after a
  * definition changed) → mark missed runs → lease due in-flight runs → start
  * due key-less runs, a batch per transaction (start.ts) → claim due keyed runs
- * one by one, each with its key lock → advance what is held (inline steps
- * together in batch.ts, the rest run by run in engine.ts) → log retention
- * (throttled) → heartbeat.
+ * one by one, each with its key lock (keyedStart.ts) → advance what is held
+ * (inline steps together in batch.ts, the rest run by run in engine.ts, both
+ * through the step executor in executor/) → retention (throttled) →
+ * heartbeat. The sweeps and their throttles live in housekeeping.ts.
  *
  * Be careful about which parts can throw. `tick()` may throw only database
  * errors from its sweeps; the loop catches them, counts them, logs them and
@@ -21,7 +22,6 @@ import { setMaxListeners } from 'node:events'
 import { hostname } from 'node:os'
 import type { Db } from '../../sql/db.ts'
 import { isDbUnavailable } from '../../sql/db.ts'
-import * as logs from '../../sql/eventRunLogs.ts'
 import type { RunRow } from '../../sql/eventRuns/index.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
 import * as steps from '../../sql/eventSteps/index.ts'
@@ -35,8 +35,10 @@ import {
   expandStartingRuns,
   type RunnerObserver,
 } from './engine.ts'
-import { DEFAULT_MAX_RUNS_AHEAD, materialiseAll } from './materialise.ts'
-import { startKeylessBatch } from './start.ts'
+import { Housekeeping } from './housekeeping.ts'
+import { KeyedStarter } from './keyedStart.ts'
+import { DEFAULT_MAX_RUNS_AHEAD } from './materialise.ts'
+import { startKeylessDue } from './start.ts'
 import type { StepRegistry } from './steps/registry.ts'
 import type { StepSettings } from './steps/types.ts'
 
@@ -106,19 +108,6 @@ const noopLogger: RunnerLogger = { info() {}, warn() {}, error() {}, debug() {} 
  * restarted database within seconds, long enough not to hammer one that is down.
  */
 const MAX_ERROR_BACKOFF_MS = 5_000
-/**
- * Start transactions per tick, at most: a backlog drains over a few ticks
- * instead of one pass that starves the claims of runs already in flight.
- */
-const MAX_START_BATCHES_PER_TICK = 10
-/** Runs per retention round: each round is a few statements over this many runs. */
-const RUN_RETENTION_BATCH = 200
-/** Rounds per sweep (the rest waits for the next sweep, so one sweep never takes a tick for long). */
-const RUN_RETENTION_ROUNDS = 50
-/** Log lines the retention sweep reads per statement. */
-const RETENTION_PAGE = 1000
-/** Heartbeat rows of instances silent this long are deleted (on the retention sweep's cadence). */
-const HEARTBEAT_KEEP_MS = 7 * 24 * 3600_000
 
 export class Runner {
   readonly instanceId: string
@@ -129,16 +118,10 @@ export class Runner {
   private readonly opts: Required<Omit<RunnerOptions, 'observer' | 'instanceId'>> & {
     observer?: RunnerObserver
   }
-  private lastMaterialise = 0
-  /** When a count-bounded window (a dense schedule) needs topping up, before the usual interval. */
-  private refillAt: number | null = null
-  private materialiseRequested = true
-  private lastRetention = 0
+  private readonly housekeeping: Housekeeping
+  private readonly keyed: KeyedStarter
   private consecutiveErrors = 0
   private lastTickAt: Date | null = null
-  private readonly startedAt = new Date()
-  /** runId → holder run id already logged, so a blocked run's log names its holder once. */
-  private readonly blockedLogged = new Map<number, number>()
   private tickSeq = 0
   private nudged = false
 
@@ -166,6 +149,9 @@ export class Runner {
       logger: options.logger ?? noopLogger,
       observer: options.observer,
     }
+    const stopping = () => this.windingDown
+    this.housekeeping = new Housekeeping({ ...this.opts, instanceId: this.instanceId, stopping })
+    this.keyed = new KeyedStarter({ ...this.opts, instanceId: this.instanceId, stopping })
   }
 
   get state(): RunnerState {
@@ -203,7 +189,7 @@ export class Runner {
 
   /** Materialise at the next tick (a definition changed), then nudge. */
   requestMaterialise(): void {
-    this.materialiseRequested = true
+    this.housekeeping.requestMaterialise()
     this.nudge()
   }
 
@@ -300,79 +286,14 @@ export class Runner {
     // Lease expiry is judged on the database's clock (sql/leases.ts).
     await runs.reclaimStale(db)
     await steps.reclaimStale(db)
-    const now = clock.now()
-    if (
-      this.materialiseRequested ||
-      now.getTime() - this.lastMaterialise >= this.opts.materialiseEveryMs ||
-      (this.refillAt !== null && now.getTime() >= this.refillAt)
-    ) {
-      this.materialiseRequested = false
-      this.lastMaterialise = now.getTime()
-      const pass = await materialiseAll(
-        db,
-        now,
-        { horizonMs: this.opts.horizonMs, maxRunsAhead: this.opts.maxRunsAhead },
-        (def, err) =>
-          this.opts.logger.error(
-            { err, definitionId: def.id, slug: def.slug },
-            'materialisation failed for a definition',
-          ),
-      )
-      this.refillAt = pass.refillAt?.getTime() ?? null
-    }
-    await this.markMissed(clock.now())
+    await this.housekeeping.materialiseIfDue(clock.now())
+    this.keyed.forget(await this.housekeeping.markMissed(clock.now()))
     await this.advanceDue()
-    const after = clock.now()
-    if (after.getTime() - this.lastRetention >= this.opts.retentionEveryMs) {
-      this.lastRetention = after.getTime()
-      await this.retention(after)
-    }
+    await this.housekeeping.retentionIfDue(clock.now())
     const lag = this.lastTickAt ? Math.max(0, Date.now() - this.lastTickAt.getTime() - this.opts.tickMs) : 0
     this.opts.observer?.tickLag?.(lag)
-    await heartbeats.beat(db, {
-      instanceId: this.instanceId,
-      host: hostname(),
-      pid: process.pid,
-      startedAt: this.startedAt,
-      tickLagMs: lag,
-    })
+    await this.housekeeping.beat(lag)
     this.lastTickAt = new Date()
-  }
-
-  private async markMissed(now: Date): Promise<void> {
-    const { db } = this.opts
-    for (let round = 0; round < 20; round++) {
-      const found = await runs.findMissed(db, now, 500)
-      if (found.length === 0) return
-      // A run found here in another status kept a stamp it should have dropped
-      // when it left `scheduled`: clear it, so no tick reads it again.
-      await runs.clearMissedAt(
-        db,
-        found.filter((r) => r.status !== 'scheduled').map((r) => r.id),
-      )
-      const missed = found.filter((r) => r.status === 'scheduled')
-      const ids = missed.map((r) => r.id)
-      await runs.transitionMany(db, ids, 'scheduled', 'missed', {
-        error: 'not started within its grace window',
-      })
-      const entries = await Promise.all(
-        missed.map(async (r) => {
-          const holder = r.concurrencyKey ? await runs.concurrencyHolder(db, r.concurrencyKey, r.id) : null
-          return {
-            runId: r.id,
-            level: 'warn' as const,
-            message: holder
-              ? `missed: not started within the grace window; concurrency key "${r.concurrencyKey}" was held by run ${holder.id}`
-              : 'missed: not started within the grace window',
-            actor: this.instanceId,
-            data: holder ? { holderRunId: holder.id } : undefined,
-          }
-        }),
-      )
-      await logs.appendMany(db, entries)
-      for (const id of ids) this.blockedLogged.delete(id)
-      if (found.length < 500) return
-    }
   }
 
   /** Claim what is due (batch claims for key-less runs, one by one for keyed ones) and advance it. */
@@ -388,7 +309,20 @@ export class Runner {
     )
     let started: ClaimedRun[]
     try {
-      started = await this.startKeylessDue(`${token}:s`)
+      const pass = await startKeylessDue(this.engineDeps(), {
+        token: `${token}:s`,
+        batchSize,
+        concurrency: this.opts.startConcurrency,
+        onFailed: (runId, reason) =>
+          this.opts.logger.error(
+            { runId, instance: this.instanceId, reason },
+            'a run could not be started; it failed',
+          ),
+        release: (ids) => this.releaseAll(ids, this.opts.clock.now()),
+      })
+      started = pass.handOff
+      // A backlog is left: tick again at once rather than after the tick interval.
+      if (pass.backlog && !this.windingDown) this.nudged = true
     } catch (err) {
       await this.releaseAll(
         claimed.map((r) => r.id),
@@ -396,38 +330,8 @@ export class Runner {
       )
       throw err
     }
-    // Keyed scheduled runs: each needs its key lock, taken with its claim. Their
-    // own query, so no backlog of key-less runs can hide them past their grace.
-    const due = await runs.findDueKeyed(db, now, batchSize)
-    // A key found held (or just taken) stays held for the rest of this pass, so
-    // the other runs waiting on it are deferred without a claim transaction each.
-    const holderOfKey = new Map<string, number>()
-    for (const run of due) {
-      // Keyed runs, and runs under an overlap policy (they decide one by one, under their scope's lock).
-      if (run.status !== 'scheduled' || (!run.concurrencyKey && !run.overlap)) continue
-      if (this.windingDown) break
-      const knownHolder = run.concurrencyKey ? holderOfKey.get(run.concurrencyKey) : undefined
-      if (knownHolder !== undefined) {
-        await this.noteBlocked(run, knownHolder, now)
-        continue
-      }
-      const answer = await runs.claimStart(db, run, this.instanceId, leaseUntil, now)
-      if (answer.overlap) await this.noteOverlap(run, answer.overlap, now)
-      if (answer.claimed) {
-        this.blockedLogged.delete(run.id)
-        if (run.concurrencyKey) holderOfKey.set(run.concurrencyKey, run.id)
-        // expandStartingRuns re-reads every claimed run, so the claim's own effect is all it needs here.
-        claimed.push({ ...run, status: 'starting', claimedBy: this.instanceId, claimExpiresAt: leaseUntil })
-      } else if (answer.overlap) {
-        // Decided by the overlap policy (and logged above).
-      } else if (answer.blockedBy !== null && run.concurrencyKey) {
-        this.opts.observer?.claimConflict?.()
-        holderOfKey.set(run.concurrencyKey, answer.blockedBy)
-        await this.noteBlocked(run, answer.blockedBy, now)
-      } else {
-        this.opts.observer?.claimConflict?.()
-      }
-    }
+    // Keyed runs and runs under an overlap policy, one by one (keyedStart.ts).
+    claimed.push(...(await this.keyed.claimDue(now, leaseUntil, batchSize)))
     if (claimed.length === 0 && started.length === 0) return
     // The keyed loop can be long (a transaction per due keyed run). Past a third
     // of the lease, the claims taken at its start may have expired and been
@@ -475,139 +379,6 @@ export class Runner {
       throw err
     }
     await this.forEachLimited(handOff, (run) => this.advanceClaimed(engine, run))
-  }
-
-  /**
-   * Start due key-less runs, a batch per transaction (start.ts), until none is
-   * left or the pass has started {@link MAX_START_BATCHES_PER_TICK} batches.
-   * Answers the runs claimed for the rest of their program.
-   */
-  private async startKeylessDue(token: string): Promise<ClaimedRun[]> {
-    const engine = this.engineDeps()
-    const handOff: ClaimedRun[] = []
-    let batches = 0
-    let drained = false
-    const startOne = async (onLocked?: (count: number) => void) => {
-      const batch = await startKeylessBatch(engine, `${token}:${batches++}`, this.opts.batchSize, {
-        onLocked,
-      })
-      handOff.push(...batch.handOff)
-      for (const { runId, reason } of batch.failed)
-        this.opts.logger.error(
-          { runId, instance: this.instanceId, reason },
-          'a run could not be started; it failed',
-        )
-      // A short batch means the due index is drained (or holds only runs past their grace).
-      if (batch.locked < this.opts.batchSize || batch.started === 0) drained = true
-    }
-    const more = () => !drained && !this.windingDown && batches < MAX_START_BATCHES_PER_TICK
-    const keepStarting = async () => {
-      while (more()) await startOne()
-    }
-    // One batch first. Only a backlog (its locking read came back full) brings
-    // in the other `startConcurrency - 1` workers, so one batch's statements
-    // overlap another's work. They join as soon as the first batch has locked
-    // its runs rather than once it commits, which would run the first batch of
-    // every backlog alone.
-    const helpers: Promise<void>[] = []
-    const joinHelpers = (locked: number) => {
-      if (locked < this.opts.batchSize || helpers.length > 0 || !more()) return
-      for (let i = 1; i < this.opts.startConcurrency; i++) helpers.push(keepStarting())
-    }
-    try {
-      const first = (async () => {
-        await startOne(joinHelpers)
-        await keepStarting()
-      })()
-      // allSettled: a failed worker must not leave the others still starting runs after the release below.
-      const settled = [...(await Promise.allSettled([first])), ...(await Promise.allSettled(helpers))]
-      const failed = settled.find((w) => w.status === 'rejected')
-      if (failed) throw failed.reason
-    } catch (err) {
-      // The batches that committed hold claims: give them back rather than let them wait out their leases.
-      await this.releaseAll(
-        handOff.map((r) => r.id),
-        this.opts.clock.now(),
-      )
-      throw err
-    }
-    // A backlog is left: tick again at once rather than after TICK_MS.
-    if (!drained && !this.windingDown) this.nudged = true
-    return handOff
-  }
-
-  /** Record what a run's overlap policy decided, on the runs it touched; a held run waits a tick. */
-  private async noteOverlap(run: RunRow, decided: runs.OverlapOutcome, now: Date): Promise<void> {
-    const { db } = this.opts
-    const actor = this.instanceId
-    switch (decided.outcome) {
-      case 'skipped':
-        await logs.append(db, {
-          runId: run.id,
-          level: 'warn',
-          message: `missed: run ${decided.holderId} of this definition and scope was still in progress (overlap policy SKIP)`,
-          actor,
-          data: { holderRunId: decided.holderId, overlap: 'skip' },
-        })
-        return
-      case 'superseded':
-        await logs.append(db, {
-          runId: run.id,
-          level: 'warn',
-          message: `missed: newer run ${decided.heldId} is held until run ${decided.holderId} ends (overlap policy BUFFER_ONE)`,
-          actor,
-          data: { heldRunId: decided.heldId, holderRunId: decided.holderId, overlap: 'buffer_one' },
-        })
-        return
-      case 'held': {
-        await runs.deferStart(db, run.id, new Date(now.getTime() + this.opts.tickMs))
-        if (decided.supersededId !== null) {
-          await logs.append(db, {
-            runId: decided.supersededId,
-            level: 'warn',
-            message: `missed: newer run ${run.id} came due while run ${decided.holderId} was still in progress (overlap policy BUFFER_ONE)`,
-            actor,
-            data: { newerRunId: run.id, holderRunId: decided.holderId, overlap: 'buffer_one' },
-          })
-        }
-        if (this.blockedLogged.get(run.id) === decided.holderId) return
-        if (this.blockedLogged.size > 10_000) this.blockedLogged.clear()
-        this.blockedLogged.set(run.id, decided.holderId)
-        await logs.append(db, {
-          runId: run.id,
-          level: 'info',
-          message: `held until run ${decided.holderId} is out of the way (overlap policy BUFFER_ONE)`,
-          actor,
-          data: { holderRunId: decided.holderId, overlap: 'buffer_one' },
-        })
-        return
-      }
-      case 'cancelled':
-        await logs.append(db, {
-          runId: decided.cancelledId,
-          level: 'warn',
-          message: `cancelled: newer run ${run.id} of this definition and scope came due (overlap policy CANCEL_OTHER)`,
-          actor,
-          data: { newerRunId: run.id, overlap: 'cancel_other' },
-        })
-        return
-    }
-  }
-
-  private async noteBlocked(run: RunRow, holderId: number, now: Date): Promise<void> {
-    const { db } = this.opts
-    // Rotate blocked runs behind newly due ones; their grace window still decides.
-    await runs.deferStart(db, run.id, new Date(now.getTime() + this.opts.tickMs))
-    if (this.blockedLogged.get(run.id) === holderId) return
-    if (this.blockedLogged.size > 10_000) this.blockedLogged.clear()
-    this.blockedLogged.set(run.id, holderId)
-    await logs.append(db, {
-      runId: run.id,
-      level: 'info',
-      message: `waiting for concurrency key "${run.concurrencyKey}", held by run ${holderId}`,
-      actor: this.instanceId,
-      data: { holderRunId: holderId, key: run.concurrencyKey },
-    })
   }
 
   private async advanceClaimed(engine: EngineDeps, run: ClaimedRun): Promise<void> {
@@ -668,62 +439,5 @@ export class Runner {
       stopping: () => this.windingDown,
       hardStop: this.hardStop.signal,
     }
-  }
-
-  /**
-   * Delete the logs of runs that ended more than the retention period ago, and
-   * forget instances silent for a week. The sweep walks the log lines from the
-   * oldest one and stops at the first line young enough to keep: what it reads
-   * is what it deletes plus the old lines of runs still going (or ended within
-   * the period), not every finished run, which walking the runs read again on
-   * every sweep once their logs were gone.
-   */
-  private async retention(now: Date): Promise<void> {
-    await this.logRetention(now)
-    await this.runRetention(now)
-  }
-
-  /**
-   * Run history retention: terminal runs that ended before the retention
-   * period go with their steps and logs, a batch of {@link RUN_RETENTION_BATCH}
-   * per round of short statements, never a run that is not terminal. Each
-   * round's counts go to the observer, so cached run counts stay right.
-   */
-  private async runRetention(now: Date): Promise<void> {
-    if (this.opts.runRetentionMs <= 0) return
-    const cutoff = new Date(now.getTime() - this.opts.runRetentionMs)
-    let total = 0
-    for (let round = 0; round < RUN_RETENTION_ROUNDS; round++) {
-      if (this.windingDown) break
-      const expired = await runs.expiredRuns(this.opts.db, cutoff, RUN_RETENTION_BATCH)
-      if (expired.length === 0) break
-      const deleted = await runs.deleteTerminalRuns(this.opts.db, expired)
-      this.opts.observer?.runsDeleted?.(deleted)
-      total += Object.values(deleted).reduce((a, n) => a + (n ?? 0), 0)
-      if (expired.length < RUN_RETENTION_BATCH) break
-    }
-    if (total > 0)
-      this.opts.logger.info({ runs: total, before: cutoff }, 'run retention: deleted finished runs')
-  }
-
-  private async logRetention(now: Date): Promise<void> {
-    const { db, logger } = this.opts
-    const cutoff = new Date(now.getTime() - this.opts.logRetentionMs)
-    let after = 0
-    for (let round = 0; round < 20; round++) {
-      const lines = await logs.oldestLines(db, after, RETENTION_PAGE)
-      const old = lines.filter((l) => l.at.getTime() < cutoff.getTime())
-      const ended = await runs.endedBefore(db, [...new Set(old.map((l) => l.runId))], cutoff)
-      if (ended.length > 0) {
-        const deleted = await logs.deleteForRuns(db, ended)
-        logger.info({ runs: ended.length, lines: deleted }, 'log retention: deleted logs of finished runs')
-      }
-      const last = lines.at(-1)
-      if (last === undefined || old.length < lines.length || lines.length < RETENTION_PAGE) break
-      after = last.id
-    }
-    const silentSince = new Date(now.getTime() - HEARTBEAT_KEEP_MS)
-    const forgotten = await heartbeats.pruneBefore(db, silentSince)
-    if (forgotten > 0) logger.info({ instances: forgotten }, 'forgot runner instances silent for a week')
   }
 }

@@ -27,13 +27,15 @@
  */
 import { DatabaseError, DB_ERRNO, isDbErrno, isDbUnavailable, type Queryable } from '../../sql/db.ts'
 import * as definitions from '../../sql/eventDefinitions.ts'
-import type { NewLog } from '../../sql/eventRunLogs.ts'
 import * as logs from '../../sql/eventRunLogs.ts'
 import type { RunRow, StartedAs } from '../../sql/eventRuns/index.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
 import type { StartedStep, StepRow, StepSpec } from '../../sql/eventSteps/index.ts'
 import * as steps from '../../sql/eventSteps/index.ts'
-import { type ClaimedRun, type EngineDeps, specsForVersion, stepContext, withTimeout } from './engine.ts'
+import { type ClaimedRun, type EngineDeps, specsForVersion } from './engine.ts'
+import { stepContext, withTimeout } from './executor/context.ts'
+import { outcomeWrite, startedAs } from './executor/decide.ts'
+import { BufferedWriter } from './executor/writer.ts'
 import { withinGrace } from './grace.ts'
 import { STEP_DEFAULTS } from './program.ts'
 import { StepFailure } from './steps/types.ts'
@@ -110,6 +112,72 @@ export async function startKeylessBatch(
   }
 }
 
+/**
+ * Start transactions per pass, at most: a backlog drains over a few ticks
+ * instead of one pass that starves the claims of runs already in flight.
+ */
+const MAX_START_BATCHES_PER_TICK = 10
+
+/**
+ * Start due key-less runs, a batch per transaction ({@link startKeylessBatch}),
+ * until none is left or the pass has started {@link MAX_START_BATCHES_PER_TICK}
+ * batches. Answers the runs claimed for the rest of their program, and whether
+ * a backlog is left (the caller ticks again at once).
+ */
+export async function startKeylessDue(
+  deps: EngineDeps,
+  pass: {
+    token: string
+    batchSize: number
+    /** Start transactions in flight at once while a backlog drains. */
+    concurrency: number
+    /** A run could not be started at all and failed. */
+    onFailed: (runId: number, reason: string) => void
+    /** Give back claims this pass took, when it fails part-way. */
+    release: (ids: number[]) => Promise<void>
+  },
+): Promise<{ handOff: ClaimedRun[]; backlog: boolean }> {
+  const handOff: ClaimedRun[] = []
+  let batches = 0
+  let drained = false
+  const startOne = async (onLocked?: (count: number) => void) => {
+    const batch = await startKeylessBatch(deps, `${pass.token}:${batches++}`, pass.batchSize, { onLocked })
+    handOff.push(...batch.handOff)
+    for (const { runId, reason } of batch.failed) pass.onFailed(runId, reason)
+    // A short batch means the due index is drained (or holds only runs past their grace).
+    if (batch.locked < pass.batchSize || batch.started === 0) drained = true
+  }
+  const more = () => !drained && !deps.stopping() && batches < MAX_START_BATCHES_PER_TICK
+  const keepStarting = async () => {
+    while (more()) await startOne()
+  }
+  // One batch first. Only a backlog (its locking read came back full) brings
+  // in the other `concurrency - 1` workers, so one batch's statements
+  // overlap another's work. They join as soon as the first batch has locked
+  // its runs rather than once it commits, which would run the first batch of
+  // every backlog alone.
+  const helpers: Promise<void>[] = []
+  const joinHelpers = (locked: number) => {
+    if (locked < pass.batchSize || helpers.length > 0 || !more()) return
+    for (let i = 1; i < pass.concurrency; i++) helpers.push(keepStarting())
+  }
+  try {
+    const first = (async () => {
+      await startOne(joinHelpers)
+      await keepStarting()
+    })()
+    // allSettled: a failed worker must not leave the others still starting runs after the release below.
+    const settled = [...(await Promise.allSettled([first])), ...(await Promise.allSettled(helpers))]
+    const failed = settled.find((w) => w.status === 'rejected')
+    if (failed) throw failed.reason
+  } catch (err) {
+    // The batches that committed hold claims: give them back rather than let them wait out their leases.
+    await pass.release(handOff.map((r) => r.id))
+    throw err
+  }
+  return { handOff, backlog: !drained }
+}
+
 /** A run that cannot be started for a reason of its own (its program), as opposed to a fault of the runner. */
 class StartRefused extends Error {
   override readonly name = 'StartRefused'
@@ -170,7 +238,6 @@ interface Plan {
   pure: number
   /** Index of the first step not completed (== specs.length when the run is finished). */
   reached: number
-  lines: NewLog[]
 }
 
 async function startInTransaction(
@@ -232,7 +299,7 @@ async function startInTransaction(
     if (version === undefined || version instanceof StartRefused)
       throw version ?? new Error(`version ${run.versionId} was not expanded`)
     const { specs, pure } = version
-    return { run, title: defs.get(run.definitionId)?.title ?? '', specs, pure, reached: pure, lines: [] }
+    return { run, title: defs.get(run.definitionId)?.title ?? '', specs, pure, reached: pure }
   })
 
   const rows: StartedStep[] = plans.flatMap((p) =>
@@ -253,6 +320,8 @@ async function startInTransaction(
     STEP_DEFAULTS.timeoutSeconds * 1000,
     ...plans.flatMap((p) => p.specs.slice(0, p.pure).map((s) => s.timeoutMs)),
   )
+  // The pure steps' log lines, written with the start; a failed attempt's are dropped (below).
+  const kept = new BufferedWriter(tx, deps.hardStop)
   await withTimeout(deadline, deps.hardStop, async (signal) => {
     let offset = 0
     for (const plan of plans) {
@@ -261,8 +330,8 @@ async function startInTransaction(
       for (let i = 0; i < plan.pure; i++) {
         const spec = plan.specs[i] as StepSpec
         const step = stepRowOf(spec, stepIds[i] as number, plan.run.id, deps.owner, now, leaseUntil)
-        const lines: NewLog[] = []
-        const outcome = await runPure(deps, plan, step, lines, signal)
+        const attempt = new BufferedWriter(tx, deps.hardStop)
+        const outcome = await runPure(deps, attempt, plan, step, signal)
         if (!outcome) {
           // Not completed after all: this step and the pure ones after it go back
           // to `pending`, and the engine runs it with its retries.
@@ -270,7 +339,7 @@ async function startInTransaction(
           reopen.push(...stepIds.slice(i, plan.pure))
           break
         }
-        plan.lines.push(...lines)
+        for (const line of attempt.takeLines()) await kept.log(line)
         if (outcome.result !== undefined && outcome.result !== null)
           results.push({ id: step.id, result: outcome.result })
         finished.push(spec.kind)
@@ -279,15 +348,12 @@ async function startInTransaction(
   })
   await steps.reopenStarted(tx, reopen)
   for (const { id, result } of results) await steps.setStartedResult(tx, id, result)
-  await logs.appendMany(
-    tx,
-    plans.flatMap((p) => p.lines),
-  )
+  await kept.flush()
 
   // One guarded UPDATE per outcome: (status, phase) groups, in practice one or two.
   const groups = new Map<string, { as: StartedAs; plans: Plan[] }>()
   for (const plan of plans) {
-    const as = startedAs(plan, deps.owner, token, leaseUntil, budget, now)
+    const as = startedAs(plan.specs, plan.reached, budget, { owner: deps.owner, token, leaseUntil }, now)
     const key = JSON.stringify([as.status, 'owner' in as && as.owner !== undefined, as.phase])
     const group = groups.get(key) ?? { as, plans: [] }
     group.plans.push(plan)
@@ -329,49 +395,20 @@ async function startInTransaction(
   }
 }
 
-function startedAs(
-  plan: Plan,
-  owner: string,
-  token: string,
-  leaseUntil: Date,
-  budget: number,
-  now: Date,
-): StartedAs {
-  if (plan.reached >= plan.specs.length)
-    return { status: 'completed', phase: plan.specs.at(-1)?.phase ?? null }
-  // `current_phase` is the phase being run: the last step's that ran, else the
-  // first step's. The engine moves it on when it begins a step of the next phase.
-  const current = plan.specs[Math.max(0, plan.reached - 1)] as StepSpec
-  const status = current.ending ? 'ending' : 'running'
-  // Budget spent on pure steps: due again at once, unclaimed, so other runs get a turn first.
-  if (plan.reached >= budget) return { status, phase: current.phase, wakeAt: now }
-  return {
-    status,
-    phase: current.phase,
-    owner,
-    token,
-    leaseUntil,
-    leaseMs: leaseUntil.getTime() - now.getTime(),
-  }
-}
-
-/** Run one pure step; its log lines go to `lines`. Null when the attempt failed, else its result. */
+/** Run one pure step; its log lines go to `writer`. Null when the attempt failed, else its result. */
 async function runPure(
   deps: EngineDeps,
+  writer: BufferedWriter,
   plan: Plan,
   step: StepRow,
-  lines: NewLog[],
   signal: AbortSignal,
 ): Promise<{ result: unknown } | null> {
   const kind = deps.registry.get(step.kind)
   if (!kind) return null
   try {
-    const ctx = stepContext(deps, plan.run, step, plan.title, false, signal)
-    ctx.log = async (level, message, data) => {
-      lines.push({ runId: plan.run.id, stepId: step.id, level, message, data, actor: deps.owner })
-    }
-    const outcome = await kind.execute(ctx)
-    return outcome?.type === 'completed' ? { result: outcome.result } : null
+    const outcome = await kind.execute(stepContext(deps, writer, plan.run, step, plan.title, false, signal))
+    const write = outcome ? outcomeWrite(outcome) : undefined
+    return write?.write === 'complete' ? { result: write.result } : null
   } catch {
     // The engine runs the step again with its retries and records the error there.
     return null

@@ -1,0 +1,96 @@
+/**
+ * The one place a step's {@link StepContext} is built, for every path that
+ * executes steps. Its `log` goes to the writer the path uses: written at once
+ * on the per-run path, collected and written set-wise by a batch or the start
+ * transaction.
+ */
+import type { RunRow } from '../../../sql/eventRuns/index.ts'
+import type { StepRow } from '../../../sql/eventSteps/index.ts'
+import type { Clock } from '../clock.ts'
+import { type StepContext, StepFailure, type StepSettings } from '../steps/types.ts'
+import { renderTemplate } from '../template.ts'
+import type { StepWriter } from './writer.ts'
+
+export interface ContextDeps {
+  clock: Clock
+  owner: string
+  settings: StepSettings
+}
+
+export function stepContext(
+  deps: ContextDeps,
+  writer: StepWriter,
+  run: RunRow,
+  step: StepRow,
+  title: string,
+  resumed: boolean,
+  signal: AbortSignal,
+): StepContext {
+  const vars = {
+    run: { id: run.id, scope: run.scope, scheduledFor: run.scheduledFor.toISOString() },
+    params: run.params,
+    definition: { title },
+  }
+  return {
+    run: {
+      id: run.id,
+      definitionId: run.definitionId,
+      definitionTitle: title,
+      scope: run.scope,
+      scheduledFor: run.scheduledFor,
+      timezone: run.timezone,
+      params: run.params,
+      rehearsal: run.rehearsal,
+    },
+    step: {
+      id: step.id,
+      seq: step.seq,
+      phase: step.phase,
+      kind: step.kind,
+      attempt: step.attempts,
+      maxAttempts: step.maxAttempts,
+      timeoutMs: step.timeoutMs,
+      wakeAt: step.wakeAt,
+      startedAt: step.startedAt,
+      resumed,
+    },
+    params: (renderTemplate(step.params ?? {}, vars) ?? {}) as Record<string, unknown>,
+    idempotencyKey: `${run.id}-${step.id}`,
+    now: () => deps.clock.now(),
+    signal,
+    settings: deps.settings,
+    log: (level, message, data) =>
+      writer.log({ runId: run.id, stepId: step.id, level, message, data, actor: deps.owner }),
+  }
+}
+
+/**
+ * Run `fn` with a step's timeout: the signal aborts and the promise rejects at
+ * the deadline, or when the runner's stop grace runs out (`hardStop`).
+ */
+export async function withTimeout<T>(
+  timeoutMs: number,
+  hardStop: AbortSignal,
+  fn: (signal: AbortSignal) => Promise<T>,
+): Promise<T> {
+  const controller = new AbortController()
+  const onHardStop = () => controller.abort(new StepFailure('the runner is shutting down'))
+  hardStop.addEventListener('abort', onHardStop, { once: true })
+  let timer: NodeJS.Timeout | undefined
+  const deadline = new Promise<never>((_, reject) => {
+    timer = setTimeout(() => {
+      const err = new StepFailure(`timed out after ${timeoutMs} ms`)
+      controller.abort(err)
+      reject(err)
+    }, timeoutMs)
+  })
+  const aborted = new Promise<never>((_, reject) => {
+    controller.signal.addEventListener('abort', () => reject(controller.signal.reason), { once: true })
+  })
+  try {
+    return await Promise.race([fn(controller.signal), deadline, aborted])
+  } finally {
+    clearTimeout(timer)
+    hardStop.removeEventListener('abort', onHardStop)
+  }
+}

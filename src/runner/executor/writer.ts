@@ -1,0 +1,165 @@
+/**
+ * Where the executor's decisions (decide.ts) become rows. The per-run path
+ * writes each at once ({@link immediateWriter}); a batch of runs and the start
+ * transaction collect them and write them set-wise, a few multi-row statements
+ * per round ({@link BufferedWriter}).
+ */
+import { type Db, isDbUnavailable, type Queryable } from '../../../sql/db.ts'
+import type { NewLog } from '../../../sql/eventRunLogs.ts'
+import * as logs from '../../../sql/eventRunLogs.ts'
+import * as runs from '../../../sql/eventRuns/index.ts'
+import * as steps from '../../../sql/eventSteps/index.ts'
+import type { PhaseMove } from './decide.ts'
+
+export interface StepWriter {
+  /** Move the run's phase (or into `ending`) as it begins a step of another phase. */
+  movePhase(runId: number, move: PhaseMove): Promise<void>
+  /** The run has no step left: `running | ending → completed`, guarded (a cancel that won stays). */
+  finishRun(runId: number): Promise<void>
+  /**
+   * A step answered `completed`. True when the row moved; a buffered writer
+   * answers true and learns the guard's answer only when it flushes.
+   */
+  complete(stepId: number, result: unknown): Promise<boolean>
+  /** One line of the run's log. */
+  log(line: NewLog): Promise<void>
+}
+
+/**
+ * How long the executor keeps trying to write down the outcome of a step that
+ * has already run, while the database cannot be reached. Until it is written
+ * the step still looks "executing", and once its lease expires it runs again:
+ * for a webhook, a second call. Any re-execution needs the database as well,
+ * so waiting out a short outage here turns "the database blinked" into
+ * "nothing ran twice" (the db-outage drill, test/drills/dbOutage.drill.test.ts).
+ * Longer outages, and a runner whose stop grace ran out, fall back to
+ * at-least-once under the same idempotency key.
+ */
+export const RECORD_RETRY_MS = 120_000
+
+/**
+ * Write a step's outcome, retrying (100 ms doubling to 1 s, real time) while the
+ * database is unavailable, for up to {@link RECORD_RETRY_MS} or until the hard stop.
+ * Any other error is thrown at once.
+ */
+export async function recordOutcome<T>(hardStop: AbortSignal, write: () => Promise<T>): Promise<T> {
+  const deadline = Date.now() + RECORD_RETRY_MS
+  let delay = 100
+  for (;;) {
+    try {
+      return await write()
+    } catch (err) {
+      if (!isDbUnavailable(err) || hardStop.aborted || Date.now() + delay > deadline) throw err
+      await new Promise<void>((resolve) => {
+        const done = () => {
+          clearTimeout(timer)
+          hardStop.removeEventListener('abort', done)
+          resolve()
+        }
+        const timer = setTimeout(done, delay)
+        hardStop.addEventListener('abort', done, { once: true })
+      })
+      delay = Math.min(delay * 2, 1000)
+    }
+  }
+}
+
+/** Each write at once, as its own statement: the per-run path. */
+export function immediateWriter(db: Db, hardStop: AbortSignal): StepWriter {
+  return {
+    async movePhase(runId, move) {
+      if (move.to === 'ending') await runs.transition(db, runId, 'running', 'ending', { phase: move.phase })
+      else await runs.setPhase(db, runId, move.phase)
+    },
+    async finishRun(runId) {
+      await runs.transition(db, runId, ['running', 'ending'], 'completed')
+    },
+    complete: (stepId, result) => recordOutcome(hardStop, () => steps.complete(db, stepId, result)),
+    async log(line) {
+      await logs.append(db, line)
+    },
+  }
+}
+
+function groupBy<K>(pairs: readonly [K, number][]): Map<K, number[]> {
+  const out = new Map<K, number[]>()
+  for (const [k, id] of pairs) {
+    const ids = out.get(k)
+    if (ids) ids.push(id)
+    else out.set(k, [id])
+  }
+  return out
+}
+
+/**
+ * Writes collected and made set-wise by {@link BufferedWriter.flush}: one
+ * statement per (move, phase) group, one INSERT of log lines, one UPDATE of
+ * completed steps (a step that answered a result gets its own).
+ */
+export class BufferedWriter implements StepWriter {
+  private endingMoves: [string, number][] = []
+  private phaseMoves: [string, number][] = []
+  private finished: number[] = []
+  private lines: NewLog[] = []
+  private completed: number[] = []
+  private answered: { id: number; result: unknown }[] = []
+
+  constructor(
+    private readonly db: Queryable,
+    private readonly hardStop: AbortSignal,
+  ) {}
+
+  async movePhase(runId: number, move: PhaseMove): Promise<void> {
+    ;(move.to === 'ending' ? this.endingMoves : this.phaseMoves).push([move.phase, runId])
+  }
+
+  async finishRun(runId: number): Promise<void> {
+    this.finished.push(runId)
+  }
+
+  async complete(stepId: number, result: unknown): Promise<boolean> {
+    if (result === undefined || result === null) this.completed.push(stepId)
+    else this.answered.push({ id: stepId, result })
+    return true
+  }
+
+  async log(line: NewLog): Promise<void> {
+    this.lines.push(line)
+  }
+
+  /** Lines collected so far, taken out of the buffer (for a caller that writes them itself). */
+  takeLines(): NewLog[] {
+    const lines = this.lines
+    this.lines = []
+    return lines
+  }
+
+  /**
+   * Write what was collected, in the order the per-run path would: runs
+   * finished, phases moved, log lines, then completions (retried through a
+   * database outage: the lines are written, and a lost completion would run
+   * the steps and log them again).
+   */
+  async flush(): Promise<void> {
+    const { db } = this
+    if (this.finished.length > 0)
+      await runs.transitionMany(db, this.finished, ['running', 'ending'], 'completed')
+    for (const [phase, ids] of groupBy(this.endingMoves))
+      await runs.transitionMany(db, ids, 'running', 'ending', { phase })
+    for (const [phase, ids] of groupBy(this.phaseMoves)) await runs.setPhaseMany(db, ids, phase)
+    if (this.lines.length > 0) await logs.appendMany(db, this.lines)
+    const completed = this.completed
+    const answered = this.answered
+    if (completed.length > 0 || answered.length > 0)
+      await recordOutcome(this.hardStop, async () => {
+        await steps.completeMany(db, completed)
+        for (const { id, result } of answered) await steps.complete(db, id, result)
+      })
+    this.finished = []
+    this.endingMoves = []
+    this.phaseMoves = []
+    this.lines = []
+    this.completed = []
+    this.answered = []
+  }
+}

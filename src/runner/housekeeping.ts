@@ -1,0 +1,188 @@
+/**
+ * The runner's sweeps besides advancing runs, each throttled on its own
+ * interval: materialising schedules into runs, marking runs that missed their
+ * grace window, deleting old logs and runs (retention), and the instance's
+ * heartbeat.
+ */
+import { hostname } from 'node:os'
+import type { Db } from '../../sql/db.ts'
+import * as logs from '../../sql/eventRunLogs.ts'
+import * as runs from '../../sql/eventRuns/index.ts'
+import * as heartbeats from '../../sql/runnerHeartbeats.ts'
+import type { RunnerObserver } from './engine.ts'
+import { materialiseAll } from './materialise.ts'
+import type { RunnerLogger } from './runner.ts'
+
+export interface HousekeepingDeps {
+  db: Db
+  instanceId: string
+  logger: RunnerLogger
+  observer?: RunnerObserver
+  horizonMs: number
+  maxRunsAhead: number
+  materialiseEveryMs: number
+  logRetentionMs: number
+  runRetentionMs: number
+  retentionEveryMs: number
+  /** True once the runner is stopping: a long sweep stops between rounds. */
+  stopping: () => boolean
+}
+
+/** Runs per retention round: each round is a few statements over this many runs. */
+const RUN_RETENTION_BATCH = 200
+/** Rounds per sweep (the rest waits for the next sweep, so one sweep never takes a tick for long). */
+const RUN_RETENTION_ROUNDS = 50
+/** Log lines the retention sweep reads per statement. */
+const RETENTION_PAGE = 1000
+/** Heartbeat rows of instances silent this long are deleted (on the retention sweep's cadence). */
+const HEARTBEAT_KEEP_MS = 7 * 24 * 3600_000
+
+export class Housekeeping {
+  private lastMaterialise = 0
+  /** When a count-bounded window (a dense schedule) needs topping up, before the usual interval. */
+  private refillAt: number | null = null
+  private materialiseRequested = true
+  private lastRetention = 0
+  private readonly startedAt = new Date()
+
+  constructor(private readonly deps: HousekeepingDeps) {}
+
+  /** Materialise at the next pass (a definition changed). */
+  requestMaterialise(): void {
+    this.materialiseRequested = true
+  }
+
+  /** Materialise schedules into runs when asked to, when the interval has passed, or when a window needs topping up. */
+  async materialiseIfDue(now: Date): Promise<void> {
+    const { deps } = this
+    if (
+      !this.materialiseRequested &&
+      now.getTime() - this.lastMaterialise < deps.materialiseEveryMs &&
+      (this.refillAt === null || now.getTime() < this.refillAt)
+    )
+      return
+    this.materialiseRequested = false
+    this.lastMaterialise = now.getTime()
+    const pass = await materialiseAll(
+      deps.db,
+      now,
+      { horizonMs: deps.horizonMs, maxRunsAhead: deps.maxRunsAhead },
+      (def, err) =>
+        deps.logger.error(
+          { err, definitionId: def.id, slug: def.slug },
+          'materialisation failed for a definition',
+        ),
+    )
+    this.refillAt = pass.refillAt?.getTime() ?? null
+  }
+
+  /** Runs still `scheduled` past their grace window become `missed`. Answers the runs it marked. */
+  async markMissed(now: Date): Promise<number[]> {
+    const { db } = this.deps
+    const marked: number[] = []
+    for (let round = 0; round < 20; round++) {
+      const found = await runs.findMissed(db, now, 500)
+      if (found.length === 0) break
+      // A run found here in another status kept a stamp it should have dropped
+      // when it left `scheduled`: clear it, so no tick reads it again.
+      await runs.clearMissedAt(
+        db,
+        found.filter((r) => r.status !== 'scheduled').map((r) => r.id),
+      )
+      const missed = found.filter((r) => r.status === 'scheduled')
+      const ids = missed.map((r) => r.id)
+      await runs.transitionMany(db, ids, 'scheduled', 'missed', {
+        error: 'not started within its grace window',
+      })
+      const entries = await Promise.all(
+        missed.map(async (r) => {
+          const holder = r.concurrencyKey ? await runs.concurrencyHolder(db, r.concurrencyKey, r.id) : null
+          return {
+            runId: r.id,
+            level: 'warn' as const,
+            message: holder
+              ? `missed: not started within the grace window; concurrency key "${r.concurrencyKey}" was held by run ${holder.id}`
+              : 'missed: not started within the grace window',
+            actor: this.deps.instanceId,
+            data: holder ? { holderRunId: holder.id } : undefined,
+          }
+        }),
+      )
+      await logs.appendMany(db, entries)
+      marked.push(...ids)
+      if (found.length < 500) break
+    }
+    return marked
+  }
+
+  /** Log and run retention, and forgetting silent instances, at most once per `retentionEveryMs`. */
+  async retentionIfDue(now: Date): Promise<void> {
+    if (now.getTime() - this.lastRetention < this.deps.retentionEveryMs) return
+    this.lastRetention = now.getTime()
+    await this.logRetention(now)
+    await this.runRetention(now)
+  }
+
+  /** Say this instance is alive, and how late its tick was. */
+  async beat(tickLagMs: number): Promise<void> {
+    await heartbeats.beat(this.deps.db, {
+      instanceId: this.deps.instanceId,
+      host: hostname(),
+      pid: process.pid,
+      startedAt: this.startedAt,
+      tickLagMs,
+    })
+  }
+
+  /**
+   * Run history retention: terminal runs that ended before the retention
+   * period go with their steps and logs, a batch of {@link RUN_RETENTION_BATCH}
+   * per round of short statements, never a run that is not terminal. Each
+   * round's counts go to the observer, so cached run counts stay right.
+   */
+  private async runRetention(now: Date): Promise<void> {
+    const { deps } = this
+    if (deps.runRetentionMs <= 0) return
+    const cutoff = new Date(now.getTime() - deps.runRetentionMs)
+    let total = 0
+    for (let round = 0; round < RUN_RETENTION_ROUNDS; round++) {
+      if (deps.stopping()) break
+      const expired = await runs.expiredRuns(deps.db, cutoff, RUN_RETENTION_BATCH)
+      if (expired.length === 0) break
+      const deleted = await runs.deleteTerminalRuns(deps.db, expired)
+      deps.observer?.runsDeleted?.(deleted)
+      total += Object.values(deleted).reduce((a, n) => a + (n ?? 0), 0)
+      if (expired.length < RUN_RETENTION_BATCH) break
+    }
+    if (total > 0) deps.logger.info({ runs: total, before: cutoff }, 'run retention: deleted finished runs')
+  }
+
+  /**
+   * Delete the logs of runs that ended more than the retention period ago, and
+   * forget instances silent for a week. The sweep walks the log lines from the
+   * oldest one and stops at the first line young enough to keep: what it reads
+   * is what it deletes plus the old lines of runs still going (or ended within
+   * the period), not every finished run, which walking the runs read again on
+   * every sweep once their logs were gone.
+   */
+  private async logRetention(now: Date): Promise<void> {
+    const { db, logger } = this.deps
+    const cutoff = new Date(now.getTime() - this.deps.logRetentionMs)
+    let after = 0
+    for (let round = 0; round < 20; round++) {
+      const lines = await logs.oldestLines(db, after, RETENTION_PAGE)
+      const old = lines.filter((l) => l.at.getTime() < cutoff.getTime())
+      const ended = await runs.endedBefore(db, [...new Set(old.map((l) => l.runId))], cutoff)
+      if (ended.length > 0) {
+        const deleted = await logs.deleteForRuns(db, ended)
+        logger.info({ runs: ended.length, lines: deleted }, 'log retention: deleted logs of finished runs')
+      }
+      const last = lines.at(-1)
+      if (last === undefined || old.length < lines.length || lines.length < RETENTION_PAGE) break
+      after = last.id
+    }
+    const silentSince = new Date(now.getTime() - HEARTBEAT_KEEP_MS)
+    const forgotten = await heartbeats.pruneBefore(db, silentSince)
+    if (forgotten > 0) logger.info({ instances: forgotten }, 'forgot runner instances silent for a week')
+  }
+}
