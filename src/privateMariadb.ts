@@ -27,19 +27,27 @@
  *   place, so an interrupted first run never leaves a half-made `data/`.
  */
 import { type ChildProcess, spawn } from 'node:child_process'
-import { closeSync, existsSync, openSync, readdirSync, readFileSync, statSync, unlinkSync } from 'node:fs'
+import { closeSync, existsSync, openSync, readdirSync, statSync, unlinkSync } from 'node:fs'
 import { mkdir, readFile, rename, rm, rmdir, stat, writeFile } from 'node:fs/promises'
 import { delimiter, join, resolve } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { ensureDatabase, probeServer } from '../sql/bootstrap.ts'
 import { type Logger, silentLogger } from './log.ts'
+import {
+  DEFAULT_DIR,
+  findMariadbdProcesses,
+  isAlive,
+  quoteLog,
+  runToLog,
+  startTimeOf,
+  tail,
+  terminate,
+} from './mariadbProcesses.ts'
 
-/** Where `npm start` keeps its private server, relative to the working directory. */
-export const DEFAULT_DIR = '.data/mariadb'
+export { DEFAULT_DIR, findMariadbdProcesses }
 
 /** Longest unix socket path the kernel accepts (sun_path less its NUL). */
 const MAX_SOCKET_PATH = process.platform === 'linux' ? 107 : 103
-const HAS_PROC = process.platform === 'linux' && existsSync('/proc/self/stat')
 
 export interface MariadbBinaries {
   mariadbd: string
@@ -146,115 +154,6 @@ function isExecutableFile(p: string): boolean {
   }
 }
 
-/** Ids of running mariadbd processes whose data directory is `<dir>/data` (Linux; elsewhere the pid file). */
-export function findMariadbdProcesses(dir: string = DEFAULT_DIR): number[] {
-  const datadir = join(resolve(dir), 'data')
-  if (!HAS_PROC) {
-    const pid = readPid(join(resolve(dir), 'mariadbd.pid'))
-    return pid !== undefined && isAlive(pid) ? [pid] : []
-  }
-  const pids: number[] = []
-  for (const entry of readdirSync('/proc')) {
-    if (!/^\d+$/.test(entry)) continue
-    const pid = Number(entry)
-    const args = cmdline(pid)
-    if (args?.includes(`--datadir=${datadir}`) && isAlive(pid)) pids.push(pid)
-  }
-  return pids
-}
-
-function cmdline(pid: number): string[] | undefined {
-  try {
-    return readFileSync(`/proc/${pid}/cmdline`, 'utf8').split('\0')
-  } catch {
-    return undefined
-  }
-}
-
-/** Linux: the process's start time in clock ticks since boot, which tells a live owner from a reused pid. */
-function startTimeOf(pid: number): string | undefined {
-  if (!HAS_PROC) return undefined
-  try {
-    const text = readFileSync(`/proc/${pid}/stat`, 'utf8')
-    // Fields after the parenthesised command name; starttime is field 22 overall.
-    return text.slice(text.lastIndexOf(')') + 2).split(' ')[19]
-  } catch {
-    return undefined
-  }
-}
-
-/** True when `pid` runs and is not a zombie (an unreaped zombie still answers kill 0). */
-function isAlive(pid: number): boolean {
-  try {
-    process.kill(pid, 0)
-  } catch (err) {
-    if ((err as NodeJS.ErrnoException).code !== 'EPERM') return false
-  }
-  if (HAS_PROC) {
-    try {
-      const text = readFileSync(`/proc/${pid}/stat`, 'utf8')
-      return text.slice(text.lastIndexOf(')') + 2)[0] !== 'Z'
-    } catch {
-      return false
-    }
-  }
-  return true
-}
-
-function readPid(file: string): number | undefined {
-  try {
-    const n = Number(readFileSync(file, 'utf8').trim())
-    return Number.isSafeInteger(n) && n > 0 ? n : undefined
-  } catch {
-    return undefined
-  }
-}
-
-async function waitForDeath(pid: number, ms: number): Promise<boolean> {
-  const deadline = Date.now() + ms
-  while (Date.now() < deadline) {
-    if (!isAlive(pid)) return true
-    await sleep(100)
-  }
-  return !isAlive(pid)
-}
-
-/** SIGTERM, wait, then SIGKILL: for a server this process did not spawn. */
-async function terminate(pid: number, graceMs: number): Promise<void> {
-  try {
-    process.kill(pid, 'SIGTERM')
-  } catch {
-    return
-  }
-  if (await waitForDeath(pid, graceMs)) return
-  try {
-    process.kill(pid, 'SIGKILL')
-  } catch {
-    return
-  }
-  await waitForDeath(pid, 5000)
-}
-
-/** The last `lines` lines of `file` from byte `from`, or '' when it cannot be read. */
-async function tail(file: string, from = 0, lines = 20): Promise<string> {
-  try {
-    const buf = await readFile(file)
-    return buf
-      .subarray(Math.min(from, buf.length))
-      .toString('utf8')
-      .trimEnd()
-      .split('\n')
-      .slice(-lines)
-      .join('\n')
-  } catch {
-    return ''
-  }
-}
-
-function quoteLog(file: string, text: string): string {
-  return text ? `\nLast lines of ${file}:\n${text}` : `\n(${file} is empty or missing.)`
-}
-
 interface Owner {
   pid: number
   startTime?: string
@@ -302,28 +201,6 @@ async function acquireOwner(file: string, dir: string, url: string): Promise<voi
 function socketUrl(socket: string, database: string): string {
   // '/' is legal in a query string; keep the path readable in logs.
   return `mysql://root@localhost/${database}?socket=${encodeURIComponent(socket).replace(/%2F/g, '/')}`
-}
-
-/** Run a program to completion, its output appended to `logFile`. */
-function runToLog(cmd: string, args: string[], logFile: string, timeoutMs: number): Promise<number | string> {
-  return new Promise((done) => {
-    const fd = openSync(logFile, 'a')
-    let child: ChildProcess
-    try {
-      child = spawn(cmd, args, { stdio: ['ignore', fd, fd] })
-    } finally {
-      closeSync(fd)
-    }
-    const timer = setTimeout(() => child.kill('SIGKILL'), timeoutMs)
-    child.on('error', (err) => {
-      clearTimeout(timer)
-      done(err.message)
-    })
-    child.on('exit', (code, signal) => {
-      clearTimeout(timer)
-      done(code ?? `killed by ${signal}`)
-    })
-  })
 }
 
 /**
