@@ -21,7 +21,7 @@ export interface DefinitionRow {
   scopes: string[]
   state: DefinitionState
   currentVersionId: number | null
-  materializedThrough: Date | null
+  materialisedThrough: Date | null
   /** What an occurrence does when an earlier run of its scope is still in progress. */
   overlap: OverlapPolicy
   /** No occurrence before this instant (inclusive bound); null = unbounded. */
@@ -51,7 +51,7 @@ function hydrate(row: Raw): DefinitionRow {
     scopes: parseJson<string[]>(row.scopes, ['']),
     state: row.state as DefinitionState,
     currentVersionId: row.current_version_id == null ? null : Number(row.current_version_id),
-    materializedThrough: (row.materialized_through as Date | null) ?? null,
+    materialisedThrough: (row.materialized_through as Date | null) ?? null,
     overlap: (row.overlap as OverlapPolicy | null) ?? 'allow_all',
     startsAt: (row.starts_at as Date | null) ?? null,
     endsAt: (row.ends_at as Date | null) ?? null,

@@ -46,8 +46,12 @@ export interface Config {
   runRetentionDays: number
   /** Milliseconds between polls behind the live subscriptions (runStatus, runChanges, waitingSteps). @default 500 */
   statusPollMs: number
-  /** How far ahead schedules are materialised into runs, in hours. @default 24 */
-  materializeHorizonHours: number
+  /**
+   * How far ahead schedules are materialised into runs, in hours
+   * (MATERIALIZE_HORIZON_HOURS: the variable, like the column
+   * `materialized_through`, keeps the spelling it shipped with). @default 24
+   */
+  materialiseHorizonHours: number
   /** This process's name in claims and heartbeats. @default `${hostname}-${pid}-${4 hex}` */
   instanceId: string
   /** Limits on what one client may ask for (docs/security.md). */
@@ -416,7 +420,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     logRetentionDays: e.LOG_RETENTION_DAYS,
     runRetentionDays: e.RUN_RETENTION_DAYS,
     statusPollMs: e.STATUS_POLL_MS,
-    materializeHorizonHours: e.MATERIALIZE_HORIZON_HOURS,
+    materialiseHorizonHours: e.MATERIALIZE_HORIZON_HOURS,
     instanceId: e.INSTANCE_ID ?? defaultInstanceId(),
     limits: {
       maxDepth: e.MAX_QUERY_DEPTH,

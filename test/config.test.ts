@@ -32,7 +32,7 @@ describe('loadConfig', () => {
       logRetentionDays: 30,
       runRetentionDays: 90,
       statusPollMs: 500,
-      materializeHorizonHours: 24,
+      materialiseHorizonHours: 24,
       warnings: [],
     })
     expect(c.instanceId).toMatch(new RegExp(`-${process.pid}-[0-9a-f]{4}$`))
@@ -69,7 +69,7 @@ describe('loadConfig', () => {
       logRetentionDays: 7,
       runRetentionDays: 0,
       statusPollMs: 100,
-      materializeHorizonHours: 48,
+      materialiseHorizonHours: 48,
       instanceId: 'node-a',
       warnings: [],
     })

@@ -148,7 +148,7 @@ describe('materialisation across DST (America/New_York, */30)', () => {
     if (!fresh) throw new Error('definition vanished')
     await t.db.run('DELETE FROM schedule_watermarks WHERE definition_id = ?', [def.id])
     expect(
-      (await materialiseDefinition(t.db, { ...fresh, materializedThrough: null }, clock.now(), HORIZON_MS))
+      (await materialiseDefinition(t.db, { ...fresh, materialisedThrough: null }, clock.now(), HORIZON_MS))
         .created,
     ).toBe(0)
     // A second runner instance materialising the same horizon adds nothing either.

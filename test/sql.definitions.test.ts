@@ -32,7 +32,7 @@ describe('definitions', () => {
     const id = await definitions.create(db, input)
     const def = await definitions.getById(db, id)
     // Every field as written, and no version or watermark yet.
-    expect(def).toMatchObject({ id, ...input, currentVersionId: null, materializedThrough: null })
+    expect(def).toMatchObject({ id, ...input, currentVersionId: null, materialisedThrough: null })
     expect((await definitions.getBySlug(db, slug))?.id).toBe(id)
     expect(await definitions.getBySlug(db, 'no-such-slug')).toBeNull()
   })
@@ -64,7 +64,7 @@ describe('definitions', () => {
     const { def } = await makeDefinition(db, { schedule: '*/5 * * * *' })
     const mark = new Date(Date.UTC(2030, 0, 1, 12, 0, 0, 250))
     const watermark = async () =>
-      (await definitions.getById(db, def.id))?.materializedThrough?.getTime() ?? null
+      (await definitions.getById(db, def.id))?.materialisedThrough?.getTime() ?? null
     const reset = async () => {
       await definitions.setWatermark(db, def.id, new Date(0)) // no-op once set: never moves backwards
       await db.run('UPDATE event_definitions SET materialized_through = NULL WHERE id = ?', [def.id])
@@ -109,7 +109,7 @@ describe('definitions', () => {
     const t1 = new Date(Date.UTC(2030, 5, 1))
     await definitions.setWatermark(db, def.id, t1)
     await definitions.setWatermark(db, def.id, new Date(Date.UTC(2030, 0, 1)))
-    expect((await definitions.getById(db, def.id))?.materializedThrough?.getTime()).toBe(t1.getTime())
+    expect((await definitions.getById(db, def.id))?.materialisedThrough?.getTime()).toBe(t1.getTime())
   })
 
   it('list hides archived definitions unless asked; listMaterialisable needs active + schedule + version', async () => {
@@ -281,7 +281,7 @@ describe('invariant 15: no archive while a run is in progress', () => {
     expect(await definitions.setState(db, fx.def.id, 'active')).toMatchObject({ applied: true })
     expect(await definitions.getById(db, fx.def.id)).toMatchObject({
       state: 'active',
-      materializedThrough: null,
+      materialisedThrough: null,
     })
   })
 })

@@ -66,17 +66,7 @@ export async function transition(
   to: RunStatus,
   opts: TransitionOptions = {},
 ): Promise<boolean> {
-  const froms = Array.isArray(from) ? from : [from as RunStatus]
-  const { sets, args } = transitionSets(to, opts)
-  // Terminal statuses are never left, whatever `from` a caller names.
-  const res = await db.run(
-    `UPDATE event_runs SET ${sets.join(', ')}
-      WHERE id = ? AND status IN (${placeholders(froms.length)}) AND status NOT IN (${placeholders(TERMINAL.length)})`,
-    [...args, id, ...froms, ...TERMINAL],
-  )
-  const applied = res.affectedRows === 1
-  if (applied && isTerminal(to)) await releaseKey(db, [id])
-  return applied
+  return (await transitionMany(db, [id], from, to, opts)) === 1
 }
 
 /** {@link transition} for many runs at once; answers how many moved. */
@@ -90,6 +80,7 @@ export async function transitionMany(
   if (ids.length === 0) return 0
   const froms = Array.isArray(from) ? from : [from as RunStatus]
   const { sets, args } = transitionSets(to, opts)
+  // Terminal statuses are never left, whatever `from` a caller names.
   const res = await db.runQuery(
     `UPDATE event_runs SET ${sets.join(', ')}
       WHERE id IN (${placeholders(ids.length)}) AND status IN (${placeholders(froms.length)})
@@ -179,11 +170,7 @@ export async function setHealth(db: Queryable, id: number, health: RunHealth): P
 
 /** Set `current_phase`, guarded on the current value like {@link setHealth}. */
 export async function setPhase(db: Queryable, id: number, phase: string): Promise<boolean> {
-  const res = await db.run(
-    'UPDATE event_runs SET current_phase = ? WHERE id = ? AND NOT (current_phase <=> ?)',
-    [phase, id, phase],
-  )
-  return res.affectedRows === 1
+  return (await setPhaseMany(db, [id], phase)) === 1
 }
 
 /** {@link setPhase} for many runs moving into the same phase. */

@@ -214,7 +214,7 @@ export async function materialiseAll(
   const horizonMs = typeof bounds === 'number' ? bounds : bounds.horizonMs
   for (const def of defs) {
     // Materialised to the horizon already (within a second): nothing to read.
-    if (def.materializedThrough && def.materializedThrough.getTime() >= now.getTime() + horizonMs - 1000)
+    if (def.materialisedThrough && def.materialisedThrough.getTime() >= now.getTime() + horizonMs - 1000)
       continue
     try {
       const { created, windowEnd } = await materialiseDefinition(db, def, now, bounds)
