@@ -47,6 +47,14 @@ export interface Config {
   statusPollMs: number
   /** How far ahead schedules are materialised into runs, in hours. @default 24 */
   materializeHorizonHours: number
+  /** Runs per start transaction and per in-flight claim statement. @default 200 */
+  runnerBatchSize: number
+  /** Runs advanced at once, each on one pooled connection at a time. @default 8 */
+  runnerParallelism: number
+  /** Start transactions in flight at once while a backlog of due runs drains. @default 2 */
+  runnerStartConcurrency: number
+  /** Database connections this process opens at most (API and runner share them). @default 10 */
+  dbPoolSize: number
   /** This process's name in claims and heartbeats. @default `${hostname}-${pid}-${4 hex}` */
   instanceId: string
   /** Things worth telling the operator at start that are not errors. */
@@ -252,6 +260,16 @@ const envSchema = z
       'a whole number of hours from 1 to 8760',
     ),
     INSTANCE_ID: instanceIdSchema,
+    RUNNER_BATCH_SIZE: wholeNumber('RUNNER_BATCH_SIZE', 200, 1, 10_000, 'a whole number from 1 to 10000'),
+    RUNNER_PARALLELISM: wholeNumber('RUNNER_PARALLELISM', 8, 1, 1000, 'a whole number from 1 to 1000'),
+    RUNNER_START_CONCURRENCY: wholeNumber(
+      'RUNNER_START_CONCURRENCY',
+      2,
+      1,
+      64,
+      'a whole number from 1 to 64',
+    ),
+    DB_POOL_SIZE: wholeNumber('DB_POOL_SIZE', 10, 1, 1000, 'a whole number from 1 to 1000'),
   })
   .superRefine((env, ctx) => {
     // A lease that can expire before its holder's next tick lets another instance
@@ -312,6 +330,10 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     runRetentionDays: e.RUN_RETENTION_DAYS,
     statusPollMs: e.STATUS_POLL_MS,
     materializeHorizonHours: e.MATERIALIZE_HORIZON_HOURS,
+    runnerBatchSize: e.RUNNER_BATCH_SIZE,
+    runnerParallelism: e.RUNNER_PARALLELISM,
+    runnerStartConcurrency: e.RUNNER_START_CONCURRENCY,
+    dbPoolSize: e.DB_POOL_SIZE,
     instanceId: e.INSTANCE_ID ?? defaultInstanceId(),
     warnings,
   }

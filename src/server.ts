@@ -140,7 +140,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
       'buildApp needs a database: set DATABASE_URL (mysql://user:pass@host:3306/db) or pass deps.db.',
     )
   }
-  const db = deps.db ?? createDb(config.databaseUrl as string)
+  const db = deps.db ?? createDb(config.databaseUrl as string, { connectionLimit: config.dbPoolSize })
   const ownsDb = deps.db === undefined
   const registry = deps.registry ?? createDefaultRegistry()
   const clock = deps.clock ?? systemClock
@@ -172,6 +172,9 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
           instanceId: config.instanceId,
           tickMs: config.tickMs,
           leaseMs: config.leaseMs,
+          batchSize: config.runnerBatchSize,
+          parallelism: config.runnerParallelism,
+          startConcurrency: config.runnerStartConcurrency,
           horizonMs: config.materializeHorizonHours * 3_600_000,
           logRetentionMs: config.logRetentionDays * 86_400_000,
           runRetentionMs: config.runRetentionDays * 86_400_000,

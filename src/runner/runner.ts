@@ -267,13 +267,40 @@ export class Runner {
         this.nudged = false
         continue
       }
-      await this.sleep(wait)
+      await this.sleep(this.consecutiveErrors > 0 ? wait : await this.untilNextWake(wait))
       this.nudged = false
     }
   }
 
+  /**
+   * The sleep after a good tick, aimed at the soonest `wake_at` ahead (a run
+   * coming due, a timer running out) when that is sooner than the next tick: a
+   * run due between two ticks starts at its time, not up to TICK_MS late. One
+   * index read; runs made due by someone else (an API start, a resolved cue)
+   * nudge the loop instead. A failed read keeps the plain tick.
+   */
+  private async untilNextWake(tickWait: number): Promise<number> {
+    if (tickWait <= 0) return 0
+    const { db, clock } = this.opts
+    try {
+      const now = clock.now()
+      const next = await runs.nextWakeAfter(db, now)
+      if (next === null) return tickWait
+      // +1 ms: a timer can fire a little early, and the due query is `wake_at <= now`.
+      const until = next.getTime() - clock.now().getTime() + 1
+      return Math.max(0, Math.min(tickWait, until))
+    } catch (err) {
+      this.opts.logger.warn(
+        { err, instance: this.instanceId },
+        'could not read the next wake-up time; sleeping a whole tick',
+      )
+      return tickWait
+    }
+  }
+
   private async sleep(ms: number): Promise<void> {
-    if (ms <= 0) return
+    // A nudge that came while the wait was being worked out (no sleep to abort yet) still counts.
+    if (ms <= 0 || this.nudged) return
     const controller = new AbortController()
     this.sleepAbort = controller
     await new Promise<void>((resolve) => {
