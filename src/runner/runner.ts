@@ -402,6 +402,9 @@ export class Runner {
     claimed.push(
       ...(await runs.claimTickBatch(db, this.instanceId, `${token}:t`, leaseUntil, now, batchSize)),
     )
+    // A full claim means more in-flight runs are due (a burst of timers running
+    // out together): tick again at once rather than after TICK_MS.
+    if (claimed.length >= batchSize && !this.windingDown) this.nudged = true
     let started: ClaimedRun[]
     try {
       started = await this.startKeylessDue(`${token}:s`)
