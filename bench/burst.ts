@@ -43,7 +43,7 @@ import {
 const RUNS = Number(process.env.BENCH_BURST_RUNS ?? 10_000)
 const ROUNDS = Math.max(1, Number(process.env.BENCH_ROUNDS ?? 3))
 /** Time between creating the schedules and their instant: materialisation must be done by then. */
-const LEAD_MS = Number(process.env.BENCH_LEAD_MS ?? 20_000)
+const LEAD_MS = Number(process.env.BENCH_LEAD_MS ?? 10_000)
 /**
  * Settings the benchmark gives the server, all of them user-settable environment
  * variables (docs/performance.md), named in the results. A burst of webhook

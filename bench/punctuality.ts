@@ -17,7 +17,7 @@ import { graphql, instantAhead, scheduleAtInstant, startScheduledServer } from '
 
 const SECONDS = Number(process.env.BENCH_PUNCTUALITY_SECONDS ?? 60)
 const PARKED = Number(process.env.BENCH_PARKED_RUNS ?? 10_000)
-const LEAD_MS = Number(process.env.BENCH_LEAD_MS ?? 20_000)
+const LEAD_MS = Number(process.env.BENCH_LEAD_MS ?? 10_000)
 const TICK_MS = 1000
 
 const EVERY_SECOND = {

@@ -34,7 +34,7 @@ const RUNS = Number(process.env.BENCH_RUNS ?? 20_000)
 /** Measured rounds of ours and the peer, taken in turn after one warm-up round each. */
 const ROUNDS = Math.max(1, Number(process.env.BENCH_ROUNDS ?? 3))
 /** Time between creating the schedules and their instant: materialisation must be done by then. */
-const LEAD_MS = Number(process.env.BENCH_LEAD_MS ?? 25_000)
+const LEAD_MS = Number(process.env.BENCH_LEAD_MS ?? 10_000)
 /**
  * The settings of each server, all user-settable environment variables;
  * BENCH_THROUGHPUT_SETTINGS (JSON) overrides them. A backlog of due runs drains

@@ -47,7 +47,7 @@ export interface Config {
   statusPollMs: number
   /** How far ahead schedules are materialised into runs, in hours. @default 24 */
   materializeHorizonHours: number
-  /** Runs per start transaction and per in-flight claim statement. @default 200 */
+  /** Runs per start transaction and per in-flight claim statement. @default 1000 */
   runnerBatchSize: number
   /** Runs advanced at once, each on one pooled connection at a time. @default 8 */
   runnerParallelism: number
@@ -260,7 +260,7 @@ const envSchema = z
       'a whole number of hours from 1 to 8760',
     ),
     INSTANCE_ID: instanceIdSchema,
-    RUNNER_BATCH_SIZE: wholeNumber('RUNNER_BATCH_SIZE', 200, 1, 10_000, 'a whole number from 1 to 10000'),
+    RUNNER_BATCH_SIZE: wholeNumber('RUNNER_BATCH_SIZE', 1000, 1, 10_000, 'a whole number from 1 to 10000'),
     RUNNER_PARALLELISM: wholeNumber('RUNNER_PARALLELISM', 8, 1, 1000, 'a whole number from 1 to 1000'),
     RUNNER_START_CONCURRENCY: wholeNumber(
       'RUNNER_START_CONCURRENCY',

@@ -131,7 +131,7 @@ describe('loadConfig', () => {
   it('reads the runner and pool sizes, with the shipped defaults when unset', () => {
     const d = loadConfig({})
     expect([d.runnerBatchSize, d.runnerParallelism, d.runnerStartConcurrency, d.dbPoolSize]).toEqual([
-      200, 8, 2, 10,
+      1000, 8, 2, 10,
     ])
     const c = loadConfig({
       RUNNER_BATCH_SIZE: '1000',
