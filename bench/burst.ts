@@ -36,6 +36,7 @@ import {
   instantAhead,
   runTimes,
   scheduleAtInstant,
+  serverStatements,
   startScheduledServer,
   waitAllTerminal,
 } from './scheduled.ts'
@@ -53,7 +54,7 @@ const LEAD_MS = Number(process.env.BENCH_LEAD_MS ?? 10_000)
  * at the default 8, 9.6 s at 32). BENCH_BURST_SETTINGS (JSON) overrides them.
  */
 export const BURST_SETTINGS: Record<string, string> = JSON.parse(
-  process.env.BENCH_BURST_SETTINGS ?? '{"RUNNER_PARALLELISM":"32","DB_POOL_SIZE":"40"}',
+  process.env.BENCH_BURST_SETTINGS ?? '{"RUNNER_PARALLELISM":"32","RUNNER_DB_POOL_SIZE":"40"}',
 )
 
 export interface Sink {
@@ -143,10 +144,10 @@ export async function measureOurs(sink: Sink, runs = RUNS): Promise<BurstMeasure
     const server = await startScheduledServer(b.url, { WEBHOOK_ALLOW: sink.url, ...BURST_SETTINGS })
     try {
       const instant = instantAhead(LEAD_MS)
-      const before = server.app.db.stats.statements
+      const before = serverStatements(server)
       await scheduleAtInstant(server, b.db, { slug: 'burst', runs, instant, program: showProgram(sink.url) })
       await waitAllTerminal(b.db)
-      const statements = server.app.db.stats.statements - before
+      const statements = serverStatements(server) - before
       const times = await runTimes(b.db)
       const due = instant.getTime() + 1000
       const late = times.ended.map((t) => t - due)

@@ -7,15 +7,24 @@
  *
  * Alone: `npx tsx bench/throughput.ts` (also the graphile-worker peer),
  * `bench/burst.ts` (also its graphile-worker peer), `bench/punctuality.ts`,
- * `bench/starvation.ts`, `bench/fanout.ts`, `bench/apiLatency.ts`.
- * bench/README.md says what each measures.
+ * `bench/starvation.ts`, `bench/fanout.ts`, `bench/apiLatency.ts`, `bench/console.ts`,
+ * `bench/consoleLoad.ts`. bench/README.md says what each measures.
  */
 import { spawn } from 'node:child_process'
 import { rm } from 'node:fs/promises'
 import { fileURLToPath } from 'node:url'
 import { printResults, RESULTS_FILE, readResults } from './lib.ts'
 
-const BENCHMARKS = ['throughput', 'burst', 'punctuality', 'starvation', 'fanout', 'apiLatency'] as const
+const BENCHMARKS = [
+  'throughput',
+  'burst',
+  'punctuality',
+  'starvation',
+  'fanout',
+  'apiLatency',
+  'console',
+  'consoleLoad',
+] as const
 
 function runOne(name: string): Promise<number> {
   const file = fileURLToPath(new URL(`./${name}.ts`, import.meta.url))

@@ -107,6 +107,14 @@ export async function scheduleAtInstant(
   return ids
 }
 
+/** Statements sent so far by the server's pools, the API's and the runner's. */
+export function serverStatements(server: BenchServer): number {
+  const runnerDb = server.app.runnerDb
+  return (
+    server.app.db.stats.statements + (runnerDb && runnerDb !== server.app.db ? runnerDb.stats.statements : 0)
+  )
+}
+
 /** Wait until no run is left unfinished (one LIMIT 1 probe of the status index per `everyMs`). */
 export async function waitAllTerminal(db: Db, timeoutMs = 300_000, everyMs = 50): Promise<void> {
   const started = Date.now()

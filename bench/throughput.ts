@@ -27,7 +27,13 @@ import {
   sleep,
 } from './lib.ts'
 import { measurePeer, type PeerMeasure } from './peer.ts'
-import { instantAhead, scheduleAtInstant, startScheduledServer, waitAllTerminal } from './scheduled.ts'
+import {
+  instantAhead,
+  scheduleAtInstant,
+  serverStatements,
+  startScheduledServer,
+  waitAllTerminal,
+} from './scheduled.ts'
 import { startBenchServer } from './server.ts'
 
 const RUNS = Number(process.env.BENCH_RUNS ?? 20_000)
@@ -43,7 +49,7 @@ const LEAD_MS = Number(process.env.BENCH_LEAD_MS ?? 10_000)
  */
 export const THROUGHPUT_SETTINGS: Record<string, string> = JSON.parse(
   process.env.BENCH_THROUGHPUT_SETTINGS ??
-    '{"RUNNER_BATCH_SIZE":"2500","RUNNER_PARALLELISM":"16","RUNNER_START_CONCURRENCY":"2","DB_POOL_SIZE":"20"}',
+    '{"RUNNER_BATCH_SIZE":"2500","RUNNER_PARALLELISM":"16","RUNNER_START_CONCURRENCY":"2","RUNNER_DB_POOL_SIZE":"20"}',
 )
 
 const PROGRAM = { phases: [{ name: 'main', steps: [{ kind: 'core.log', params: { message: 'tick' } }] }] }
@@ -70,12 +76,12 @@ export async function measure(instances: number): Promise<ThroughputMeasure> {
       const instant = instantAhead(LEAD_MS)
       await scheduleAtInstant(first, b.db, { slug: 'tp', runs: RUNS, instant, program: PROGRAM })
       await sleep(instant.getTime() - Date.now() - 20)
-      const before = servers.reduce((n, s) => n + s.app.db.stats.statements, 0)
+      const before = servers.reduce((n, s) => n + serverStatements(s), 0)
       const cpu = cpuMeter('mariadbd')
       // The progress poll asks only whether any run is left: one LIMIT 1 probe per 100 ms.
       await waitAllTerminal(b.db, 300_000, 100)
       const { processUs, databaseUs } = cpu.perUnit(RUNS)
-      const statements = servers.reduce((n, s) => n + s.app.db.stats.statements, 0) - before
+      const statements = servers.reduce((n, s) => n + serverStatements(s), 0) - before
       const [last] = await b.db.query<{ at: Date | null }>('SELECT MAX(ended_at) AS at FROM event_runs')
       const [done] = await b.db.query<{ n: number }>(
         `SELECT COUNT(*) AS n FROM event_runs WHERE status = 'completed'`,

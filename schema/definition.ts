@@ -1,5 +1,6 @@
 /** `EventDefinition`: what an event is and when it happens. */
 import { withDefault } from '../src/api/args.ts'
+import { takeOccurrences } from '../src/api/queryBudget.ts'
 import { badInput } from '../src/errors.ts'
 import { MAX_NEXT_OCCURRENCES, nextOccurrences } from '../src/runner/schedule.ts'
 import { DefinitionStateEnum, OverlapPolicyEnum } from './enums.ts'
@@ -69,6 +70,7 @@ EventDefinitionRef.implement({
           throw badInput(`count must be an integer from 1 to ${MAX_NEXT_OCCURRENCES}; got ${count}.`)
         }
         if (def.schedule === null) return []
+        takeOccurrences(ctx.budget, count, ctx.services.maxOccurrences)
         return nextOccurrences(def.schedule, def.timezone, { count, after, bounds: def })
       },
     }),

@@ -14,6 +14,7 @@ import './version.ts'
 import './health.ts'
 import './results.ts'
 import './inputs.ts'
+import './runPage.ts'
 import '../resolvers/index.ts'
 
 export const schema = guardRootFields(builder.toSchema())

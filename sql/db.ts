@@ -137,6 +137,21 @@ export interface DbOptions {
   connectionLimit?: number
   /** Milliseconds to wait for a connection to open. @default 5000 */
   connectTimeout?: number
+  /**
+   * Statements that may wait for a free connection; one more fails at once
+   * with a "busy" error ({@link isPoolBusy}) instead of waiting behind them.
+   * @default 0 (unbounded)
+   */
+  queueLimit?: number
+}
+
+/** mysql2's message when a pool's wait queue is full (it sets no code). */
+const POOL_QUEUE_FULL = 'Queue limit reached.'
+
+/** True when `err` (or its cause) says every connection is busy and the wait queue is full. */
+export function isPoolBusy(err: unknown): boolean {
+  const inner = err instanceof DatabaseError ? err.cause : err
+  return (inner as { message?: unknown })?.message === POOL_QUEUE_FULL
 }
 
 function wrap(err: unknown, what: string): DatabaseError {
@@ -258,7 +273,7 @@ export function poolOptionsFromUrl(url: string, opts: DbOptions = {}): PoolOptio
     bigNumberStrings: false,
     decimalNumbers: true,
     waitForConnections: true,
-    queueLimit: 0,
+    queueLimit: opts.queueLimit ?? 0,
     enableKeepAlive: true,
     // mysql2 otherwise captures a stack trace for every statement, to graft onto
     // a driver error; ours never reach a user, and the capture cost a tenth of

@@ -1,5 +1,6 @@
 /**
- * Roles, bearer tokens and who may do what (SPEC §6).
+ * Roles, bearer tokens and who may do what: viewers read and subscribe,
+ * operators also control runs, admins also manage definitions.
  *
  * Tokens come from configuration (`SHOWRUNNER_TOKENS`, parsed in `config.ts`);
  * this module only answers "who is this?" and "may they?". The actor name that

@@ -2,20 +2,30 @@
  * The `showrunner` command: `serve` (what `npm start` runs), `migrate`, `demo`
  * and `token`. It only wires the environment to the pieces that do the work.
  */
+import { join } from 'node:path'
 import { Command } from 'commander'
 import { ensureDatabase, probeServer } from '../sql/bootstrap.ts'
 import { createDb, DB_ERRNO, isDbErrno, poolOptionsFromUrl } from '../sql/db.ts'
 import { migrate } from '../sql/migrate.ts'
+import { ADMIN_TOKEN_FILE, AdminTokenError, loadOrCreateAdminToken } from './adminToken.ts'
 import { type Config, ConfigError, generateToken, loadConfig } from './config.ts'
 import { loadDemo } from './demo.ts'
+import { installLastResortHandlers } from './lastResort.ts'
 import { createLogger, type Logger } from './log.ts'
-import { MariadbNotInstalledError, type PrivateMariadb, startPrivateMariadb } from './privateMariadb.ts'
+import {
+  MariadbNotInstalledError,
+  type PrivateMariadb,
+  PrivateMariadbInUseError,
+  startPrivateMariadb,
+} from './privateMariadb.ts'
 import { systemClock } from './runner/clock.ts'
 import { createDefaultRegistry } from './runner/steps/registry.ts'
 import { buildApp } from './server.ts'
 
 /** Exit codes: 0 clean stop, 1 runtime failure, 2 bad configuration or usage. */
 const EXIT_CONFIG = 2
+/** A second SIGINT/SIGTERM sooner than this after the first is the same request delivered twice. */
+const REPEAT_SIGNAL_MS = 1000
 
 function configOrExit(): Config {
   try {
@@ -54,6 +64,7 @@ async function resolveDatabase(
   config: Config,
   log: Logger,
   dataDir: string,
+  command: string,
 ): Promise<{ url: string; privateDb: PrivateMariadb | null }> {
   if (config.databaseUrl) {
     await createDatabaseIfMissing(config.databaseUrl, log)
@@ -68,6 +79,17 @@ async function resolveDatabase(
       console.error(`showrunner: ${err.message}`)
       process.exit(1)
     }
+    if (err instanceof PrivateMariadbInUseError) {
+      // Most often a running `npm start`: its server can be shared through its socket.
+      const extra = command === 'serve' ? ' PORT=4001' : ''
+      console.error(
+        `showrunner: the private MariaDB in ${dataDir} is in use by process ${err.ownerPid} (a running showrunner serve?).\n` +
+          `To use its database while it runs, name its socket:\n` +
+          `  DATABASE_URL='${err.url}'${extra} npx showrunner ${command}\n` +
+          'or stop that process first, or pass another --data-dir.',
+      )
+      process.exit(1)
+    }
     console.error(
       `showrunner: could not start a private MariaDB in ${dataDir}: ${(err as Error).message}\n` +
         'Set DATABASE_URL=mysql://user:pass@host:3306/showrunner to use an existing server instead.',
@@ -80,15 +102,36 @@ async function serve(opts: { dataDir: string; demo?: boolean }): Promise<void> {
   const config = configOrExit()
   const log = createLogger({ level: config.logLevel, instance: config.instanceId })
   for (const warning of config.warnings) log.warn({}, warning)
-  const { url, privateDb } = await resolveDatabase(config, log, opts.dataDir)
-  const app = buildApp({ ...config, databaseUrl: url }, { logger: log })
-  let stopping = false
+  const { url, privateDb } = await resolveDatabase(config, log, opts.dataDir, 'serve')
+  // On the private database, a generated admin token is kept beside it so it survives restarts.
+  let adminToken: { token: string; file: string } | undefined
+  if (privateDb && config.tokens.length === 0) {
+    try {
+      const kept = await loadOrCreateAdminToken(join(opts.dataDir, ADMIN_TOKEN_FILE))
+      if (kept.narrowedFrom !== undefined) {
+        log.warn(
+          { file: kept.file, mode: kept.narrowedFrom.toString(8) },
+          'the admin token file was readable by others; narrowed it to 0600',
+        )
+      }
+      adminToken = { token: kept.token, file: kept.file }
+    } catch (err) {
+      console.error(`showrunner: ${(err as Error).message}`)
+      await privateDb.stop().catch(() => undefined)
+      process.exit(err instanceof AdminTokenError ? EXIT_CONFIG : 1)
+    }
+  }
+  const app = buildApp({ ...config, databaseUrl: url }, { logger: log, adminToken })
+  let stoppingSince: number | null = null
   const shutdown = async (signal: string) => {
-    if (stopping) {
+    if (stoppingSince !== null) {
+      // Ctrl-C under `npm start` arrives twice at once: from the terminal and
+      // forwarded by npm. Only a later repeat means "stop waiting".
+      if (Date.now() - stoppingSince < REPEAT_SIGNAL_MS) return
       console.error(`showrunner: ${signal} again; exiting without waiting`)
       process.exit(1)
     }
-    stopping = true
+    stoppingSince = Date.now()
     log.info({ signal }, 'shutting down: finishing the current step and releasing claims')
     let code = 0
     try {
@@ -109,6 +152,13 @@ async function serve(opts: { dataDir: string; demo?: boolean }): Promise<void> {
   }
   process.on('SIGINT', () => void shutdown('SIGINT'))
   process.on('SIGTERM', () => void shutdown('SIGTERM'))
+  installLastResortHandlers({
+    logger: log,
+    stop: async () => {
+      await app.stop()
+      await privateDb?.stop()
+    },
+  })
 
   let started: Awaited<ReturnType<typeof app.start>>
   try {
@@ -141,10 +191,14 @@ async function serve(opts: { dataDir: string; demo?: boolean }): Promise<void> {
   console.log(lines.join('\n'))
 }
 
-async function withDatabase<T>(dataDir: string, fn: (url: string, log: Logger) => Promise<T>): Promise<T> {
+async function withDatabase<T>(
+  dataDir: string,
+  command: string,
+  fn: (url: string, log: Logger) => Promise<T>,
+): Promise<T> {
   const config = configOrExit()
   const log = createLogger({ level: config.logLevel, instance: config.instanceId })
-  const { url, privateDb } = await resolveDatabase(config, log, dataDir)
+  const { url, privateDb } = await resolveDatabase(config, log, dataDir, command)
   try {
     return await fn(url, log)
   } finally {
@@ -180,7 +234,7 @@ export function buildCli(): Command {
     .description('apply pending database migrations and exit')
     .option(...dataDirOption)
     .action(async (opts: { dataDir: string }) => {
-      await withDatabase(opts.dataDir, async (url) => {
+      await withDatabase(opts.dataDir, 'migrate', async (url) => {
         const db = createDb(url)
         try {
           const result = await migrate(db)
@@ -200,7 +254,7 @@ export function buildCli(): Command {
     .description('load the demo definitions (idempotent) and exit')
     .option(...dataDirOption)
     .action(async (opts: { dataDir: string }) => {
-      await withDatabase(opts.dataDir, async (url) => {
+      await withDatabase(opts.dataDir, 'demo', async (url) => {
         const db = createDb(url)
         try {
           await migrate(db)

@@ -43,7 +43,7 @@ export interface Config {
   logRetentionDays: number
   /** Days a terminal run (with its steps and logs) is kept; 0 keeps every run. @default 90 */
   runRetentionDays: number
-  /** Milliseconds between polls behind the runStatus subscription. @default 500 */
+  /** Milliseconds between polls behind the live subscriptions (runStatus, runChanges, waitingSteps). @default 500 */
   statusPollMs: number
   /** How far ahead schedules are materialised into runs, in hours. @default 24 */
   materializeHorizonHours: number
@@ -53,12 +53,47 @@ export interface Config {
   runnerParallelism: number
   /** Start transactions in flight at once while a backlog of due runs drains. @default 2 */
   runnerStartConcurrency: number
-  /** Database connections this process opens at most (API and runner share them). @default 10 */
-  dbPoolSize: number
   /** This process's name in claims and heartbeats. @default `${hostname}-${pid}-${4 hex}` */
   instanceId: string
+  /** Limits on what one client may ask for (docs/security.md). */
+  limits: RequestLimits
+  /** Connections the API may hold open to the database. @default 10 */
+  dbPoolSize: number
+  /** API statements that may wait for a connection before the API answers "busy". @default 100 */
+  dbQueueLimit: number
+  /** Connections the runner holds, apart from the API's so API load cannot starve it. @default 4 */
+  runnerDbPoolSize: number
   /** Things worth telling the operator at start that are not errors. */
   warnings: string[]
+}
+
+/** What one request or one socket may ask of the server; each has an environment variable. */
+export interface RequestLimits {
+  /** Deepest selection (MAX_QUERY_DEPTH). @default 10 */
+  maxDepth: number
+  /** Largest computed query cost (MAX_QUERY_COST). @default 20000 */
+  maxCost: number
+  /** Most aliases in one document (MAX_QUERY_ALIASES). @default 30 */
+  maxAliases: number
+  /** Most lexical tokens in one document (MAX_QUERY_TOKENS). @default 2000 */
+  maxTokens: number
+  /** Most schedule occurrences one request may compute, over every `nextOccurrences` (MAX_OCCURRENCES_PER_REQUEST). @default 2000 */
+  maxOccurrences: number
+  /** Operations one WebSocket may have in flight (WS_MAX_SUBSCRIPTIONS). @default 100 */
+  wsMaxSubscriptions: number
+  /** Milliseconds a WebSocket has to send connection_init before it is closed (WS_INIT_TIMEOUT_MS). @default 3000 */
+  wsInitTimeoutMs: number
+}
+
+/** The limits' defaults; tests and library callers start from these. */
+export const DEFAULT_LIMITS: RequestLimits = {
+  maxDepth: 10,
+  maxCost: 20_000,
+  maxAliases: 30,
+  maxTokens: 2000,
+  maxOccurrences: 2000,
+  wsMaxSubscriptions: 100,
+  wsInitTimeoutMs: 3000,
 }
 
 /** Invalid configuration; `problems` holds one message per variable at fault. */
@@ -260,6 +295,70 @@ const envSchema = z
       'a whole number of hours from 1 to 8760',
     ),
     INSTANCE_ID: instanceIdSchema,
+    MAX_QUERY_DEPTH: wholeNumber(
+      'MAX_QUERY_DEPTH',
+      DEFAULT_LIMITS.maxDepth,
+      2,
+      100,
+      'a whole number from 2 to 100',
+    ),
+    MAX_QUERY_COST: wholeNumber(
+      'MAX_QUERY_COST',
+      DEFAULT_LIMITS.maxCost,
+      10,
+      10_000_000,
+      'a whole number from 10 to 10000000',
+    ),
+    MAX_QUERY_ALIASES: wholeNumber(
+      'MAX_QUERY_ALIASES',
+      DEFAULT_LIMITS.maxAliases,
+      0,
+      100_000,
+      'a whole number from 0 to 100000',
+    ),
+    MAX_QUERY_TOKENS: wholeNumber(
+      'MAX_QUERY_TOKENS',
+      DEFAULT_LIMITS.maxTokens,
+      100,
+      1_000_000,
+      'a whole number from 100 to 1000000',
+    ),
+    MAX_OCCURRENCES_PER_REQUEST: wholeNumber(
+      'MAX_OCCURRENCES_PER_REQUEST',
+      DEFAULT_LIMITS.maxOccurrences,
+      1,
+      1_000_000,
+      'a whole number from 1 to 1000000',
+    ),
+    WS_MAX_SUBSCRIPTIONS: wholeNumber(
+      'WS_MAX_SUBSCRIPTIONS',
+      DEFAULT_LIMITS.wsMaxSubscriptions,
+      1,
+      100_000,
+      'a whole number from 1 to 100000',
+    ),
+    WS_INIT_TIMEOUT_MS: wholeNumber(
+      'WS_INIT_TIMEOUT_MS',
+      DEFAULT_LIMITS.wsInitTimeoutMs,
+      100,
+      600_000,
+      'a whole number of milliseconds from 100 to 600000',
+    ),
+    DB_POOL_SIZE: wholeNumber('DB_POOL_SIZE', 10, 1, 1000, 'a whole number of connections from 1 to 1000'),
+    DB_QUEUE_LIMIT: wholeNumber(
+      'DB_QUEUE_LIMIT',
+      100,
+      1,
+      1_000_000,
+      'a whole number of waiting statements from 1 to 1000000',
+    ),
+    RUNNER_DB_POOL_SIZE: wholeNumber(
+      'RUNNER_DB_POOL_SIZE',
+      4,
+      2,
+      100,
+      'a whole number of connections from 2 to 100',
+    ),
     RUNNER_BATCH_SIZE: wholeNumber('RUNNER_BATCH_SIZE', 1000, 1, 10_000, 'a whole number from 1 to 10000'),
     RUNNER_PARALLELISM: wholeNumber('RUNNER_PARALLELISM', 8, 1, 1000, 'a whole number from 1 to 1000'),
     RUNNER_START_CONCURRENCY: wholeNumber(
@@ -269,7 +368,6 @@ const envSchema = z
       64,
       'a whole number from 1 to 64',
     ),
-    DB_POOL_SIZE: wholeNumber('DB_POOL_SIZE', 10, 1, 1000, 'a whole number from 1 to 1000'),
   })
   .superRefine((env, ctx) => {
     // A lease that can expire before its holder's next tick lets another instance
@@ -333,8 +431,19 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     runnerBatchSize: e.RUNNER_BATCH_SIZE,
     runnerParallelism: e.RUNNER_PARALLELISM,
     runnerStartConcurrency: e.RUNNER_START_CONCURRENCY,
-    dbPoolSize: e.DB_POOL_SIZE,
     instanceId: e.INSTANCE_ID ?? defaultInstanceId(),
+    limits: {
+      maxDepth: e.MAX_QUERY_DEPTH,
+      maxCost: e.MAX_QUERY_COST,
+      maxAliases: e.MAX_QUERY_ALIASES,
+      maxTokens: e.MAX_QUERY_TOKENS,
+      maxOccurrences: e.MAX_OCCURRENCES_PER_REQUEST,
+      wsMaxSubscriptions: e.WS_MAX_SUBSCRIPTIONS,
+      wsInitTimeoutMs: e.WS_INIT_TIMEOUT_MS,
+    },
+    dbPoolSize: e.DB_POOL_SIZE,
+    dbQueueLimit: e.DB_QUEUE_LIMIT,
+    runnerDbPoolSize: e.RUNNER_DB_POOL_SIZE,
     warnings,
   }
 }

@@ -44,6 +44,22 @@ export interface CreateDefinitionInput extends DefinitionFields {
 const SLUG = /^[a-z0-9](?:[a-z0-9._-]{0,98}[a-z0-9])?$/
 const MAX_GRACE_SECONDS = 7 * 24 * 3600
 
+/**
+ * The longest value each text field may hold: the width of its column, so a
+ * value that would not fit is refused here, naming the field and the limit,
+ * instead of by the database.
+ */
+export const FIELD_LIMITS = {
+  slug: 100,
+  title: 200,
+  description: 10_000,
+  schedule: 120,
+  timezone: 64,
+  concurrencyKey: 255,
+  scope: 191,
+  scopes: 1000,
+} as const
+
 /** Every problem with the given fields, each naming its field; empty when valid. */
 export function fieldProblems(f: DefinitionFields, current?: DefinitionRow): string[] {
   const problems: string[] = []
@@ -52,15 +68,23 @@ export function fieldProblems(f: DefinitionFields, current?: DefinitionRow): str
       'slug: use 1–100 lowercase letters, digits, ".", "_" or "-", starting and ending with a letter or digit',
     )
   }
-  if (f.title !== undefined && (f.title.trim() === '' || f.title.length > 200)) {
-    problems.push('title: must be 1–200 characters')
+  if (f.title !== undefined && (f.title.trim() === '' || f.title.length > FIELD_LIMITS.title)) {
+    problems.push(`title: must be 1–${FIELD_LIMITS.title} characters`)
   }
-  if (f.description != null && f.description.length > 10_000)
-    problems.push('description: at most 10,000 characters')
+  if (f.description != null && f.description.length > FIELD_LIMITS.description)
+    problems.push(`description: at most ${FIELD_LIMITS.description.toLocaleString('en')} characters`)
   const timezone = f.timezone ?? current?.timezone ?? 'UTC'
-  if (f.timezone !== undefined && canonicalTimezone(f.timezone) === null) {
+  const scheduleTooLong = f.schedule != null && f.schedule.length > FIELD_LIMITS.schedule
+  if (scheduleTooLong) {
+    problems.push(
+      `schedule: at most ${FIELD_LIMITS.schedule} characters (got ${f.schedule?.length}); a cron expression is 5 or 6 short fields`,
+    )
+  }
+  if (f.timezone !== undefined && f.timezone.length > FIELD_LIMITS.timezone) {
+    problems.push(`timezone: at most ${FIELD_LIMITS.timezone} characters (got ${f.timezone.length})`)
+  } else if (f.timezone !== undefined && canonicalTimezone(f.timezone) === null) {
     problems.push(`timezone: "${f.timezone}" is not an IANA time zone (e.g. "Europe/London")`)
-  } else {
+  } else if (!scheduleTooLong) {
     const schedule = f.schedule !== undefined ? f.schedule : current?.schedule
     if (schedule != null && (f.schedule !== undefined || f.timezone !== undefined)) {
       for (const p of validateSchedule(schedule, timezone)) problems.push(`schedule: ${p}`)
@@ -73,8 +97,8 @@ export function fieldProblems(f: DefinitionFields, current?: DefinitionRow): str
     problems.push(`graceSeconds: must be a whole number from 0 to ${MAX_GRACE_SECONDS}`)
   }
   if (f.concurrencyKey != null) {
-    if (f.concurrencyKey.trim() === '' || f.concurrencyKey.length > 255)
-      problems.push('concurrencyKey: must be 1–255 characters')
+    if (f.concurrencyKey.trim() === '' || f.concurrencyKey.length > FIELD_LIMITS.concurrencyKey)
+      problems.push(`concurrencyKey: must be 1–${FIELD_LIMITS.concurrencyKey} characters`)
     for (const p of templateProblems(f.concurrencyKey, 'concurrencyKey'))
       problems.push(`${p.path}: ${p.message}`)
   }
@@ -97,10 +121,11 @@ export function fieldProblems(f: DefinitionFields, current?: DefinitionRow): str
   }
   if (f.scopes !== undefined) {
     if (f.scopes.length === 0) problems.push('scopes: give at least one scope ("" is the default scope)')
-    if (f.scopes.length > 1000) problems.push('scopes: at most 1000 scopes')
+    if (f.scopes.length > FIELD_LIMITS.scopes) problems.push(`scopes: at most ${FIELD_LIMITS.scopes} scopes`)
     if (new Set(f.scopes).size !== f.scopes.length) problems.push('scopes: must not repeat a scope')
     f.scopes.forEach((s, i) => {
-      if (s.length > 191) problems.push(`scopes[${i}]: at most 191 characters`)
+      if (s.length > FIELD_LIMITS.scope)
+        problems.push(`scopes[${i}]: at most ${FIELD_LIMITS.scope} characters`)
     })
   }
   return problems

@@ -1,5 +1,6 @@
 /**
- * A private MariaDB for `npm start` without DATABASE_URL (SPEC §7).
+ * A private MariaDB for `npm start` without DATABASE_URL: a newcomer needs
+ * only the MariaDB server package, no running server and no configuration.
  *
  * Layout of `dir` (default `.data/mariadb`):
  *   data/          the data directory, made by mariadb-install-db on first run
@@ -8,6 +9,7 @@
  *   mariadbd.err   mariadbd's error log (start-up failures are quoted from it)
  *   install.log    mariadb-install-db's output
  *   owner.json     the process that started the server, present while it runs
+ *   admin-token    the admin token `serve` keeps when no tokens are configured (src/adminToken.ts)
  *
  * Decisions:
  * - The server runs in its own process group, so a Ctrl-C on the terminal reaches
@@ -51,7 +53,19 @@ export class MariadbNotInstalledError extends Error {
 
 /** The private server could not be started; the message quotes the tail of its log. */
 export class PrivateMariadbError extends Error {
-  override readonly name = 'PrivateMariadbError'
+  override readonly name: string = 'PrivateMariadbError'
+}
+
+/** Another live process owns the folder; `url` reaches the server it runs, through its socket. */
+export class PrivateMariadbInUseError extends PrivateMariadbError {
+  override readonly name = 'PrivateMariadbInUseError'
+  constructor(
+    message: string,
+    readonly ownerPid: number,
+    readonly url: string,
+  ) {
+    super(message)
+  }
 }
 
 /** Options for {@link startPrivateMariadb}. */
@@ -256,7 +270,7 @@ function ownerAlive(o: Owner): boolean {
  * Take `owner.json` exclusively. A file left by a dead process is replaced; one
  * held by a live process (this one included) means the dir is in use.
  */
-async function acquireOwner(file: string, dir: string): Promise<void> {
+async function acquireOwner(file: string, dir: string, url: string): Promise<void> {
   const me: Owner = { pid: process.pid, startTime: startTimeOf(process.pid) }
   for (let attempt = 0; attempt < 3; attempt++) {
     try {
@@ -273,9 +287,11 @@ async function acquireOwner(file: string, dir: string): Promise<void> {
     }
     if (other && typeof other.pid === 'number' && ownerAlive(other)) {
       const who = other.pid === process.pid ? 'this process' : `process ${other.pid}`
-      throw new PrivateMariadbError(
+      throw new PrivateMariadbInUseError(
         `The private MariaDB in ${dir} is already in use by ${who}. Stop that first, ` +
-          'use another directory, or set DATABASE_URL to share one server.',
+          `use another directory, or share its server through its socket: DATABASE_URL='${url}'.`,
+        other.pid,
+        url,
       )
     }
     await rm(file, { force: true })
@@ -341,7 +357,7 @@ export async function startPrivateMariadb(opts: PrivateMariadbOptions = {}): Pro
   // Root logs in without a password over the socket, so folders made here admit
   // only their owner. An existing folder keeps its mode: it may be shared on purpose.
   await mkdir(dir, { recursive: true, mode: 0o700 })
-  await acquireOwner(paths.owner, dir)
+  await acquireOwner(paths.owner, dir, socketUrl(paths.socket, database))
   const asRoot = typeof process.getuid === 'function' && process.getuid() === 0
 
   let child: ChildProcess | undefined
@@ -524,9 +540,15 @@ async function initialise(
   )
   if (result !== 0) {
     await rm(tmp, { recursive: true, force: true })
+    // Its last lines are generic advice; the cause is in the [ERROR] lines above them.
+    const output = await tail(paths.install, from, 400)
+    const errors = output.split('\n').filter((line) => /\[ERROR\]|^ERROR/.test(line))
     throw new PrivateMariadbError(
       `mariadb-install-db failed (${typeof result === 'number' ? `exit code ${result}` : result}).` +
-        quoteLog(paths.install, await tail(paths.install, from)),
+        quoteLog(
+          paths.install,
+          errors.length > 0 ? errors.slice(-10).join('\n') : output.split('\n').slice(-20).join('\n'),
+        ),
     )
   }
   await rename(tmp, paths.data)

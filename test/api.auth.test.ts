@@ -66,6 +66,7 @@ const FIELDS: FieldCase[] = [
   { field: 'definitions', needs: 'viewer', doc: () => '{ definitions { id } }' },
   { field: 'definition', needs: 'viewer', doc: () => '{ definition(slug: "auth-fixture") { id } }' },
   { field: 'health', needs: 'viewer', doc: () => '{ health { ok } }' },
+  { field: 'runPage', needs: 'viewer', doc: () => '{ runPage(first: 1) { nodes { id } } }' },
   {
     field: 'startRun',
     needs: 'operator',
@@ -118,6 +119,13 @@ const FIELDS: FieldCase[] = [
     needs: 'viewer',
     subscription: true,
     doc: () => `subscription { runStatus(id: "${MISSING}") { id status } }`,
+  },
+  {
+    // A bad filter ends the stream once the role check has passed.
+    field: 'runChanges',
+    needs: 'viewer',
+    subscription: true,
+    doc: () => 'subscription { runChanges(filter: { definitionId: "not-an-id" }) { id } }',
   },
 ]
 

@@ -221,6 +221,66 @@ describe('loadConfig', () => {
   })
 })
 
+describe('request limits and pools', () => {
+  it('default to the documented values', () => {
+    expect(loadConfig({})).toMatchObject({
+      limits: {
+        maxDepth: 10,
+        maxCost: 20_000,
+        maxAliases: 30,
+        maxTokens: 2000,
+        maxOccurrences: 2000,
+        wsMaxSubscriptions: 100,
+        wsInitTimeoutMs: 3000,
+      },
+      dbPoolSize: 10,
+      dbQueueLimit: 100,
+      runnerDbPoolSize: 4,
+    })
+  })
+
+  it('are read from their variables', () => {
+    const c = loadConfig({
+      MAX_QUERY_DEPTH: '12',
+      MAX_QUERY_COST: '50000',
+      MAX_QUERY_ALIASES: '100',
+      MAX_QUERY_TOKENS: '5000',
+      MAX_OCCURRENCES_PER_REQUEST: '10000',
+      WS_MAX_SUBSCRIPTIONS: '500',
+      WS_INIT_TIMEOUT_MS: '10000',
+      DB_POOL_SIZE: '20',
+      DB_QUEUE_LIMIT: '1000',
+      RUNNER_DB_POOL_SIZE: '8',
+    })
+    expect(c.limits).toEqual({
+      maxDepth: 12,
+      maxCost: 50_000,
+      maxAliases: 100,
+      maxTokens: 5000,
+      maxOccurrences: 10_000,
+      wsMaxSubscriptions: 500,
+      wsInitTimeoutMs: 10_000,
+    })
+    expect(c).toMatchObject({ dbPoolSize: 20, dbQueueLimit: 1000, runnerDbPoolSize: 8 })
+  })
+
+  it('refuse nonsense, naming each variable', () => {
+    const problems = (() => {
+      try {
+        loadConfig({ MAX_QUERY_TOKENS: '10', WS_MAX_SUBSCRIPTIONS: '0', MAX_QUERY_COST: 'lots' })
+      } catch (err) {
+        return (err as ConfigError).problems
+      }
+      return []
+    })()
+    expect(problems).toEqual([
+      "MAX_QUERY_COST must be a whole number from 10 to 10000000 (got 'lots')",
+      "MAX_QUERY_TOKENS must be a whole number from 100 to 1000000 (got '10')",
+      "WS_MAX_SUBSCRIPTIONS must be a whole number from 1 to 100000 (got '0')",
+    ])
+  })
+})
+
 describe('generateToken', () => {
   it('makes distinct 43-character base64url tokens that loadConfig accepts', () => {
     const a = generateToken()

@@ -1,5 +1,5 @@
 /**
- * Who may call which root field (SPEC §6), checked per field.
+ * Who may call which root field, checked per field: viewer < operator < admin.
  *
  * Every root field declares the role it needs in its Pothos `extensions`
  * (`extensions: requires('operator')`); {@link guardRootFields} wraps each
@@ -11,9 +11,17 @@
  *
  * The same wrapper times each root field for the resolver-duration metric.
  */
-import { defaultFieldResolver, GraphQLError, type GraphQLFieldResolver, type GraphQLSchema } from 'graphql'
+import {
+  defaultFieldResolver,
+  GraphQLError,
+  type GraphQLFieldResolver,
+  type GraphQLResolveInfo,
+  type GraphQLSchema,
+} from 'graphql'
+import * as audit from '../../sql/auditLog.ts'
 import { isRole, type Role, roleAllows } from '../auth.ts'
 import { AppError, ERROR_CODES } from '../errors.ts'
+import type { Logger } from '../log.ts'
 import type { ApiContext } from './context.ts'
 
 /** The `extensions` key a root field's required role lives under. */
@@ -27,12 +35,33 @@ export function requires(role: Role): { [ROLE_EXTENSION]: Role } {
 export const UNAUTHENTICATED_MESSAGE =
   'Authentication required: send the header "Authorization: Bearer <token>" (on WebSocket: connectionParams.authorization).'
 
+/** A token was sent but is not one this server accepts: say so, rather than ask for a header that was sent. */
+export const INVALID_TOKEN_MESSAGE =
+  'Invalid token: the bearer token sent is not one this server accepts. Use a token from SHOWRUNNER_TOKENS, or the admin token the server printed at start.'
+
+export const MALFORMED_AUTHORIZATION_MESSAGE = 'Invalid Authorization header: expected "Bearer <token>".'
+
+/** Why a request did not authenticate, from its Authorization value: missing, malformed or unknown. */
+export function unauthenticatedReason(
+  header: string | null | undefined,
+): 'missing' | 'malformed' | 'invalid' {
+  if (typeof header !== 'string' || header.trim() === '') return 'missing'
+  return /^\s*bearer\s+\S+\s*$/i.test(header) ? 'invalid' : 'malformed'
+}
+
+const MESSAGES = {
+  missing: UNAUTHENTICATED_MESSAGE,
+  malformed: MALFORMED_AUTHORIZATION_MESSAGE,
+  invalid: INVALID_TOKEN_MESSAGE,
+} as const
+
 /**
  * The error for a request without a valid token, carrying HTTP 401 and a
- * `WWW-Authenticate` challenge for yoga to put on the response.
+ * `WWW-Authenticate` challenge for yoga to put on the response. Every reason
+ * has the code UNAUTHENTICATED; the message tells them apart.
  */
-export function unauthenticatedError(): GraphQLError {
-  return new GraphQLError(UNAUTHENTICATED_MESSAGE, {
+export function unauthenticatedError(reason: keyof typeof MESSAGES = 'missing'): GraphQLError {
+  return new GraphQLError(MESSAGES[reason], {
     extensions: {
       code: ERROR_CODES.UNAUTHENTICATED,
       http: { status: 401, headers: { 'WWW-Authenticate': 'Bearer realm="showrunner"' } },
@@ -40,10 +69,53 @@ export function unauthenticatedError(): GraphQLError {
   })
 }
 
-function check(ctx: ApiContext, field: string, needed: Role): void {
+/** Who a refused request came from, as far as anyone can tell: never the token itself. */
+export interface RefusedAuthentication {
+  transport: 'http' | 'websocket'
+  /** 'none' (no credential sent) or 'unknown token' (one that matches no configured token). */
+  credential: 'none' | 'unknown token'
+  operationName: string | null
+  remote: string | null
+}
+
+/** A refused authentication, at warn: the actor is always "anonymous" (no token matched). */
+export function logRefusedAuthentication(logger: Logger, what: RefusedAuthentication): void {
+  logger.warn({ actor: 'anonymous', ...what }, 'refused authentication')
+}
+
+/**
+ * A refused authorisation: logged at warn and written to the audit table, at
+ * most once per operation however many of its fields were refused (a document
+ * of aliased forbidden fields must not turn into as many writes).
+ */
+function recordForbidden(ctx: ApiContext, field: string, needed: Role, info: GraphQLResolveInfo): void {
+  const principal = ctx.principal as NonNullable<ApiContext['principal']>
+  const operationName = info.operation.name?.value ?? null
+  const { logger, db } = ctx.services
+  logger.warn(
+    { actor: principal.actor, role: principal.role, needed, field, operationName },
+    'refused authorisation',
+  )
+  if (refusalAudited.has(ctx)) return
+  refusalAudited.add(ctx)
+  audit
+    .record(db, {
+      actor: principal.actor,
+      action: field.slice(0, 100),
+      targetType: 'api',
+      targetId: null,
+      outcome: 'refused',
+      detail: { operationName, role: principal.role, needed },
+    })
+    .catch((err: unknown) => logger.error({ err, field }, 'could not audit a refused authorisation'))
+}
+const refusalAudited = new WeakSet<ApiContext>()
+
+function check(ctx: ApiContext, field: string, needed: Role, info: GraphQLResolveInfo): void {
   const principal = ctx.principal
   if (!principal) throw new AppError(ERROR_CODES.UNAUTHENTICATED, UNAUTHENTICATED_MESSAGE)
   if (!roleAllows(principal.role, needed)) {
+    recordForbidden(ctx, field, needed, info)
     throw new AppError(
       ERROR_CODES.FORBIDDEN,
       `${field} needs the ${needed} role; this token has the ${principal.role} role.`,
@@ -83,7 +155,7 @@ export function guardRootFields(schema: GraphQLSchema): GraphQLSchema {
       if (field.subscribe) {
         const subscribe = field.subscribe as GraphQLFieldResolver<unknown, ApiContext>
         field.subscribe = (source, args, ctx, info) => {
-          check(ctx, name, needed)
+          check(ctx, name, needed, info)
           return timed(ctx, name, () => subscribe(source, args, ctx, info))
         }
         // The per-event resolve only maps the payload; the caller was checked when subscribing.
@@ -91,7 +163,7 @@ export function guardRootFields(schema: GraphQLSchema): GraphQLSchema {
       }
       const resolve = (field.resolve ?? defaultFieldResolver) as GraphQLFieldResolver<unknown, ApiContext>
       field.resolve = (source, args, ctx, info) => {
-        check(ctx, name, needed)
+        check(ctx, name, needed, info)
         return timed(ctx, name, () => resolve(source, args, ctx, info))
       }
     }

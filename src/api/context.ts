@@ -9,7 +9,9 @@ import type { Logger } from '../log.ts'
 import type { Metrics } from '../metrics.ts'
 import type { Clock } from '../runner/clock.ts'
 import type { StepRegistry } from '../runner/steps/registry.ts'
+import type { InboxFeed } from './inboxFeed.ts'
 import { createLoaders, type Loaders } from './loaders.ts'
+import type { RunChangeFeed } from './runChangeFeed.ts'
 import type { StatusPoller } from './statusPoller.ts'
 
 /** Process-wide dependencies of the API, shared by every request. */
@@ -19,11 +21,17 @@ export interface ApiServices {
   clock: Clock
   metrics: Metrics
   poller: StatusPoller
+  /** The one poller behind every `runChanges` subscription. */
+  runChanges: RunChangeFeed
+  /** The one poller behind every `waitingSteps` subscription. */
+  inbox: InboxFeed
   logger: Logger
   /** The runner's tick, for the `health.runners` liveness window. */
   tickMs: number
   /** Materialisation look-ahead, passed to definition changes. */
   horizonMs: number
+  /** Schedule occurrences one request may compute in all (MAX_OCCURRENCES_PER_REQUEST). */
+  maxOccurrences: number
   /** Wake the co-hosted runner (a run was started, a cue resolved); a no-op with RUNNER=off. */
   nudge(): void
   /** Ask the co-hosted runner to materialise at its next tick (a definition changed). */
@@ -35,8 +43,15 @@ export interface ApiContext {
   principal: Principal | null
   services: ApiServices
   loaders: Loaders
+  /** What this request may still compute (see src/api/queryBudget.ts). */
+  budget: { occurrencesLeft: number }
 }
 
 export function createApiContext(services: ApiServices, principal: Principal | null): ApiContext {
-  return { principal, services, loaders: createLoaders(services.db) }
+  return {
+    principal,
+    services,
+    loaders: createLoaders(services.db),
+    budget: { occurrencesLeft: services.maxOccurrences },
+  }
 }

@@ -5,6 +5,8 @@
  * - an AppError → its message and `extensions.code`;
  * - a database that cannot be reached → DATABASE_UNAVAILABLE, "The database is
  *   unavailable; retry shortly.";
+ * - a full wait queue on the API's pool → DATABASE_UNAVAILABLE with reason
+ *   BUSY, "The server is busy: … Retry in a moment";
  * - a GraphQL error raised on purpose (validation, variable coercion, our
  *   scalars, the auth gate) → as it is, with a code added when it has none;
  * - anything else → "Unexpected error." with INTERNAL_SERVER_ERROR, and the real
@@ -12,16 +14,22 @@
  */
 import { GraphQLError, type GraphQLErrorOptions } from 'graphql'
 import type { Plugin } from 'graphql-yoga'
-import { DatabaseError } from '../../sql/db.ts'
+import { DatabaseError, isPoolBusy } from '../../sql/db.ts'
 import { AppError, ERROR_CODES } from '../errors.ts'
 import type { Logger } from '../log.ts'
 
 export const DATABASE_UNAVAILABLE_MESSAGE = 'The database is unavailable; retry shortly.'
 export const UNEXPECTED_MESSAGE = 'Unexpected error.'
+export const DATABASE_BUSY_MESSAGE =
+  'The server is busy: too many requests are waiting for the database. Retry in a moment, or send fewer at once.'
+/** MariaDB's "Data too long for column" (strict mode refuses rather than truncates). */
+const ER_DATA_TOO_LONG = 1406
 /** Codes beyond SPEC §5's, for errors the GraphQL layer itself raises. */
 export const API_CODES = {
   /** The document does not validate against the schema (or exceeds depth/cost limits). */
   GRAPHQL_VALIDATION_FAILED: 'GRAPHQL_VALIDATION_FAILED',
+  /** A WebSocket already holds as many operations as one socket may. */
+  TOO_MANY_OPERATIONS: 'TOO_MANY_OPERATIONS',
   /** A bug or an unexpected failure; details are in the server log. */
   INTERNAL_SERVER_ERROR: 'INTERNAL_SERVER_ERROR',
 } as const
@@ -59,12 +67,32 @@ export function createMaskError(logger: Logger): MaskError {
     if (cause instanceof AppError) {
       return new GraphQLError(cause.message, { ...where, extensions: { code: cause.code } })
     }
+    if (isPoolBusy(cause)) {
+      // Load, not an outage: the statement never reached the database.
+      logger.warn({ path: where?.path }, 'database pool busy: refused a request instead of queueing it')
+      return new GraphQLError(DATABASE_BUSY_MESSAGE, {
+        ...where,
+        extensions: { code: ERROR_CODES.DATABASE_UNAVAILABLE },
+      })
+    }
     if (cause instanceof DatabaseError && cause.unavailable) {
       logger.warn({ err: cause, path: where?.path }, 'database unavailable while answering a request')
       return new GraphQLError(DATABASE_UNAVAILABLE_MESSAGE, {
         ...where,
         extensions: { code: ERROR_CODES.DATABASE_UNAVAILABLE },
       })
+    }
+    if (cause instanceof DatabaseError && cause.errno === ER_DATA_TOO_LONG) {
+      // A length the API layer failed to check: still the caller's input, so say
+      // which field, never the statement.
+      logger.warn({ err: cause, path: where?.path }, 'a value reached the database longer than its column')
+      const column = /for column '([^']{1,64})'/.exec(
+        String((cause.cause as Error | undefined)?.message),
+      )?.[1]
+      return new GraphQLError(
+        `A value is longer than ${column ? `the ${column} field` : 'its field'} allows; shorten it and retry.`,
+        { ...where, extensions: { code: ERROR_CODES.BAD_USER_INPUT } },
+      )
     }
     if (error instanceof GraphQLError && cause instanceof GraphQLError) {
       // Raised on purpose somewhere in the GraphQL layer: keep its message.

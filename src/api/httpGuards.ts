@@ -2,25 +2,55 @@
  * Yoga plugins guarding GraphQL over HTTP (and SSE, which is HTTP too):
  * - {@link useAuthGate}: no valid bearer token → UNAUTHENTICATED with HTTP 401,
  *   before the document is even parsed, so an anonymous caller learns nothing
- *   about the schema (not even from validation messages).
+ *   about the schema (not even from validation messages). The message tells a
+ *   missing header from a malformed one and from a token nobody configured.
  * - {@link useCsrfPrevention}: refuse POSTs a browser would send cross-site
  *   without a CORS preflight (form and text/plain bodies), unless they carry a
  *   custom header only a script allowed by CORS could add. JSON POSTs (every
  *   real client, curl included) are preflighted by browsers and pass.
  */
+import type { IncomingMessage } from 'node:http'
 import { createGraphQLError, type Plugin } from 'graphql-yoga'
 import { authenticate, type TokenEntry } from '../auth.ts'
 import { ERROR_CODES } from '../errors.ts'
-import { unauthenticatedError } from './authz.ts'
+import type { Logger } from '../log.ts'
+import { logRefusedAuthentication, unauthenticatedError, unauthenticatedReason } from './authz.ts'
 
-export function useAuthGate(tokens: readonly TokenEntry[]): Plugin {
+export function useAuthGate(
+  tokens: readonly TokenEntry[],
+  logger: Logger,
+): Plugin<{ req?: IncomingMessage }> {
   return {
-    onParams({ request, setResult }) {
-      if (authenticate(request.headers.get('authorization'), tokens) === null) {
-        setResult({ errors: [unauthenticatedError()] })
+    onParams({ request, params, context, setResult }) {
+      const credential = request.headers.get('authorization')
+      if (authenticate(credential, tokens) === null) {
+        logRefusedAuthentication(logger, {
+          transport: 'http',
+          credential: credential === null ? 'none' : 'unknown token',
+          operationName: operationNameOf(params),
+          remote: (context as { req?: IncomingMessage }).req?.socket?.remoteAddress ?? null,
+        })
+        setResult({ errors: [unauthenticatedError(unauthenticatedReason(credential))] })
       }
     },
   }
+}
+
+/**
+ * The operation a request names, for the log of a refused one: `operationName`
+ * when sent, else the name of the document's first operation, read from the
+ * first kilobyte without parsing (the request is refused before its document
+ * is parsed, and parsing is the expensive part).
+ */
+export function operationNameOf(params: { operationName?: unknown; query?: unknown }): string | null {
+  if (typeof params.operationName === 'string' && params.operationName !== '') {
+    return params.operationName.slice(0, 100)
+  }
+  if (typeof params.query !== 'string') return null
+  const m = /^(?:\s|,|#[^\n]*\n)*(?:query|mutation|subscription)\s+([_A-Za-z][_0-9A-Za-z]{0,99})/.exec(
+    params.query.slice(0, 1024),
+  )
+  return m?.[1] ?? null
 }
 
 /** Content types a browser may POST cross-site without a preflight (the CORS "simple" ones). */

@@ -1,7 +1,17 @@
 /**
- * Compiled execution (graphql-jit) for queries.
+ * Which executor runs an operation: compiled (graphql-jit) for queries,
+ * graphql-js for everything else.
  *
- * A list page is 500 runs × a dozen fields, and graphql-js's interpreter spent
+ * Every response map must be ordered as its selection set. yoga's default
+ * executor (@graphql-tools/executor, pinned to a release that runs on Node 20)
+ * writes an object's keys as their values resolve, so a field with an async
+ * resolver (nextOccurrences, currentVersion, a DataLoader) moved behind the
+ * synchronous ones: mutations and subscriptions answered out of order while
+ * compiled queries did not. graphql-js collects the values first and builds
+ * the map in selection order, so mutations, subscriptions and the queries the
+ * JIT does not take run on it (the fix upstream needs Node 22).
+ *
+ * Why compile queries: a list page is 500 runs × a dozen fields, and graphql-js's interpreter spent
  * more CPU walking that result (and allocating promises per object) than the
  * database did reading it; the compiled query is several times cheaper per
  * request (bench/apiLatency.ts), and so is its compiled JSON serialiser.
@@ -22,7 +32,7 @@
  */
 
 import type { DocumentNode, ExecutionArgs, ExecutionResult } from 'graphql'
-import { getOperationAST, getVariableValues } from 'graphql'
+import { execute, GraphQLError, getOperationAST, getVariableValues, subscribe } from 'graphql'
 import { type CompiledQuery, compileQuery, isCompiledQuery } from 'graphql-jit'
 import type { Plugin } from 'graphql-yoga'
 
@@ -33,6 +43,30 @@ function jitApplies(args: ExecutionArgs): boolean {
   if (defs.length === 0) return true
   const coerced = getVariableValues(args.schema, defs, args.variableValues ?? {}, { maxErrors: 1 })
   return coerced.errors === undefined
+}
+
+/**
+ * graphql-js answers a request it cannot start (invalid variables, an unknown
+ * operation) with errors and no `data`. Those are the caller's mistake: mark
+ * them HTTP 400, as yoga's own executor does, so the status does not depend on
+ * which executor ran.
+ */
+function executeOnGraphqlJs(args: ExecutionArgs): ReturnType<typeof execute> {
+  const result = execute(args)
+  if (result instanceof Promise || 'data' in result || !result.errors) return result
+  return {
+    errors: result.errors.map(
+      (e) =>
+        new GraphQLError(e.message, {
+          nodes: e.nodes,
+          source: e.source,
+          positions: e.positions,
+          path: e.path,
+          originalError: e.originalError,
+          extensions: { ...e.extensions, http: { ...(e.extensions.http as object), status: 400 } },
+        }),
+    ),
+  }
 }
 
 /** Options of {@link useQueryJit}. */
@@ -69,9 +103,11 @@ export function useQueryJit(opts: QueryJitOptions = {}): Plugin {
 
   return {
     onExecute({ args, setExecuteFn }) {
-      if (!jitApplies(args)) return
-      const query = compiledFor(args)
-      if (!query) return
+      const query = jitApplies(args) ? compiledFor(args) : null
+      if (!query) {
+        setExecuteFn(executeOnGraphqlJs as Parameters<typeof setExecuteFn>[0])
+        return
+      }
       setExecuteFn((async (execArgs: ExecutionArgs) => {
         const result = (await query.query(
           execArgs.rootValue,
@@ -82,6 +118,9 @@ export function useQueryJit(opts: QueryJitOptions = {}): Plugin {
         result.stringify = query.stringify
         return result
       }) as Parameters<typeof setExecuteFn>[0])
+    },
+    onSubscribe({ setSubscribeFn }) {
+      setSubscribeFn(subscribe as Parameters<typeof setSubscribeFn>[0])
     },
   }
 }

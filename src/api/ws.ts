@@ -8,15 +8,16 @@
  * the socket is closed with 4401 before any operation is accepted.
  */
 import type { IncomingMessage, Server } from 'node:http'
-import type { ExecutionArgs, GraphQLError } from 'graphql'
+import { type ExecutionArgs, GraphQLError } from 'graphql'
 import { CloseCode } from 'graphql-ws'
 import { useServer } from 'graphql-ws/use/ws'
 import type { YogaServerInstance } from 'graphql-yoga'
 import { WebSocketServer } from 'ws'
 import { authenticate, type Principal, type TokenEntry } from '../auth.ts'
 import type { Logger } from '../log.ts'
-import { unauthenticatedError } from './authz.ts'
+import { logRefusedAuthentication, unauthenticatedError } from './authz.ts'
 import type { ApiContext } from './context.ts'
+import { API_CODES } from './errors.ts'
 
 /** Where the WebSocket path puts the principal in yoga's initial context (a symbol: no client can set it). */
 export const WS_PRINCIPAL = Symbol('showrunner.wsPrincipal')
@@ -35,7 +36,7 @@ export interface WsTransport {
 }
 
 /**
- * The credential a WebSocket client sent. SPEC §6 names
+ * The credential a WebSocket client sent. The documented form is
  * `connectionParams.authorization: "Bearer TOKEN"`; clients in the wild also
  * send `Authorization`, a bare token, or the header on the upgrade request
  * (Node clients can set it), so each of those is read too. The token itself is
@@ -58,7 +59,12 @@ export function attachGraphqlWs(opts: {
   tokens: readonly TokenEntry[]
   maxPayloadBytes: number
   logger: Logger
+  /** Operations (subscriptions, and queries still running) one socket may hold at once. @default 100 */
+  maxOperations?: number
+  /** Milliseconds a socket has to send connection_init; then it is closed with 4408. @default 3000 */
+  initTimeoutMs?: number
 }): WsTransport {
+  const maxOperations = opts.maxOperations ?? 100
   const wss = new WebSocketServer({
     server: opts.httpServer,
     path: opts.path,
@@ -68,13 +74,25 @@ export function attachGraphqlWs(opts: {
     {
       // Never put internal error text into close reasons.
       isProd: true,
+      // An idle socket that never says who it is holds memory and a file descriptor for nothing.
+      connectionInitWaitTimeout: opts.initTimeoutMs ?? 3000,
       onConnect(ctx) {
-        const principal = authenticate(wsAuthorization(ctx.connectionParams, ctx.extra.request), opts.tokens)
+        const credential = wsAuthorization(ctx.connectionParams, ctx.extra.request)
+        const principal = authenticate(credential, opts.tokens)
         if (!principal) {
+          logRefusedAuthentication(opts.logger, {
+            transport: 'websocket',
+            credential: credential === null ? 'none' : 'unknown token',
+            operationName: null,
+            remote: ctx.extra.request.socket?.remoteAddress ?? null,
+          })
           // 4401 says "your credentials", which clients treat as final (no reconnect loop).
+          // A close reason holds at most 123 bytes.
           ctx.extra.socket.close(
             CloseCode.Unauthorized,
-            'Unauthorized: connectionParams.authorization must be "Bearer <token>"',
+            credential === null
+              ? 'Unauthorized: connectionParams.authorization must be "Bearer <token>"'
+              : 'Unauthorized: invalid token (not one this server accepts)',
           )
           return false
         }
@@ -84,6 +102,20 @@ export function attachGraphqlWs(opts: {
       async onSubscribe(ctx, _id, payload) {
         const principal = ctx.extra.principal
         if (!principal) return [unauthenticatedError()]
+        // graphql-ws has already entered this operation in ctx.subscriptions.
+        const inFlight = Object.keys(ctx.subscriptions).length
+        if (inFlight > maxOperations) {
+          opts.logger.warn(
+            { actor: principal.actor, operationName: payload.operationName ?? null, limit: maxOperations },
+            'refused a WebSocket operation: too many on one socket',
+          )
+          return [
+            new GraphQLError(
+              `Too many operations on this WebSocket: at most ${maxOperations} may be open at once (WS_MAX_SUBSCRIPTIONS). Complete some, or open another socket.`,
+              { extensions: { code: API_CODES.TOO_MANY_OPERATIONS } },
+            ),
+          ]
+        }
         const enveloped = opts.yoga.getEnveloped({
           req: ctx.extra.request as IncomingMessage,
           socket: ctx.extra.socket,

@@ -24,6 +24,7 @@ import { join } from 'node:path'
 import { afterAll, beforeAll, expect, it } from 'vitest'
 import { createDb, type Db } from '../../sql/db.ts'
 import { type PrivateMariadb, startPrivateMariadb } from '../../src/privateMariadb.ts'
+import { PROBE_SNAPSHOT_MS } from '../../src/server.ts'
 import { startReceiver, type WebhookReceiver } from '../helpers/runnerHarness.ts'
 import {
   codesOf,
@@ -296,7 +297,11 @@ it('MariaDB stopped for 10 s under load: server up, DATABASE_UNAVAILABLE meanwhi
     return out
   }
   const down = inPhase('down')
-  const readyzDown = probes.filter((x) => x.phase === 'down').map((x) => x.readyz)
+  // /readyz answers from a snapshot up to PROBE_SNAPSHOT_MS old, so the first
+  // probes of the outage may still see the last good answer.
+  const readyzDown = probes
+    .filter((x) => x.phase === 'down' && x.at >= downAt + PROBE_SNAPSHOT_MS)
+    .map((x) => x.readyz)
   const healthzAll = probes.map((x) => x.healthz)
   const latencies = samples.filter((x) => x.codes.length === 0).map((x) => x.ms)
   const figures = {

@@ -592,10 +592,11 @@ function selectionFor(ctx: Ctx, type: GraphQLNamedType, depthLeft: number): stri
   const leaves = fields.filter((f) => !isObjectType(getNamedType(f.type)))
   const objects = fields.filter((f) => isObjectType(getNamedType(f.type)))
   const chosen: GraphQLField<unknown, unknown>[] = []
-  const nLeaves = int(ctx.rng, 1, Math.min(6, leaves.length))
+  const nLeaves = leaves.length > 0 ? int(ctx.rng, 1, Math.min(6, leaves.length)) : 0
   for (let i = 0; i < nLeaves; i++) chosen.push(pick(ctx.rng, leaves))
-  if (depthLeft > 0) {
-    const nObjects = int(ctx.rng, 0, Math.min(2, objects.length))
+  // A type of objects only (a page: nodes and pageInfo) needs one of them, however deep.
+  if (depthLeft > 0 || nLeaves === 0) {
+    const nObjects = int(ctx.rng, nLeaves === 0 ? 1 : 0, Math.min(2, objects.length))
     for (let i = 0; i < nObjects; i++) chosen.push(pick(ctx.rng, objects))
   }
   const parts: string[] = []

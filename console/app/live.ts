@@ -1,0 +1,163 @@
+/**
+ * `useLive`: a query kept current. With a subscription the server pushes each
+ * change (or a nudge to refetch); when the server offers no such subscription
+ * (or the WebSocket is blocked), the query is polled instead. Polling waits for
+ * each answer before scheduling the next, so a slow server is never queued up.
+ */
+import { useCallback, useEffect, useRef, useState } from 'preact/hooks'
+import { ApiError, gql, liveSocketUp, onSocketChange, pollMs, subscribe } from './api.ts'
+
+export interface LiveOptions<T> {
+  variables?: Record<string, unknown>
+  /** A subscription whose every event either is the new data (`apply` answers it) or means "refetch". */
+  subscription?: { query: string; variables?: Record<string, unknown>; apply?: (event: unknown) => T | null }
+  /** Poll interval while no subscription feeds the data. @default the server's suggestion */
+  pollMs?: number
+  /**
+   * Poll interval while a subscription is live, for what it does not cover and
+   * in case the socket silently stalls. @default ten times the polling interval
+   */
+  livePollMs?: number
+}
+
+export interface Live<T> {
+  data: T | undefined
+  error: ApiError | null
+  /** True while a subscription (not polling) keeps the data current. */
+  live: boolean
+  refetch(): Promise<void>
+}
+
+/** Subscriptions the server refused, so later pages poll at once instead of asking again. */
+const refused = new Set<string>()
+
+/**
+ * `query` is a GraphQL document, or a function that loads the data some other
+ * way (several requests); give such a function a stable identity.
+ */
+export function useLive<T>(
+  token: string,
+  query: string | ((token: string) => Promise<T>),
+  opts: LiveOptions<T> = {},
+): Live<T> {
+  const [data, setData] = useState<T | undefined>(undefined)
+  const [error, setError] = useState<ApiError | null>(null)
+  const [live, setLive] = useState(false)
+  const [socket, setSocket] = useState(liveSocketUp)
+  useEffect(() => onSocketChange(setSocket), [])
+  const varsKey = JSON.stringify(opts.variables ?? null)
+  const subKey = opts.subscription
+    ? opts.subscription.query + JSON.stringify(opts.subscription.variables ?? null)
+    : ''
+  const optsRef = useRef(opts)
+  optsRef.current = opts
+  const generation = useRef(0)
+
+  const refetch = useCallback(async () => {
+    const mine = generation.current
+    try {
+      const next =
+        typeof query === 'string' ? await gql<T>(token, query, optsRef.current.variables) : await query(token)
+      if (mine !== generation.current) return
+      setData(next)
+      setError(null)
+    } catch (err) {
+      if (mine !== generation.current) return
+      setError(err instanceof ApiError ? err : new ApiError(String(err), undefined))
+    }
+  }, [token, query, varsKey])
+
+  useEffect(() => {
+    generation.current++
+    setData(undefined)
+    setError(null)
+    let stopped = false
+    let timer: ReturnType<typeof setTimeout> | undefined
+    let debounce: ReturnType<typeof setTimeout> | undefined
+    let subscribed = false
+    const sub = optsRef.current.subscription
+    const every = () => {
+      const base = optsRef.current.pollMs ?? pollMs()
+      // While the socket is down (blocked by a proxy, server restarting) nothing is pushed: poll at full rate.
+      return subscribed && liveSocketUp() ? (optsRef.current.livePollMs ?? base * 10) : base
+    }
+
+    const loop = async () => {
+      await refetch()
+      if (stopped) return
+      timer = setTimeout(loop, every())
+    }
+    const restartPolling = () => {
+      clearTimeout(timer)
+      if (!stopped) loop()
+    }
+
+    let unsubscribe = () => {}
+    if (sub && !refused.has(subKey)) {
+      subscribed = true
+      setLive(true)
+      unsubscribe = subscribe<unknown>(token, sub.query, sub.variables, {
+        next: (event) => {
+          if (stopped) return
+          const applied = sub.apply?.(event) ?? null
+          if (applied !== null) {
+            setData(applied)
+            setError(null)
+            if (awaitingFirstEvent) {
+              // The subscription answered: the fallback read is not needed; poll slowly from here.
+              awaitingFirstEvent = false
+              clearTimeout(timer)
+              timer = setTimeout(loop, every())
+            }
+            return
+          }
+          // Many changes in a burst cost one refetch, at most every 100 ms.
+          debounce ??= setTimeout(() => {
+            debounce = undefined
+            void refetch()
+          }, 100)
+        },
+        unsupported: () => {
+          if (stopped || !subscribed) return
+          refused.add(subKey)
+          subscribed = false
+          setLive(false)
+          restartPolling()
+        },
+      })
+    } else {
+      setLive(false)
+    }
+    // A subscription that sends the whole data at once makes a first read redundant;
+    // read anyway if it has said nothing soon (a socket a proxy holds open but mute).
+    let awaitingFirstEvent = subscribed && sub?.apply !== undefined
+    if (awaitingFirstEvent) timer = setTimeout(loop, 1500)
+    else loop()
+    // A socket that drops hands over to polling at once; one that comes back lets polling slow down.
+    const stopListening = onSocketChange((up) => {
+      if (stopped || !subscribed) return
+      clearTimeout(timer)
+      if (up) timer = setTimeout(loop, every())
+      else loop()
+    })
+    return () => {
+      stopListening()
+      stopped = true
+      clearTimeout(timer)
+      clearTimeout(debounce)
+      unsubscribe()
+    }
+  }, [token, query, varsKey, subKey])
+
+  return { data, error, live: live && socket, refetch }
+}
+
+/** Re-render every `ms` so "waited 3 min" keeps counting. */
+export function useNow(ms = 1000): number {
+  const [now, setNow] = useState(() => Date.now())
+  useEffect(() => {
+    const t = setInterval(() => setNow(Date.now()), ms)
+    return () => clearInterval(t)
+  }, [ms])
+  return now
+}

@@ -1,0 +1,340 @@
+/**
+ * The operator console. Signs in with a token (kept in sessionStorage, for
+ * this tab only), learns the token's role from `viewer`, and shows only the
+ * controls that role may use. Everything it knows comes over GraphQL.
+ */
+import './style.css'
+import { render } from 'preact'
+import { useCallback, useEffect, useRef, useState } from 'preact/hooks'
+import {
+  ApiError,
+  closeSubscriptions,
+  gql,
+  onUnauthenticated,
+  storedToken,
+  storedViewer,
+  storeToken,
+} from './api.ts'
+import { VIEWER, type ViewerData } from './operations.ts'
+import { Board } from './pages/Board.tsx'
+import { DefinitionPage, Definitions } from './pages/Definitions.tsx'
+import { FOCUS_OLDEST_EVENT, Inbox, useInbox } from './pages/Inbox.tsx'
+import { RunPage } from './pages/Run.tsx'
+import { Standby } from './pages/Standby.tsx'
+import { go, type Route, useRoute } from './router.ts'
+import { type Session, SessionContext } from './session.ts'
+
+const SHORTCUTS: [string, string][] = [
+  ['b', 'Board'],
+  ['i', 'Cue inbox'],
+  ['s', 'Stand-by'],
+  ['d', 'Definitions'],
+  ['a', 'Answer the oldest cue'],
+  ['?', 'Show or hide these shortcuts'],
+]
+
+function SignIn({
+  onSignedIn,
+  problem,
+}: {
+  onSignedIn: (token: string, v: ViewerData['viewer']) => void
+  problem: string | null
+}) {
+  const [token, setToken] = useState('')
+  const [error, setError] = useState<string | null>(problem)
+  const [busy, setBusy] = useState(false)
+  return (
+    <main id="main" class="signin">
+      <h1>showrunner console</h1>
+      <form
+        onSubmit={async (e) => {
+          e.preventDefault()
+          setBusy(true)
+          setError(null)
+          try {
+            const data = await gql<ViewerData>(token.trim(), VIEWER)
+            onSignedIn(token.trim(), data.viewer)
+          } catch (err) {
+            setError(
+              err instanceof ApiError && err.code === 'UNAUTHENTICATED'
+                ? 'That token is not accepted by this server.'
+                : err instanceof Error
+                  ? err.message
+                  : String(err),
+            )
+          } finally {
+            setBusy(false)
+          }
+        }}
+      >
+        <label for="token">Access token</label>
+        <input
+          id="token"
+          name="token"
+          type="password"
+          autocomplete="current-password"
+          required
+          value={token}
+          onInput={(e) => setToken((e.target as HTMLInputElement).value)}
+          aria-describedby="token-help"
+        />
+        <p id="token-help" class="muted small">
+          A token from SHOWRUNNER_TOKENS (or the one the server printed at start). It stays in this tab only.
+        </p>
+        {error && (
+          <p class="error" role="alert">
+            {error}
+          </p>
+        )}
+        <button type="submit" class="primary" disabled={busy || token.trim() === ''}>
+          Sign in
+        </button>
+      </form>
+    </main>
+  )
+}
+
+function Page({ route, inbox }: { route: Route; inbox: ReturnType<typeof useInbox> }) {
+  switch (route.page) {
+    case 'board':
+      return <Board />
+    case 'inbox':
+      return <Inbox inbox={inbox} />
+    case 'standby':
+      return <Standby />
+    case 'run':
+      return <RunPage id={route.id} />
+    case 'definitions':
+      return <Definitions />
+    case 'definition':
+      return <DefinitionPage id={route.id} />
+    default:
+      return (
+        <>
+          <h1>Not found</h1>
+          <p>
+            Nothing lives at {route.path}. <a href="#/">Back to the board</a>.
+          </p>
+        </>
+      )
+  }
+}
+
+const PAGE_TITLES: Record<Route['page'], string> = {
+  board: 'Board',
+  inbox: 'Cue inbox',
+  standby: 'Stand-by',
+  run: 'Run',
+  definitions: 'Definitions',
+  definition: 'Definition',
+  notFound: 'Not found',
+}
+
+function typing(target: EventTarget | null): boolean {
+  const el = target as HTMLElement | null
+  return !!el && (el.isContentEditable || ['INPUT', 'TEXTAREA', 'SELECT'].includes(el.tagName))
+}
+
+function Shell({ session, onSignOut }: { session: Session; onSignOut: () => void }) {
+  const route = useRoute()
+  const inbox = useInbox()
+  const [help, setHelp] = useState(false)
+  const mainRef = useRef<HTMLElement>(null)
+  const waiting = inbox.data?.waitingSteps.length
+  const active = route.page === 'run' ? 'board' : route.page === 'definition' ? 'definitions' : route.page
+
+  useEffect(() => {
+    document.title = `${PAGE_TITLES[route.page]}${waiting ? ` (${waiting} cue${waiting === 1 ? '' : 's'})` : ''} · showrunner`
+  }, [route.page, waiting])
+
+  useEffect(() => {
+    const onKey = (e: KeyboardEvent) => {
+      if (e.key === 'Escape' && typing(e.target)) {
+        ;(e.target as HTMLElement).blur()
+        return
+      }
+      if (e.ctrlKey || e.metaKey || e.altKey || typing(e.target)) return
+      const target: Record<string, string> = { b: '/', i: '/inbox', s: '/standby', d: '/definitions' }
+      const path = target[e.key]
+      if (path) {
+        e.preventDefault()
+        go(path)
+        mainRef.current?.focus()
+      } else if (e.key === 'a') {
+        e.preventDefault()
+        go('/inbox')
+        // After the inbox renders, its oldest cue takes the focus.
+        setTimeout(() => dispatchEvent(new Event(FOCUS_OLDEST_EVENT)), 50)
+      } else if (e.key === '?') {
+        setHelp((h) => !h)
+      }
+    }
+    addEventListener('keydown', onKey)
+    return () => removeEventListener('keydown', onKey)
+  }, [])
+
+  const link = (page: string, href: string, label: string, extra?: preact.ComponentChildren) => (
+    <li>
+      <a href={href} aria-current={active === page ? 'page' : undefined}>
+        {label}
+        {extra}
+      </a>
+    </li>
+  )
+  return (
+    <>
+      {/* A button, not a link: "#main" would be read as a route. */}
+      <button type="button" class="skip-link" onClick={() => mainRef.current?.focus()}>
+        Skip to content
+      </button>
+      <header class="top">
+        <span class="brand">showrunner</span>
+        <nav aria-label="Pages">
+          <ul>
+            {link('board', '#/', 'Board')}
+            {link(
+              'inbox',
+              '#/inbox',
+              'Inbox',
+              waiting ? (
+                <>
+                  <span class="count" aria-hidden="true" data-testid="inbox-count">
+                    {waiting}
+                  </span>
+                  <span class="visually-hidden"> ({waiting} waiting)</span>
+                </>
+              ) : null,
+            )}
+            {link('standby', '#/standby', 'Stand-by')}
+            {link('definitions', '#/definitions', 'Definitions')}
+          </ul>
+        </nav>
+        <div class="who">
+          <span class="role" data-testid="role" title={session.actor}>
+            {session.role.toLowerCase()}
+          </span>
+          <button
+            type="button"
+            onClick={() => setHelp((h) => !h)}
+            aria-expanded={help}
+            aria-controls="shortcuts"
+          >
+            Keys
+          </button>
+          <button type="button" onClick={onSignOut}>
+            Sign out
+          </button>
+        </div>
+      </header>
+      {help && (
+        <aside id="shortcuts" class="shortcuts" aria-label="Keyboard shortcuts">
+          <dl>
+            {SHORTCUTS.map(([k, what]) => (
+              <div key={k}>
+                <dt>
+                  <kbd>{k}</kbd>
+                </dt>
+                <dd>{what}</dd>
+              </div>
+            ))}
+          </dl>
+        </aside>
+      )}
+      <main id="main" ref={mainRef} tabIndex={-1}>
+        <Page route={route} inbox={inbox} />
+      </main>
+    </>
+  )
+}
+
+function App() {
+  // A reload renders at once with the role remembered at sign-in; the server re-confirms it below.
+  const [signedIn, setSignedIn] = useState<{ token: string; role: Session['role']; actor: string } | null>(
+    () => {
+      const token = storedToken()
+      const viewer = storedViewer<ViewerData['viewer']>()
+      return token && viewer ? { token, ...viewer } : null
+    },
+  )
+  const [checking, setChecking] = useState(() => storedToken() !== null && signedIn === null)
+  const [problem, setProblem] = useState<string | null>(null)
+  const [toast, setToast] = useState<{ message: string; kind: 'ok' | 'error'; n: number } | null>(null)
+
+  const signOut = useCallback((why: string | null) => {
+    storeToken(null)
+    closeSubscriptions()
+    setSignedIn(null)
+    setProblem(why)
+  }, [])
+
+  useEffect(() => {
+    onUnauthenticated(() => signOut('The server no longer accepts this token; sign in again.'))
+    const token = storedToken()
+    if (!token) return
+    // Rendered already from the remembered role: confirm it once the page has settled.
+    const confirmAfterMs = signedIn ? 1000 : 0
+    const confirm = setTimeout(() => void confirmViewer(token), confirmAfterMs)
+    return () => clearTimeout(confirm)
+  }, [signOut])
+
+  function confirmViewer(token: string) {
+    return gql<ViewerData>(token, VIEWER)
+      .then((d) => {
+        storeToken(token, d.viewer)
+        setSignedIn((prev) =>
+          prev?.token === token && prev.role === d.viewer.role ? prev : { token, ...d.viewer },
+        )
+      })
+      .catch((err) => setProblem(err instanceof Error ? err.message : String(err)))
+      .finally(() => setChecking(false))
+  }
+
+  useEffect(() => {
+    if (!toast) return
+    const t = setTimeout(() => setToast(null), 6000)
+    return () => clearTimeout(t)
+  }, [toast])
+
+  const notify = useCallback((message: string, kind: 'ok' | 'error' = 'ok') => {
+    setToast((prev) => ({ message, kind, n: (prev?.n ?? 0) + 1 }))
+  }, [])
+
+  let body: preact.ComponentChildren
+  if (checking)
+    body = (
+      <main id="main">
+        <p aria-busy="true">Signing in…</p>
+      </main>
+    )
+  else if (!signedIn)
+    body = (
+      <SignIn
+        problem={problem}
+        onSignedIn={(token, viewer) => {
+          storeToken(token, viewer)
+          setProblem(null)
+          setSignedIn({ token, ...viewer })
+        }}
+      />
+    )
+  else
+    body = (
+      <SessionContext.Provider value={{ ...signedIn, notify }}>
+        <Shell session={{ ...signedIn, notify }} onSignOut={() => signOut(null)} />
+      </SessionContext.Provider>
+    )
+  return (
+    <>
+      {body}
+      <div class={`toast${toast ? ` ${toast.kind}` : ''}`} role="status" aria-live="polite">
+        {toast?.message}
+      </div>
+    </>
+  )
+}
+
+const root = document.getElementById('app')
+if (root) {
+  root.textContent = ''
+  render(<App />, root)
+}

@@ -1,0 +1,159 @@
+/**
+ * The cue inbox: every parked cue, oldest first, answerable here. Live in every
+ * open console: the server pushes the whole inbox on each change (or, on a
+ * server without that subscription, the page polls).
+ */
+import { useEffect, useRef, useState } from 'preact/hooks'
+import { ApiError, gql } from '../api.ts'
+import { duration, promptOf, scopeLabel } from '../format.ts'
+import { type Live, useLive, useNow } from '../live.ts'
+import {
+  type Cue,
+  INBOX,
+  INBOX_LIVE,
+  type InboxData,
+  RESOLVE_CUE,
+  SKIP_STEP,
+  type StepResultData,
+} from '../operations.ts'
+import { can, useSession } from '../session.ts'
+import { ErrorNote, Loading } from '../ui.tsx'
+
+/** The inbox query, live; shared by the page and the header's count. */
+export function useInbox() {
+  const { token } = useSession()
+  return useLive<InboxData>(token, INBOX, {
+    subscription: { query: INBOX_LIVE, apply: (event) => event as InboxData },
+  })
+}
+
+/** Focus the oldest cue's answer box (the `a` shortcut lands here). */
+export const FOCUS_OLDEST_EVENT = 'showrunner:focus-oldest-cue'
+
+function CueCard({
+  cue,
+  now,
+  oldest,
+  onDone,
+}: {
+  cue: Cue
+  now: number
+  oldest: boolean
+  onDone: () => void
+}) {
+  const session = useSession()
+  const [text, setText] = useState('')
+  const [busy, setBusy] = useState(false)
+  const input = useRef<HTMLInputElement>(null)
+  const waited = cue.startedAt ? now - Date.parse(cue.startedAt) : 0
+  const operator = can(session, 'OPERATOR')
+
+  useEffect(() => {
+    if (!oldest) return
+    const focus = () => input.current?.focus()
+    addEventListener(FOCUS_OLDEST_EVENT, focus)
+    return () => removeEventListener(FOCUS_OLDEST_EVENT, focus)
+  }, [oldest])
+
+  async function act(kind: 'resolve' | 'skip') {
+    setBusy(true)
+    try {
+      const note = text.trim() || null
+      const data =
+        kind === 'resolve'
+          ? await gql<StepResultData>(session.token, RESOLVE_CUE, { stepId: cue.id, note })
+          : await gql<StepResultData>(session.token, SKIP_STEP, { stepId: cue.id, reason: note })
+      const applied = Object.values(data)[0]?.applied
+      session.notify(
+        applied
+          ? `${kind === 'resolve' ? 'Resolved' : 'Skipped'}: ${promptOf(cue.params)}`
+          : 'Someone else answered that cue first.',
+        applied ? 'ok' : 'error',
+      )
+      onDone()
+    } catch (err) {
+      session.notify(err instanceof ApiError ? err.message : String(err), 'error')
+    } finally {
+      setBusy(false)
+    }
+  }
+
+  const headingId = `cue-${cue.id}`
+  return (
+    <li class={`cue${oldest ? ' oldest' : ''}`} aria-labelledby={headingId} data-cue-id={cue.id}>
+      <div class="cue-head">
+        <h3 id={headingId} class="cue-prompt">
+          {promptOf(cue.params)}
+        </h3>
+        <span class={`waited${waited > 5 * 60_000 ? ' long' : ''}`}>waiting {duration(waited)}</span>
+      </div>
+      <p class="muted">
+        <a href={`#/runs/${cue.run.id}`}>{cue.run.definition.title}</a> · {scopeLabel(cue.run.scope)} · phase{' '}
+        {cue.phase}
+        {cue.run.rehearsal && ' · rehearsal'}
+      </p>
+      {operator && (
+        <form
+          class="cue-form"
+          onSubmit={(e) => {
+            e.preventDefault()
+            void act('resolve')
+          }}
+        >
+          <label class="grow">
+            <span class="visually-hidden">Note or reason for “{promptOf(cue.params)}”</span>
+            <input
+              ref={input}
+              type="text"
+              value={text}
+              maxLength={1000}
+              placeholder={oldest ? 'Note or reason (press a to jump here)' : 'Note or reason'}
+              onInput={(e) => setText((e.target as HTMLInputElement).value)}
+              disabled={busy}
+            />
+          </label>
+          <button type="submit" class="primary" disabled={busy}>
+            Resolve
+          </button>
+          <button type="button" disabled={busy} onClick={() => void act('skip')}>
+            Skip
+          </button>
+        </form>
+      )}
+    </li>
+  )
+}
+
+export function Inbox({ inbox }: { inbox: Live<InboxData> }) {
+  const session = useSession()
+  const now = useNow()
+  const cues = inbox.data?.waitingSteps
+  return (
+    <>
+      <h1>Cue inbox</h1>
+      <p class="muted small">
+        {inbox.live ? 'Live.' : 'Refreshing every few moments.'}{' '}
+        {can(session, 'OPERATOR')
+          ? 'Press a to answer the oldest cue: Enter resolves; Tab to Skip.'
+          : 'Your token may watch cues, not answer them.'}
+      </p>
+      <ErrorNote error={inbox.error} />
+      {!cues ? (
+        !inbox.error && <Loading what="cues" />
+      ) : cues.length === 0 ? (
+        <p class="empty" data-testid="inbox-empty">
+          No cue is waiting.
+        </p>
+      ) : (
+        <ul
+          class="cues"
+          aria-label={`${cues.length} waiting cue${cues.length === 1 ? '' : 's'}, oldest first`}
+        >
+          {cues.map((cue, i) => (
+            <CueCard key={cue.id} cue={cue} now={now} oldest={i === 0} onDone={() => void inbox.refetch()} />
+          ))}
+        </ul>
+      )}
+    </>
+  )
+}

@@ -1,0 +1,164 @@
+/** One run: its steps as a timeline, its log, and the run controls. */
+import { ApiError, gql } from '../api.ts'
+import { duration, json, promptOf, scopeLabel } from '../format.ts'
+import { useLive, useNow } from '../live.ts'
+import { CANCEL_RUN, PAUSE_RUN, RESUME_RUN, RUN, RUN_STATUS, type RunData } from '../operations.ts'
+import { can, useSession } from '../session.ts'
+import { ActionButton, Ago, At, ErrorNote, HealthBadge, Loading, Section, StatusBadge } from '../ui.tsx'
+
+const UNFINISHED = new Set(['SCHEDULED', 'STARTING', 'RUNNING', 'PAUSED', 'ENDING'])
+
+export function RunPage({ id }: { id: string }) {
+  const session = useSession()
+  const now = useNow()
+  const q = useLive<RunData>(session.token, RUN, {
+    variables: { id },
+    subscription: { query: RUN_STATUS, variables: { id } },
+    livePollMs: 3000,
+  })
+  const run = q.data?.run
+  if (q.data && !run)
+    return (
+      <>
+        <h1>Run {id}</h1>
+        <p class="error">No run has id {id}.</p>
+      </>
+    )
+  if (!run)
+    return (
+      <>
+        <h1>Run {id}</h1>
+        {q.error ? <ErrorNote error={q.error} /> : <Loading what={`run ${id}`} />}
+      </>
+    )
+
+  async function control(mutation: string, verb: string, variables: Record<string, unknown> = {}) {
+    try {
+      const data = await gql<Record<string, { applied: boolean }>>(session.token, mutation, {
+        id,
+        ...variables,
+      })
+      const applied = Object.values(data)[0]?.applied
+      session.notify(
+        applied ? `${verb}.` : `Not ${verb.toLowerCase()}: the run had already moved on.`,
+        applied ? 'ok' : 'error',
+      )
+    } catch (err) {
+      session.notify(err instanceof ApiError ? err.message : String(err), 'error')
+    }
+    await q.refetch()
+  }
+
+  const operator = can(session, 'OPERATOR')
+  return (
+    <>
+      <h1>
+        {run.definition.title} <span class="muted">· {scopeLabel(run.scope)}</span>
+      </h1>
+      <ErrorNote error={q.error} />
+      <div class="run-summary">
+        <StatusBadge status={run.status} />
+        <HealthBadge health={run.health} />
+        {run.rehearsal && <span class="badge s-rehearsal">rehearsal</span>}
+        {run.currentPhase && <span>phase {run.currentPhase}</span>}
+        <span class="muted">
+          scheduled <At iso={run.scheduledFor} zone={run.timezone} withZone />
+        </span>
+        <span class="muted">
+          started by {run.startedBy ?? '—'} · version {run.version.version}
+        </span>
+        {run.endedAt && (
+          <span class="muted">
+            ended <Ago iso={run.endedAt} now={now} />
+          </span>
+        )}
+      </div>
+      {run.lastError && <p class="row-error">Last error: {run.lastError}</p>}
+      {run.concurrencyHolder && (
+        <p class="muted">
+          Held back by{' '}
+          <a href={`#/runs/${run.concurrencyHolder.id}`}>{run.concurrencyHolder.definition.title}</a> (
+          {scopeLabel(run.concurrencyHolder.scope)}), which holds the same concurrency key.
+        </p>
+      )}
+      {operator && UNFINISHED.has(run.status) && (
+        <fieldset class="controls">
+          <legend class="visually-hidden">Run controls</legend>
+          {(run.status === 'RUNNING' || run.status === 'ENDING') && (
+            <ActionButton label="Pause" run={() => control(PAUSE_RUN, 'Paused')} />
+          )}
+          {run.status === 'PAUSED' && (
+            <ActionButton label="Resume" kind="primary" run={() => control(RESUME_RUN, 'Resumed')} />
+          )}
+          <ActionButton
+            label="Cancel run"
+            kind="danger"
+            confirm={`Cancel this run of ${run.definition.title}? Its unfinished steps are cancelled.`}
+            run={() =>
+              control(CANCEL_RUN, 'Cancelled', { reason: `cancelled from the console by ${session.actor}` })
+            }
+          />
+        </fieldset>
+      )}
+      <div class="columns">
+        <Section title="Steps" id="steps">
+          <ol class="timeline">
+            {run.steps.map((s) => (
+              <li key={s.id} class={`step st-${s.status.toLowerCase()}${s.parked ? ' parked' : ''}`}>
+                <div class="step-head">
+                  <span class="step-kind">{s.kind}</span>
+                  <span class="muted">phase {s.phase}</span>
+                  <StatusBadge status={s.status} />
+                  {s.parked && <span class="badge s-cue">waiting on a person</span>}
+                  {s.attempts > 1 && (
+                    <span class="muted">
+                      attempt {s.attempts} of {s.maxAttempts}
+                    </span>
+                  )}
+                </div>
+                {s.kind === 'core.cue' && <div>“{promptOf(s.params)}”</div>}
+                <div class="muted small">
+                  {s.startedAt && (
+                    <>
+                      started <At iso={s.startedAt} />
+                    </>
+                  )}
+                  {s.startedAt && s.endedAt && (
+                    <> · took {duration(Date.parse(s.endedAt) - Date.parse(s.startedAt))}</>
+                  )}
+                  {s.wakeAt && s.status === 'RUNNING' && !s.parked && (
+                    <>
+                      {' '}
+                      · wakes <Ago iso={s.wakeAt} now={now} />
+                    </>
+                  )}
+                </div>
+                {s.lastError && <div class="row-error">{s.lastError}</div>}
+                {s.result !== null && s.result !== undefined && (
+                  <details>
+                    <summary>Result</summary>
+                    <pre>{json(s.result)}</pre>
+                  </details>
+                )}
+              </li>
+            ))}
+          </ol>
+        </Section>
+        <Section title="Log" id="log">
+          {run.logs.length === 0 ? (
+            <p class="muted">Nothing logged.</p>
+          ) : (
+            <ol class="log" aria-label="Log, newest first">
+              {run.logs.map((l) => (
+                <li key={l.id} class={`lv-${l.level}`}>
+                  <At iso={l.at} /> <span class="lv">{l.level}</span> {l.message}
+                  {l.actor && <span class="muted"> — {l.actor}</span>}
+                </li>
+              ))}
+            </ol>
+          )}
+        </Section>
+      </div>
+    </>
+  )
+}

@@ -1,0 +1,27 @@
+/** Who is signed in, what they may do, and a place to say what just happened. */
+import { createContext } from 'preact'
+import { useContext } from 'preact/hooks'
+import type { Role } from './operations.ts'
+
+const RANK: Record<Role, number> = { VIEWER: 0, OPERATOR: 1, ADMIN: 2 }
+
+export interface Session {
+  token: string
+  role: Role
+  actor: string
+  /** Announce the outcome of an action (a polite live region). */
+  notify(message: string, kind?: 'ok' | 'error'): void
+}
+
+export const SessionContext = createContext<Session | null>(null)
+
+export function useSession(): Session {
+  const s = useContext(SessionContext)
+  if (!s) throw new Error('useSession outside a signed-in console')
+  return s
+}
+
+/** True when the signed-in role includes `needed` (admin ⊇ operator ⊇ viewer). */
+export function can(session: Session, needed: Role): boolean {
+  return RANK[session.role] >= RANK[needed]
+}

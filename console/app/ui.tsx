@@ -1,0 +1,102 @@
+/** Small pieces every page uses. */
+import type { ComponentChildren } from 'preact'
+import { useState } from 'preact/hooks'
+import type { ApiError } from './api.ts'
+import { relative, when } from './format.ts'
+import type { DefinitionState, RunHealth, RunStatus, StepStatus } from './operations.ts'
+
+export function StatusBadge({ status }: { status: RunStatus | StepStatus | DefinitionState }) {
+  return <span class={`badge s-${status.toLowerCase()}`}>{status.toLowerCase()}</span>
+}
+
+export function HealthBadge({ health }: { health: RunHealth }) {
+  return health === 'OK' ? null : <span class="badge s-degraded">degraded</span>
+}
+
+/** A time shown relative to now, exact on hover and to screen readers via the datetime attribute. */
+export function Ago({ iso, now }: { iso: string | null; now: number }) {
+  if (!iso) return <span>—</span>
+  return (
+    <time dateTime={iso} title={when(iso, undefined, true)}>
+      {relative(iso, now)}
+    </time>
+  )
+}
+
+export function At({ iso, zone, withZone }: { iso: string | null; zone?: string; withZone?: boolean }) {
+  if (!iso) return <span>—</span>
+  return <time dateTime={iso}>{when(iso, zone, withZone)}</time>
+}
+
+export function ErrorNote({ error }: { error: ApiError | null }) {
+  if (!error) return null
+  return (
+    <p class="error" role="alert">
+      {error.message}
+    </p>
+  )
+}
+
+export function Loading({ what }: { what: string }) {
+  return (
+    <p class="muted" aria-busy="true">
+      Loading {what}…
+    </p>
+  )
+}
+
+export function Section({
+  title,
+  id,
+  children,
+  extra,
+}: {
+  title: string
+  id: string
+  children: ComponentChildren
+  extra?: ComponentChildren
+}) {
+  return (
+    <section class="panel" aria-labelledby={id}>
+      <div class="panel-head">
+        <h2 id={id}>{title}</h2>
+        {extra}
+      </div>
+      {children}
+    </section>
+  )
+}
+
+/** A button that runs an async action once at a time and reports its outcome. */
+export function ActionButton({
+  label,
+  run,
+  kind,
+  confirm: confirmText,
+}: {
+  label: string
+  run: () => Promise<unknown>
+  kind?: 'danger' | 'primary'
+  confirm?: string
+}) {
+  const [busy, setBusy] = useState(false)
+  return (
+    <button
+      type="button"
+      class={kind ?? ''}
+      disabled={busy}
+      aria-busy={busy}
+      onClick={async () => {
+        if (confirmText && !window.confirm(confirmText)) return
+        setBusy(true)
+        try {
+          await run()
+        } finally {
+          setBusy(false)
+        }
+      }}
+    >
+      {label}
+    </button>
+  )
+}

@@ -1,0 +1,175 @@
+/**
+ * The one poller behind every `waitingSteps` subscription in this process: the
+ * cue inbox, read once per interval for all subscribers together.
+ *
+ * A poll is one read of the inbox, oldest cue first, as long as the longest
+ * `limit` any subscriber asked for (at most 500): a range of the waiting-steps
+ * index, so its cost follows the inbox, not the history. Each subscriber gets
+ * its first `limit` cues again whenever they differ from what it got last (a
+ * cue parked, answered, skipped or timed out). The runs of the cues are read
+ * once per change for everybody, so `run { … }` in 2,000 subscriptions costs
+ * one statement, not 2,000. Nobody listening costs nothing.
+ */
+import { Repeater, SlidingBuffer } from 'graphql-yoga'
+import type { Queryable } from '../../sql/db.ts'
+import { getByIds } from '../../sql/eventRuns/index.ts'
+import { listWaiting, type StepRow } from '../../sql/eventSteps.ts'
+import type { Logger } from '../log.ts'
+import { createLoaders, type Loaders } from './loaders.ts'
+import { PollLoop } from './pollLoop.ts'
+
+/** Longest inbox a subscriber can ask for. */
+export const MAX_INBOX = 500
+
+/**
+ * What a `waitingSteps` subscriber receives: the cues, and the DataLoaders its
+ * nested fields resolve with, already holding the cues' runs. One set per poll,
+ * shared by every subscriber it reaches (see RunChange in runChangeFeed.ts).
+ */
+export interface Inbox {
+  steps: StepRow[]
+  loaders: Loaders
+}
+
+interface InboxListener {
+  limit: number
+  /** What this listener got last. */
+  sent: string
+  onInbox(inbox: Inbox): void
+  onClose(): void
+}
+
+/** Options of {@link InboxFeed}. */
+export interface InboxFeedOptions {
+  db: Queryable
+  /** Milliseconds between polls. @default 500 */
+  intervalMs?: number
+  logger?: Pick<Logger, 'warn'>
+  /** Called when a subscriber starts (+1) and ends (−1): the open-subscriptions gauge. */
+  onWatchersChange?: (delta: 1 | -1) => void
+}
+
+/** Identifies the inbox's content: which cues, each as of its last change. */
+function fingerprintOf(steps: readonly StepRow[]): string {
+  return steps.map((s) => `${s.id}@${s.updatedAt.getTime()}`).join(',')
+}
+
+export class InboxFeed {
+  private readonly listeners = new Set<InboxListener>()
+  private readonly loop: PollLoop
+  private closed = false
+
+  constructor(private readonly opts: InboxFeedOptions) {
+    this.loop = new PollLoop({
+      intervalMs: opts.intervalMs ?? 500,
+      poll: () => this.poll(),
+      hasListeners: () => this.listeners.size > 0,
+      onError: (err) => opts.logger?.warn({ err }, 'waitingSteps poll failed; retrying at the next interval'),
+    })
+  }
+
+  get listenerCount(): number {
+    return this.listeners.size
+  }
+
+  get polls(): number {
+    return this.loop.polls
+  }
+
+  /** Something changed in this process: look now rather than at the next interval. */
+  wake(): void {
+    this.loop.wake()
+  }
+
+  /** The first `limit` cues and their runs, read now. */
+  async read(limit: number): Promise<Inbox> {
+    const steps = await listWaiting(this.opts.db, limit)
+    return { steps, loaders: await this.loadersFor(steps) }
+  }
+
+  /**
+   * The `waitingSteps` stream: the inbox at once, then the whole inbox again on
+   * each change. Only the newest inbox matters to a slow consumer.
+   */
+  async watch(limit: number): Promise<AsyncIterableIterator<Inbox>> {
+    const n = Math.min(Math.max(1, Math.trunc(limit)), MAX_INBOX)
+    // Read before the stream opens, so a database error refuses the subscription.
+    const first = await this.read(n)
+    return new Repeater<Inbox>(async (push, stop) => {
+      const unlisten = this.listen({
+        limit: n,
+        sent: fingerprintOf(first.steps),
+        onInbox: (inbox) => {
+          push(inbox).catch(() => {})
+        },
+        onClose: () => stop(),
+      })
+      this.opts.onWatchersChange?.(1)
+      try {
+        await push(first)
+        await stop
+      } finally {
+        unlisten()
+        this.opts.onWatchersChange?.(-1)
+      }
+    }, new SlidingBuffer(1))
+  }
+
+  async close(): Promise<void> {
+    this.closed = true
+    const all = [...this.listeners]
+    this.listeners.clear()
+    for (const l of all) l.onClose()
+    await this.loop.close()
+  }
+
+  private listen(listener: InboxListener): () => void {
+    if (this.closed) {
+      listener.onClose()
+      return () => {}
+    }
+    this.listeners.add(listener)
+    this.loop.ensure()
+    return () => {
+      this.listeners.delete(listener)
+      this.loop.idle()
+    }
+  }
+
+  /** Fresh loaders holding the runs of `steps` (one statement for all of them). */
+  private async loadersFor(steps: readonly StepRow[]): Promise<Loaders> {
+    const loaders = createLoaders(this.opts.db)
+    const ids = [...new Set(steps.map((s) => s.runId))]
+    if (ids.length > 0) loaders.rememberRuns(await getByIds(this.opts.db, ids))
+    return loaders
+  }
+
+  private async poll(): Promise<void> {
+    const listeners = [...this.listeners]
+    if (listeners.length === 0) return
+    const longest = Math.max(...listeners.map((l) => l.limit))
+    const steps = await listWaiting(this.opts.db, longest)
+    const due: { listener: InboxListener; steps: StepRow[]; sent: string }[] = []
+    // Subscribers ask for a few distinct limits: each slice is cut and identified once.
+    const byLimit = new Map<number, { steps: StepRow[]; sent: string }>()
+    for (const listener of listeners) {
+      let view = byLimit.get(listener.limit)
+      if (!view) {
+        const mine = steps.slice(0, listener.limit)
+        view = { steps: mine, sent: fingerprintOf(mine) }
+        byLimit.set(listener.limit, view)
+      }
+      if (view.sent !== listener.sent) due.push({ listener, ...view })
+    }
+    if (due.length === 0) return
+    const loaders = await this.loadersFor(steps)
+    for (const { listener, steps: mine, sent } of due) {
+      listener.sent = sent
+      try {
+        listener.onInbox({ steps: mine, loaders })
+      } catch (err) {
+        this.opts.logger?.warn({ err }, 'a waitingSteps listener failed')
+      }
+    }
+  }
+}

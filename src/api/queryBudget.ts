@@ -1,0 +1,452 @@
+/**
+ * What one GraphQL document may ask for, judged before it runs.
+ *
+ * graphql-armor limits depth, aliases and tokens (each a plugin wired in
+ * src/server.ts). This module adds the parts no plugin knows about our schema:
+ *
+ * - **Cost counts what comes back.** A field returning objects costs 1 per
+ *   object; scalar fields are free (they come with their row) unless they are
+ *   lists sized by an argument. A `limit`, `count` or `first` argument
+ *   multiplies the cost of everything under it by the number it asks for; a
+ *   list with no such argument is assumed to hold {@link ASSUMED_LIST_SIZE}
+ *   items. Root fields that run several statements weigh more
+ *   ({@link FIELD_WEIGHTS}).
+ * - **Variables count at the value the request sends.** The budget is checked
+ *   twice, by one walk ({@link measureOperation}). At validation (cached per
+ *   document, so it cannot see variables) a size given as a variable counts as
+ *   1, the least it can ask for: only what no variable value could save is
+ *   refused there. At execution the selected operation is measured again with
+ *   the request's coerced variable values, clamped as the resolvers clamp them
+ *   (an absent or null value takes the argument's default), and refused before
+ *   any resolver runs if it is over budget. A variable's default in the
+ *   document counts only when the request leaves the variable out.
+ * - **Introspection costs like anything else**: `__schema` weighs
+ *   {@link SCHEMA_INTROSPECTION_COST}, `__type` {@link TYPE_INTROSPECTION_COST},
+ *   at most one `__schema` per operation, and no path inside introspection may
+ *   nest more than {@link MAX_INTROSPECTION_LIST_NESTING} list fields (the
+ *   standard introspection query nests three: types → fields → args; a
+ *   hostile one nests `fields { type { fields { … } } }` to multiply the
+ *   answer).
+ * - **Occurrences**: the `count` of every `nextOccurrences` in the document,
+ *   each multiplied by the sizes of the lists around it that the document
+ *   itself fixes, summed, may not pass the occurrence cap. (How many
+ *   definitions a `definitions` list holds is not known here; the resolver
+ *   keeps a running total per request for that, see
+ *   {@link takeOccurrences}.)
+ *
+ * A refused document or request is answered like a validation error: HTTP 400,
+ * code GRAPHQL_VALIDATION_FAILED, a message naming the limit and the
+ * configuration variable that raises it, no `data`.
+ */
+import {
+  BREAK,
+  type DocumentNode,
+  type ExecutionResult,
+  type FieldNode,
+  type FragmentDefinitionNode,
+  GraphQLError,
+  type GraphQLField,
+  type GraphQLNamedType,
+  type GraphQLSchema,
+  getNamedType,
+  getNullableType,
+  getOperationAST,
+  getVariableValues,
+  isCompositeType,
+  isInterfaceType,
+  isListType,
+  isObjectType,
+  Kind,
+  type OperationDefinitionNode,
+  type SelectionSetNode,
+  type ValidationContext,
+  type ValueNode,
+  visit,
+} from 'graphql'
+import type { Plugin } from 'graphql-yoga'
+import { AppError, ERROR_CODES } from '../errors.ts'
+import { API_CODES } from './errors.ts'
+
+/** Items a list without a size argument is assumed to hold. */
+export const ASSUMED_LIST_SIZE = 10
+/** Arguments that size the list a field returns, and the most the server ever returns for each. */
+export const SIZE_ARGUMENTS: Readonly<Record<string, number>> = { limit: 500, first: 500, count: 1000 }
+/** Fields that cost more than the objects they return (several statements each). */
+export const FIELD_WEIGHTS: Readonly<Record<string, number>> = { 'Query.health': 20 }
+export const SCHEMA_INTROSPECTION_COST = 500
+export const TYPE_INTROSPECTION_COST = 20
+export const MAX_SCHEMA_INTROSPECTIONS = 1
+export const MAX_INTROSPECTION_LIST_NESTING = 3
+/**
+ * Fields visited per operation once fragments are spread. Fragments spreading
+ * fragments many times each expand exponentially; past this the document is
+ * refused without walking the rest.
+ */
+export const MAX_EXPANDED_FIELDS = 5000
+/** The field whose `count` is capped per request. */
+const OCCURRENCES_FIELD = 'nextOccurrences'
+
+export interface QueryBudget {
+  /** Largest cost accepted (MAX_QUERY_COST). */
+  maxCost: number
+  /** Most schedule occurrences one request may compute (MAX_OCCURRENCES_PER_REQUEST). */
+  maxOccurrences: number
+}
+
+/** What {@link measureOperation} found in one operation. */
+export interface OperationMeasure {
+  cost: number
+  occurrences: number
+  schemaIntrospections: number
+  /** Deepest nesting of list fields on one path inside introspection. */
+  introspectionListNesting: number
+}
+
+function refusal(message: string): GraphQLError {
+  return new GraphQLError(message, { extensions: { code: API_CODES.GRAPHQL_VALIDATION_FAILED } })
+}
+
+/**
+ * A refusal at execution time. Yoga answers a result set before execution with
+ * HTTP 200 unless an error's `extensions.http.status` asks for another; over
+ * HTTP yoga reads it and leaves it out of the body, but graphql-ws would send
+ * it as is, so it is not enumerable: read by yoga, never serialized.
+ */
+function executionRefusal(message: string): GraphQLError {
+  const extensions: Record<string, unknown> = { code: API_CODES.GRAPHQL_VALIDATION_FAILED }
+  Object.defineProperty(extensions, 'http', { value: { status: 400 }, enumerable: false })
+  return new GraphQLError(message, { extensions })
+}
+
+interface Walk {
+  schema: GraphQLSchema
+  fragments: Record<string, FragmentDefinitionNode>
+  /** The request's coerced variable values; undefined at validation, where each size variable counts as 1. */
+  variableValues: Readonly<Record<string, unknown>> | undefined
+  measure: OperationMeasure
+  /** Fragments on the current path: a cycle is another rule's error, not a reason to loop. */
+  path: Set<string>
+  visits: number
+}
+
+/** Thrown out of the walk when the document expands past {@link MAX_EXPANDED_FIELDS}. */
+class TooLarge extends Error {}
+
+function intValue(node: ValueNode | undefined): number | undefined {
+  return node?.kind === Kind.INT ? Number(node.value) : undefined
+}
+
+/** The number a size argument asks for, as the server will clamp it; undefined without one. */
+function sizeOf(field: FieldNode, def: GraphQLField<unknown, unknown>, walk: Walk): number | undefined {
+  for (const arg of def.args) {
+    const max = SIZE_ARGUMENTS[arg.name]
+    if (max === undefined) continue
+    const given = field.arguments?.find((a) => a.name.value === arg.name)?.value
+    const argDefault = typeof arg.defaultValue === 'number' ? arg.defaultValue : undefined
+    let n: number | undefined
+    if (given === undefined) n = argDefault
+    else if (given.kind === Kind.VARIABLE) {
+      if (walk.variableValues === undefined) {
+        // Validation: the value is unknown (and the result is cached for every request); the least it can be.
+        n = 1
+      } else {
+        // Execution: coerced values already hold the variable's default; absent or null → the argument's default.
+        const value = walk.variableValues[given.name.value]
+        n = typeof value === 'number' ? value : argDefault
+      }
+    } else n = intValue(given) ?? argDefault
+    if (n !== undefined) return Math.min(Math.max(Math.trunc(n), 1), max)
+  }
+  return undefined
+}
+
+/**
+ * Cost of a selection set on `type`. `multiplier` is how many times the
+ * enclosing lists whose size the document fixes repeat it (for occurrences).
+ */
+function selectionCost(
+  selections: SelectionSetNode,
+  type: GraphQLNamedType,
+  walk: Walk,
+  multiplier: number,
+): number {
+  let total = 0
+  for (const sel of selections.selections) {
+    if (sel.kind === Kind.FIELD) {
+      if (++walk.visits > MAX_EXPANDED_FIELDS) throw new TooLarge()
+      total += fieldCost(sel, type, walk, multiplier)
+    } else if (sel.kind === Kind.INLINE_FRAGMENT) {
+      const on = sel.typeCondition ? walk.schema.getType(sel.typeCondition.name.value) : type
+      if (on) total += selectionCost(sel.selectionSet, on, walk, multiplier)
+    } else {
+      const name = sel.name.value
+      const fragment = walk.fragments[name]
+      if (!fragment || walk.path.has(name)) continue
+      walk.path.add(name)
+      total += selectionCost(fragment.selectionSet, type, walk, multiplier)
+      walk.path.delete(name)
+    }
+  }
+  return total
+}
+
+function fieldCost(field: FieldNode, parent: GraphQLNamedType, walk: Walk, multiplier: number): number {
+  const name = field.name.value
+  if (name === '__typename') return 0
+  if (name === '__schema' || name === '__type') {
+    if (name === '__schema') walk.measure.schemaIntrospections++
+    if (field.selectionSet) introspectionNesting(field.selectionSet, walk, 0)
+    return name === '__schema' ? SCHEMA_INTROSPECTION_COST : TYPE_INTROSPECTION_COST
+  }
+  if (!(isObjectType(parent) || isInterfaceType(parent))) return 0
+  const def = parent.getFields()[name]
+  // An unknown field is FieldsOnCorrectType's error; it costs nothing here.
+  if (!def) return 0
+  const returned = getNullableType(def.type)
+  const isList = isListType(returned)
+  const named = getNamedType(def.type)
+  const size = sizeOf(field, def, walk)
+  const items = size ?? (isList ? ASSUMED_LIST_SIZE : 1)
+  if (name === OCCURRENCES_FIELD) walk.measure.occurrences += multiplier * (size ?? 1)
+  const weight = FIELD_WEIGHTS[`${parent.name}.${name}`] ?? 1
+  if (!isCompositeType(named) || !field.selectionSet) {
+    // Scalars come with their row, unless the field computes a sized list of them.
+    return size !== undefined && isList ? items : weight - 1
+  }
+  const inner = selectionCost(field.selectionSet, named, walk, multiplier * (size ?? 1))
+  return items * (weight + inner)
+}
+
+/** Walk an introspection selection, recording the deepest nesting of list fields. */
+const INTROSPECTION_LISTS = new Set([
+  'types',
+  'fields',
+  'args',
+  'inputFields',
+  'interfaces',
+  'possibleTypes',
+  'enumValues',
+  'directives',
+])
+
+function introspectionNesting(selections: SelectionSetNode, walk: Walk, depth: number): void {
+  for (const sel of selections.selections) {
+    if (sel.kind === Kind.FIELD) {
+      if (++walk.visits > MAX_EXPANDED_FIELDS) throw new TooLarge()
+      if (!sel.selectionSet) continue
+      const d = INTROSPECTION_LISTS.has(sel.name.value) ? depth + 1 : depth
+      if (d > walk.measure.introspectionListNesting) walk.measure.introspectionListNesting = d
+      // Past the limit nothing more needs counting, and a hostile document stops costing time here.
+      if (d > MAX_INTROSPECTION_LIST_NESTING) return
+      introspectionNesting(sel.selectionSet, walk, d)
+    } else if (sel.kind === Kind.INLINE_FRAGMENT) {
+      introspectionNesting(sel.selectionSet, walk, depth)
+    } else {
+      const name = sel.name.value
+      const fragment = walk.fragments[name]
+      if (!fragment || walk.path.has(name)) continue
+      walk.path.add(name)
+      introspectionNesting(fragment.selectionSet, walk, depth)
+      walk.path.delete(name)
+    }
+  }
+}
+
+/**
+ * Measure one operation of `document` against `schema`; null when it expands
+ * past {@link MAX_EXPANDED_FIELDS} fields. Without `variableValues` (at
+ * validation) a size argument given as a variable counts as 1; with them (the
+ * request's coerced values, at execution) it counts at the value sent.
+ */
+export function measureOperation(
+  schema: GraphQLSchema,
+  document: DocumentNode,
+  operation: OperationDefinitionNode,
+  variableValues?: Readonly<Record<string, unknown>>,
+): OperationMeasure | null {
+  const fragments: Record<string, FragmentDefinitionNode> = {}
+  for (const d of document.definitions) {
+    if (d.kind === Kind.FRAGMENT_DEFINITION) fragments[d.name.value] = d
+  }
+  const walk: Walk = {
+    schema,
+    fragments,
+    variableValues,
+    measure: { cost: 0, occurrences: 0, schemaIntrospections: 0, introspectionListNesting: 0 },
+    path: new Set(),
+    visits: 0,
+  }
+  const root = schema.getRootType(operation.operation)
+  try {
+    if (root) walk.measure.cost = selectionCost(operation.selectionSet, root, walk, 1)
+  } catch (err) {
+    if (err instanceof TooLarge) return null
+    throw err
+  }
+  return walk.measure
+}
+
+/**
+ * The limits `m` breaks, as messages; `withVariables` says the request's
+ * variable values were counted (execution), so the message can say so.
+ */
+export function budgetViolations(
+  m: OperationMeasure | null,
+  budget: QueryBudget,
+  withVariables = false,
+): string[] {
+  if (m === null) {
+    return [
+      `Query size limit: once its fragments are spread this operation selects more than ${MAX_EXPANDED_FIELDS} fields.`,
+    ]
+  }
+  const asSent = withVariables ? ' with the variables sent' : ''
+  const messages: string[] = []
+  if (m.schemaIntrospections > MAX_SCHEMA_INTROSPECTIONS) {
+    messages.push(
+      `Introspection limit: at most ${MAX_SCHEMA_INTROSPECTIONS} __schema per operation; this one asks for ${m.schemaIntrospections}.`,
+    )
+  }
+  if (m.introspectionListNesting > MAX_INTROSPECTION_LIST_NESTING) {
+    messages.push(
+      `Introspection limit: list fields (types, fields, args, …) may nest at most ${MAX_INTROSPECTION_LIST_NESTING} deep inside __schema or __type.`,
+    )
+  }
+  if (m.occurrences > budget.maxOccurrences) {
+    messages.push(
+      `Occurrence limit: this operation asks for ${m.occurrences} schedule occurrences in all${asSent} (nextOccurrences counts, summed over aliases); at most ${budget.maxOccurrences} (MAX_OCCURRENCES_PER_REQUEST).`,
+    )
+  }
+  if (m.cost > budget.maxCost) {
+    messages.push(
+      `Query cost limit: this operation costs ${m.cost}${asSent}; at most ${budget.maxCost} (MAX_QUERY_COST). Ask for fewer items (limit/first/count) or fewer nested lists.`,
+    )
+  }
+  return messages
+}
+
+/** The validation rule: refuse an operation over any part of the budget that the document itself fixes. */
+export function queryBudgetRule(budget: QueryBudget) {
+  return (context: ValidationContext) => ({
+    OperationDefinition(operation: OperationDefinitionNode) {
+      const m = measureOperation(context.getSchema(), context.getDocument(), operation)
+      for (const message of budgetViolations(m, budget)) context.reportError(refusal(message))
+      return false
+    },
+  })
+}
+
+/**
+ * The execution-time check: the operation a request selects, measured with
+ * the variable values it sends. Undefined when the request is within budget,
+ * or when execution will refuse it anyway (no such operation, variables that
+ * do not coerce) with its own error and without running a resolver.
+ */
+export function executionRefusals(
+  args: {
+    schema: GraphQLSchema
+    document: DocumentNode
+    operationName?: string | null
+    variableValues?: Readonly<Record<string, unknown>> | null
+  },
+  budget: QueryBudget,
+): ExecutionResult | undefined {
+  const operation = getOperationAST(args.document, args.operationName)
+  // Without variables the validation-time measure was already exact.
+  if (!operation?.variableDefinitions?.length) return undefined
+  const coerced = getVariableValues(args.schema, operation.variableDefinitions, args.variableValues ?? {}, {
+    maxErrors: 1,
+  })
+  if (coerced.errors) return undefined
+  const m = measureOperation(args.schema, args.document, operation, coerced.coerced)
+  const messages = budgetViolations(m, budget, true)
+  return messages.length > 0 ? { errors: messages.map(executionRefusal) } : undefined
+}
+
+/**
+ * How often one selection set may select the same response name. graphql-js's
+ * OverlappingFieldsCanBeMerged compares every pair of same-named fields, so
+ * `{ definitions { id id id … } }` (a couple of thousand times, within the
+ * token limit) costs a second of CPU in validation alone.
+ */
+export const MAX_REPEATED_FIELD = 20
+
+/** Fields selecting one response name more than {@link MAX_REPEATED_FIELD} times in one selection set. */
+function repeatedFields(document: DocumentNode): GraphQLError[] {
+  const fragments = new Map<string, FragmentDefinitionNode>()
+  for (const d of document.definitions) {
+    if (d.kind === Kind.FRAGMENT_DEFINITION) fragments.set(d.name.value, d)
+  }
+  const errors: GraphQLError[] = []
+  const countInto = (set: SelectionSetNode, counts: Map<string, number>, spreadDepth: number) => {
+    for (const sel of set.selections) {
+      if (sel.kind === Kind.FIELD) {
+        const name = sel.alias?.value ?? sel.name.value
+        counts.set(name, (counts.get(name) ?? 0) + 1)
+      } else if (spreadDepth < 2) {
+        const inner =
+          sel.kind === Kind.INLINE_FRAGMENT ? sel.selectionSet : fragments.get(sel.name.value)?.selectionSet
+        if (inner) countInto(inner, counts, spreadDepth + 1)
+      }
+    }
+  }
+  visit(document, {
+    SelectionSet(set) {
+      if (errors.length > 0) return BREAK
+      const counts = new Map<string, number>()
+      countInto(set, counts, 0)
+      for (const [name, n] of counts) {
+        if (n > MAX_REPEATED_FIELD) {
+          errors.push(
+            refusal(
+              `Repeated field limit: "${name.slice(0, 40)}" is selected ${n} times in one selection set; at most ${MAX_REPEATED_FIELD}.`,
+            ),
+          )
+          return BREAK
+        }
+      }
+      return undefined
+    },
+  })
+  return errors
+}
+
+/**
+ * Yoga plugin adding {@link queryBudgetRule} to validation and
+ * {@link executionRefusals} before execution and subscription (HTTP, SSE and
+ * WebSocket alike). Repeated fields are checked first, on their own: such a
+ * document never reaches the standard rules, one of which costs time
+ * quadratic in them.
+ */
+export function useQueryBudget(budget: QueryBudget): Plugin {
+  return {
+    onValidate({ params, setResult, addValidationRule }) {
+      const errors = repeatedFields(params.documentAST)
+      if (errors.length > 0) setResult(errors)
+      else addValidationRule(queryBudgetRule(budget))
+    },
+    onExecute({ args, setResultAndStopExecution }) {
+      const refused = executionRefusals(args, budget)
+      if (refused) setResultAndStopExecution(refused)
+    },
+    onSubscribe({ args, setResultAndStopExecution }) {
+      const refused = executionRefusals(args, budget)
+      if (refused) setResultAndStopExecution(refused)
+    },
+  }
+}
+
+/**
+ * Take `n` occurrences from this request's allowance (the running total for
+ * lists whose size the document does not fix, such as `definitions`).
+ * @throws {AppError} BAD_USER_INPUT once the request has used its allowance.
+ */
+export function takeOccurrences(allowance: { occurrencesLeft: number }, n: number, max: number): void {
+  if (n > allowance.occurrencesLeft) {
+    throw new AppError(
+      ERROR_CODES.BAD_USER_INPUT,
+      `Occurrence limit: this request has computed as many schedule occurrences as one request may (${max}, MAX_OCCURRENCES_PER_REQUEST). Ask for fewer, or for fewer definitions at once.`,
+    )
+  }
+  allowance.occurrencesLeft -= n
+}

@@ -1,0 +1,131 @@
+/**
+ * Separate pools and bounded waiting: the runner's ticks do not wait behind
+ * API load, an API pool whose queue is full answers "busy" at once, and a
+ * flood of unauthenticated scrapes costs a bounded number of statements.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { SESSION_PROGRAM, sleep, startTestServer, type TestServer } from './helpers/server.ts'
+
+describe('probe snapshots', () => {
+  let s: TestServer
+  beforeAll(async () => {
+    s = await startTestServer()
+  })
+  afterAll(async () => {
+    await s?.close()
+  })
+
+  it('200 scrapes of /metrics and /readyz at once run a bounded number of statements', async () => {
+    // Warm: the first scrape takes the first readings.
+    await fetch(`${s.url}/metrics`).then((r) => r.text())
+    await fetch(`${s.url}/readyz`).then((r) => r.text())
+    const before = s.app.db.stats.statements
+    const answers = await Promise.all(
+      Array.from({ length: 200 }, (_, i) =>
+        fetch(`${s.url}/${i % 2 === 0 ? 'metrics' : 'readyz'}`).then(async (r) => {
+          await r.text()
+          return r.status
+        }),
+      ),
+    )
+    expect(answers.every((status) => status === 200)).toBe(true)
+    const statements = s.app.db.stats.statements - before
+    // At most one refresh of each snapshot (runs by status: 2, attention: 2, readiness: 2), however long the flood took.
+    expect(statements).toBeLessThanOrEqual(2 * 6)
+  })
+})
+
+describe('the API pool queue is bounded', () => {
+  let s: TestServer
+  beforeAll(async () => {
+    s = await startTestServer({ env: { DB_POOL_SIZE: '2', DB_QUEUE_LIMIT: '2' } })
+  })
+  afterAll(async () => {
+    await s?.close()
+  })
+
+  it('past the queue, requests answer DATABASE_UNAVAILABLE "busy" at once, with no SQL; then serve again', async () => {
+    // Both connections busy for a second, the queue of two filled behind them.
+    const held = Array.from({ length: 4 }, () =>
+      s.app.db.query('SELECT SLEEP(1)').catch((err: unknown) => err),
+    )
+    await sleep(50)
+    const t0 = performance.now()
+    const answers = await Promise.all(Array.from({ length: 5 }, () => s.gql('{ runs(limit: 500) { id } }')))
+    const ms = performance.now() - t0
+    for (const a of answers) {
+      expect(a.body.errors?.[0]?.extensions).toMatchObject({ code: 'DATABASE_UNAVAILABLE' })
+      expect(a.body.errors?.[0]?.message).toMatch(/The server is busy: .*Retry in a moment/)
+      expect(a.body.errors?.[0]?.message).not.toMatch(/SELECT|Queue limit/)
+    }
+    expect(ms).toBeLessThan(500)
+    await Promise.all(held)
+    const again = await s.gql('{ runs(limit: 500) { id } }')
+    expect(again.body.errors).toBeUndefined()
+  })
+
+  it('the pool sizes are settings validated with clear messages', async () => {
+    const { loadConfig, ConfigError } = await import('../src/config.ts')
+    expect(() => loadConfig({ DB_POOL_SIZE: '0', DB_QUEUE_LIMIT: 'lots', RUNNER_DB_POOL_SIZE: '1' })).toThrow(
+      ConfigError,
+    )
+    try {
+      loadConfig({ DB_POOL_SIZE: '0', DB_QUEUE_LIMIT: 'lots', RUNNER_DB_POOL_SIZE: '1' })
+    } catch (err) {
+      expect((err as InstanceType<typeof ConfigError>).problems).toEqual([
+        "DB_POOL_SIZE must be a whole number of connections from 1 to 1000 (got '0')",
+        "DB_QUEUE_LIMIT must be a whole number of waiting statements from 1 to 1000000 (got 'lots')",
+        "RUNNER_DB_POOL_SIZE must be a whole number of connections from 2 to 100 (got '1')",
+      ])
+    }
+    expect(loadConfig({})).toMatchObject({ dbPoolSize: 10, dbQueueLimit: 100, runnerDbPoolSize: 4 })
+  })
+})
+
+describe('the runner has its own pool', () => {
+  const TICK_MS = 200
+  let s: TestServer
+  beforeAll(async () => {
+    s = await startTestServer({
+      runner: true,
+      env: { TICK_MS: String(TICK_MS), DB_QUEUE_LIMIT: '100' },
+    })
+  })
+  afterAll(async () => {
+    await s?.close()
+  })
+
+  it('a run due while every API connection is busy starts within 2 × TICK_MS', async () => {
+    const created = await s.gql<{ createDefinition: { id: string } }>(
+      'mutation ($p: JSON!) { createDefinition(input: { slug: "pools", title: "Pools", program: $p }) { id } }',
+      { variables: { p: SESSION_PROGRAM } },
+    )
+    const defId = created.body.data?.createDefinition.id as string
+    const at = new Date(Date.now() + 1000)
+    const started = await s.gql<{ startRun: { id: string } }>(
+      `mutation { startRun(definitionId: "${defId}", at: "${at.toISOString()}") { id } }`,
+    )
+    const runId = started.body.data?.startRun.id as string
+    expect(runId).toMatch(/^\d+$/)
+    // Twelve 2-second statements: more than the API pool of 10 holds, queued ahead of any tick.
+    const load = [
+      ...Array.from({ length: 12 }, () => s.app.db.query('SELECT SLEEP(2)').catch((err: unknown) => err)),
+      ...Array.from({ length: 20 }, () => s.gql('{ runs(limit: 500) { id } }').catch((err: unknown) => err)),
+    ]
+    let row: { scheduled_for: Date; started_at: Date | null } | undefined
+    const deadline = Date.now() + 8000
+    while (Date.now() < deadline) {
+      ;[row] = await s.t.db.query<{ scheduled_for: Date; started_at: Date | null }>(
+        'SELECT scheduled_for, started_at FROM event_runs WHERE id = ?',
+        [runId],
+      )
+      if (row?.started_at) break
+      await sleep(25)
+    }
+    await Promise.all(load)
+    if (!row?.started_at) throw new Error(`run ${runId} did not start: ${JSON.stringify(row)}`)
+    const lagMs = row.started_at.getTime() - row.scheduled_for.getTime()
+    console.log(`[pools] run started ${lagMs} ms after it was due, with the API pool saturated`)
+    expect(lagMs).toBeLessThan(2 * TICK_MS)
+  })
+})
