@@ -326,27 +326,22 @@ export class Runner {
     await runs.reclaimStale(db)
     await steps.reclaimStale(db)
     const now = clock.now()
-    if (
-      this.materialiseRequested ||
-      now.getTime() - this.lastMaterialise >= this.opts.materialiseEveryMs ||
-      (this.refillAt !== null && now.getTime() >= this.refillAt)
-    ) {
-      this.materialiseRequested = false
-      this.lastMaterialise = now.getTime()
-      const pass = await materialiseAll(
-        db,
-        now,
-        { horizonMs: this.opts.horizonMs, maxRunsAhead: this.opts.maxRunsAhead },
-        (def, err) =>
-          this.opts.logger.error(
-            { err, definitionId: def.id, slug: def.slug },
-            'materialisation failed for a definition',
-          ),
-      )
-      this.refillAt = pass.refillAt?.getTime() ?? null
-    }
+    // A definition changed: materialise first, its runs may be due now. The
+    // periodic pass (and a dense schedule's refill) waits until the due runs
+    // have started, so it never makes them late.
+    const requested = this.materialiseRequested
+    if (requested) await this.materialise(now)
     await this.markMissed(clock.now())
     await this.advanceDue()
+    const later = clock.now()
+    if (
+      !requested &&
+      (later.getTime() - this.lastMaterialise >= this.opts.materialiseEveryMs ||
+        (this.refillAt !== null && later.getTime() >= this.refillAt))
+    ) {
+      // Runs it made that are due already start on a pass at once; later ones are the sleep's aim.
+      if ((await this.materialise(later)) > 0 && !this.windingDown) this.nudged = true
+    }
     const after = clock.now()
     if (after.getTime() - this.lastRetention >= this.opts.retentionEveryMs) {
       this.lastRetention = after.getTime()
@@ -362,6 +357,24 @@ export class Runner {
       tickLagMs: lag,
     })
     this.lastTickAt = new Date()
+  }
+
+  /** One materialisation pass; answers how many runs it made. */
+  private async materialise(now: Date): Promise<number> {
+    this.materialiseRequested = false
+    this.lastMaterialise = now.getTime()
+    const pass = await materialiseAll(
+      this.opts.db,
+      now,
+      { horizonMs: this.opts.horizonMs, maxRunsAhead: this.opts.maxRunsAhead },
+      (def, err) =>
+        this.opts.logger.error(
+          { err, definitionId: def.id, slug: def.slug },
+          'materialisation failed for a definition',
+        ),
+    )
+    this.refillAt = pass.refillAt?.getTime() ?? null
+    return pass.created
   }
 
   private async markMissed(now: Date): Promise<void> {
