@@ -37,6 +37,9 @@ interface Lateness {
   p99Ms: number
   maxMs: number
   notStarted: number
+  /** Starts more than 20 ms and more than 100 ms late: one stall or many. */
+  over20Ms: number
+  over100Ms: number
 }
 
 export async function run(): Promise<Record<string, BenchResult>> {
@@ -75,6 +78,8 @@ export async function run(): Promise<Record<string, BenchResult>> {
           p99Ms: percentile(lags, 99),
           maxMs: Math.max(...lags),
           notStarted: rows.length - lags.length,
+          over20Ms: lags.filter((l) => l > 20).length,
+          over100Ms: lags.filter((l) => l > 100).length,
         }
       }
       const window = async (label: string, during?: (seconds: number) => Promise<unknown>) => {
@@ -84,7 +89,8 @@ export async function run(): Promise<Record<string, BenchResult>> {
         else await sleep(to - Date.now())
         const l = await lateness(from, to)
         console.log(
-          `punctuality: ${label}: ${l.runs} runs, start lag p50 ${l.p50Ms} ms, p99 ${l.p99Ms} ms, max ${l.maxMs} ms` +
+          `punctuality: ${label}: ${l.runs} runs, start lag p50 ${l.p50Ms} ms, p99 ${l.p99Ms} ms, max ${l.maxMs} ms, ` +
+            `${l.over20Ms} over 20 ms, ${l.over100Ms} over 100 ms` +
             (l.notStarted ? `, ${l.notStarted} not started` : ''),
         )
         return l
