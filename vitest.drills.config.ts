@@ -3,7 +3,7 @@ import { defineConfig } from 'vitest/config'
 
 const require = createRequire(import.meta.url)
 
-// The fault drills of issue 6 live in test/drills/. The ones that take under a
+// The fault drills live in test/drills/. The ones that take under a
 // minute (dbOutage, fuzz: `*.drill.test.ts`) run in `npm test` through
 // vitest.config.ts's `test/**/*.test.ts`. The longer ones (`*.drill.ts`: the
 // four-process SIGKILL drill) are left out of that glob by their suffix and run

@@ -6,7 +6,7 @@
  * bench's own pool (an operator elsewhere; the server is API-only, RUNNER=off,
  * so every statement its pool sends during the rounds is a status poll).
  *
- * Figures: status queries per poll interval (SPEC: one poller per process, so
+ * Figures: status queries per poll interval (the contract: one poller per process, so
  * ≤ 1), delay from a transition (its `updatedAt`) to its delivery at p50 / p99,
  * and the server's RSS. Baseline: the poll interval itself (STATUS_POLL_MS,
  * default 500 ms), the floor a polled subscription cannot beat; target p99 ≤
@@ -15,8 +15,8 @@
 import { type ChildProcess, fork } from 'node:child_process'
 import { once } from 'node:events'
 import { fileURLToPath } from 'node:url'
+import { cancelRun, pauseRun, resumeRun } from '../src/operations/runControls.ts'
 import { systemClock } from '../src/runner/clock.ts'
-import { cancelRun, pauseRun, resumeRun } from '../src/runner/controls.ts'
 import { defineCueEvent, driveUntilParked, materialiseRuns } from './fixtures.ts'
 import {
   type BenchResult,

@@ -6,7 +6,7 @@
 import type { Db } from '../sql/db.ts'
 import type { DefinitionRow } from '../sql/eventDefinitions.ts'
 import * as runs from '../sql/eventRuns/index.ts'
-import { createDefinition } from '../src/definitions.ts'
+import { createDefinition } from '../src/operations/definitions.ts'
 import { systemClock } from '../src/runner/clock.ts'
 import { resolveConcurrencyKey } from '../src/runner/materialise.ts'
 import { Runner } from '../src/runner/runner.ts'

@@ -8,7 +8,8 @@
  * Alone: `npx tsx bench/throughput.ts` (also the graphile-worker peer),
  * `bench/burst.ts` (also its graphile-worker peer), `bench/punctuality.ts`,
  * `bench/starvation.ts`, `bench/fanout.ts`, `bench/apiLatency.ts`, `bench/console.ts`,
- * `bench/consoleLoad.ts`. bench/README.md says what each measures.
+ * `bench/consoleLoad.ts`, `bench/history.ts`, `bench/galera.ts` (which starts the three-node
+ * cluster of test/galera/cluster.sh). bench/README.md says what each measures.
  */
 import { spawn } from 'node:child_process'
 import { rm } from 'node:fs/promises'
@@ -24,6 +25,8 @@ const BENCHMARKS = [
   'apiLatency',
   'console',
   'consoleLoad',
+  'history',
+  'galera',
 ] as const
 
 function runOne(name: string): Promise<number> {

@@ -8,8 +8,13 @@ import type { DefinitionPatch } from '../sql/eventDefinitions.ts'
 import * as definitions from '../sql/eventDefinitions.ts'
 import { parseId } from '../src/api/args.ts'
 import { requires } from '../src/api/authz.ts'
-import { createDefinition, publishVersion, setDefinitionState, updateDefinition } from '../src/definitions.ts'
 import { badInput } from '../src/errors.ts'
+import {
+  createDefinition,
+  publishVersion,
+  setDefinitionState,
+  updateDefinition,
+} from '../src/operations/definitions.ts'
 import { actorOf, definitionDeps } from './deps.ts'
 
 /** Fields of UpdateDefinitionInput whose column cannot be NULL: null there is a mistake, not "clear". */

@@ -2,9 +2,9 @@
 
 import { UNAUTHENTICATED_MESSAGE } from '../src/api/authz.ts'
 import type { ApiContext } from '../src/api/context.ts'
-import type { DefinitionDeps } from '../src/definitions.ts'
 import { AppError, ERROR_CODES } from '../src/errors.ts'
-import type { ControlDeps } from '../src/runner/controls.ts'
+import type { DefinitionDeps } from '../src/operations/definitions.ts'
+import type { ControlDeps } from '../src/operations/runControls.ts'
 
 /** The name a mutation is recorded under (`operator#1a2b3c4d`): the token's role and hash, never the token. */
 export function actorOf(ctx: ApiContext): string {

@@ -3,11 +3,12 @@
 import { builder } from '../schema/builder.ts'
 import { HealthRef, type HealthShape } from '../schema/refs.ts'
 import * as runs from '../sql/eventRuns/index.ts'
-import * as steps from '../sql/eventSteps.ts'
+import * as steps from '../sql/eventSteps/index.ts'
 import * as heartbeats from '../sql/runnerHeartbeats.ts'
 import { RUN_STATUSES } from '../sql/states.ts'
 import { requires } from '../src/api/authz.ts'
 import type { ApiContext } from '../src/api/context.ts'
+import { runCountsFor } from '../src/runCounts.ts'
 
 /** A runner counts as live when it ticked within this window. */
 export function livenessWindowMs(tickMs: number): number {
@@ -30,7 +31,8 @@ async function health(ctx: ApiContext): Promise<HealthShape> {
   }
   const since = new Date(clock.now().getTime() - livenessWindowMs(tickMs))
   const [byStatus, degraded, waiting, live] = await Promise.all([
-    runs.countByStatus(db),
+    // The same counter as /metrics: exact, without counting the history per call.
+    runCountsFor(db)(),
     runs.countDegraded(db),
     steps.waitingSummary(db),
     heartbeats.listLive(db, since),

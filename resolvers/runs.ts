@@ -7,8 +7,8 @@ import * as runs from '../sql/eventRuns/index.ts'
 import { parseId, parseOptionalId, withDefault } from '../src/api/args.ts'
 import { requires } from '../src/api/authz.ts'
 import { selectsField } from '../src/api/selection.ts'
-import { backfillRuns } from '../src/backfill.ts'
-import { cancelRun, pauseRun, resumeRun, startRun } from '../src/runner/controls.ts'
+import { backfillRuns } from '../src/operations/backfill.ts'
+import { cancelRun, pauseRun, resumeRun, startRun } from '../src/operations/runControls.ts'
 import { actorOf, controlDeps } from './deps.ts'
 
 builder.queryFields((t) => ({

@@ -2,10 +2,10 @@
 
 import { builder } from '../schema/builder.ts'
 import { RunStepRef, StepResultRef } from '../schema/refs.ts'
-import * as steps from '../sql/eventSteps.ts'
+import * as steps from '../sql/eventSteps/index.ts'
 import { parseId, withDefault } from '../src/api/args.ts'
 import { requires } from '../src/api/authz.ts'
-import { resolveCue, skipStep } from '../src/runner/controls.ts'
+import { resolveCue, skipStep } from '../src/operations/runControls.ts'
 import { actorOf, controlDeps } from './deps.ts'
 
 builder.queryFields((t) => ({

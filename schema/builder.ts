@@ -3,7 +3,7 @@
  * `resolvers/` registers on it; `schema/index.ts` imports them all and builds.
  *
  * Output fields are non-null unless marked `nullable: true`, and arguments and
- * input fields are optional unless `required: true`, which is how SPEC §5 reads.
+ * input fields are optional unless `required: true`, which is how the contract (docs/contract.md) reads.
  */
 import SchemaBuilder from '@pothos/core'
 import type { ApiContext } from '../src/api/context.ts'
@@ -22,7 +22,7 @@ export const builder = new SchemaBuilder<{
   Scalars: ScalarShapes
   DefaultFieldNullability: false
 }>({
-  // SPEC §5 writes `!` on most output fields: make non-null the default and mark the rest.
+  // The contract writes `!` on most output fields: make non-null the default and mark the rest.
   defaultFieldNullability: false,
 })
 

@@ -6,7 +6,7 @@
 import type { DefinitionRow } from '../sql/eventDefinitions.ts'
 import type { LogRow } from '../sql/eventRunLogs.ts'
 import type { RunListRow, RunStatusSnapshot } from '../sql/eventRuns/index.ts'
-import type { StepRow } from '../sql/eventSteps.ts'
+import type { StepRow } from '../sql/eventSteps/index.ts'
 import type { VersionRow } from '../sql/eventVersions.ts'
 import type { HeartbeatRow } from '../sql/runnerHeartbeats.ts'
 import { builder } from './builder.ts'

@@ -8,81 +8,23 @@
 import mysql, {
   type Pool,
   type PoolConnection,
-  type PoolOptions,
   type ResultSetHeader,
   type RowDataPacket,
 } from 'mysql2/promise'
+import { parseDatabaseUrl, poolOptionsFromUrl } from './databaseUrl.ts'
+import {
+  DatabaseError,
+  DB_ERRNO,
+  isConflict,
+  isDbErrno,
+  isDbUnavailable,
+  isPoolBusy,
+  nothingRan,
+} from './dbErrors.ts'
 
-/** MariaDB/MySQL error numbers the code reacts to, by name. */
-export const DB_ERRNO = {
-  /** A UNIQUE or PRIMARY key already holds the value. */
-  DUP_ENTRY: 1062,
-  /** InnoDB picked this transaction as a deadlock victim; retrying is safe. */
-  LOCK_DEADLOCK: 1213,
-  /** A row lock was not granted within innodb_lock_wait_timeout. */
-  LOCK_WAIT_TIMEOUT: 1205,
-  /** The database named in the URL does not exist. */
-  BAD_DB: 1049,
-  /** The server is shutting down. */
-  SERVER_SHUTDOWN: 1053,
-  /** Too many connections. */
-  CON_COUNT: 1040,
-  /** A table the query names does not exist (migrations not applied). */
-  NO_SUCH_TABLE: 1146,
-} as const
-
-/** Driver-level codes that mean "the database cannot be reached right now". */
-const UNAVAILABLE_CODES = new Set([
-  'ECONNREFUSED',
-  'ECONNRESET',
-  'ENOENT',
-  'ETIMEDOUT',
-  'EPIPE',
-  'EHOSTUNREACH',
-  'PROTOCOL_CONNECTION_LOST',
-  'PROTOCOL_SEQUENCE_TIMEOUT',
-  'ER_SERVER_SHUTDOWN',
-  'ER_CON_COUNT_ERROR',
-  'POOL_CLOSED',
-])
-
-/**
- * A database failure with the SQL text kept out of the message: the message is
- * safe to log next to user data, the driver's error stays in `cause` for
- * operators.
- */
-export class DatabaseError extends Error {
-  override readonly name = 'DatabaseError'
-  /** The server's error number, when the server answered. */
-  readonly errno: number | undefined
-  /** The driver's symbolic code (`ER_DUP_ENTRY`, `ECONNREFUSED`, …). */
-  readonly code: string | undefined
-  /** True when the server could not be reached, as opposed to refusing a statement. */
-  readonly unavailable: boolean
-
-  constructor(message: string, cause: unknown) {
-    super(message, { cause })
-    const c = cause as { errno?: number; code?: string; fatal?: boolean } | undefined
-    this.errno = c?.errno
-    this.code = c?.code
-    this.unavailable =
-      (c?.code !== undefined && UNAVAILABLE_CODES.has(c.code)) ||
-      c?.errno === DB_ERRNO.SERVER_SHUTDOWN ||
-      c?.errno === DB_ERRNO.CON_COUNT ||
-      (c?.fatal === true && c?.errno === undefined)
-  }
-}
-
-/** True when `err` is a database error with the given errno. */
-export function isDbErrno(err: unknown, errno: number): boolean {
-  return err instanceof DatabaseError ? err.errno === errno : (err as { errno?: number })?.errno === errno
-}
-
-/** True when `err` says the database is unreachable (not that it refused a statement). */
-export function isDbUnavailable(err: unknown): boolean {
-  if (err instanceof DatabaseError) return err.unavailable
-  return new DatabaseError('probe', err).unavailable
-}
+// Callers import errors and URL parsing from here, beside the pool.
+export * from './databaseUrl.ts'
+export * from './dbErrors.ts'
 
 /** A value a statement may bind. */
 export type SqlValue = string | number | bigint | boolean | Date | Buffer | null
@@ -91,12 +33,28 @@ export type Row = RowDataPacket & Record<string, unknown>
 export interface TransactionOptions {
   isolation?: 'READ COMMITTED'
   /**
-   * Attempts in all when InnoDB picks the transaction as a deadlock victim: it
-   * was rolled back whole, so `fn` runs again from the start on a fresh
-   * transaction. Only for an `fn` that is safe to repeat (no effect outside the
-   * transaction). @default 1 (the deadlock is the caller's)
+   * Run `fn` again from the start, on a fresh transaction, when the transaction
+   * lost a conflict and was rolled back whole: an InnoDB deadlock victim or a
+   * Galera certification failure (both 1213, the latter at COMMIT, after every
+   * statement reported success) or a lock wait timeout (1205); and, with
+   * several hosts, when the node became unavailable before COMMIT was sent (the
+   * next attempt goes to the next host). Jittered backoff between attempts.
+   *
+   * Only for an `fn` that is safe to repeat: no effect outside the transaction,
+   * and every decision it answers is made from what its own statements saw, so
+   * the answer of the attempt that committed is the one returned. After the
+   * last attempt the error is the caller's. @default false
    */
-  deadlockAttempts?: number
+  retryable?: boolean
+}
+
+/** Attempts in all for a {@link TransactionOptions.retryable} transaction. */
+export const TRANSACTION_ATTEMPTS = 8
+
+/** Full-jitter exponential backoff: up to 5 ms, 10 ms, 20 ms … capped at 250 ms. */
+function conflictPause(attempt: number): Promise<void> {
+  const cap = Math.min(250, 5 * 2 ** (attempt - 1))
+  return new Promise((r) => setTimeout(r, Math.random() * cap))
 }
 
 /** Runs statements; implemented by the pool and by a transaction's connection. */
@@ -138,20 +96,18 @@ export interface DbOptions {
   /** Milliseconds to wait for a connection to open. @default 5000 */
   connectTimeout?: number
   /**
+   * On a Galera node, make every read wait until the node has applied every
+   * write the cluster committed before it (`wsrep_sync_wait = 1`), so an answer
+   * reflects a write just made through another node. Ignored on a server that
+   * is not a Galera node. @default true
+   */
+  causalReads?: boolean
+  /**
    * Statements that may wait for a free connection; one more fails at once
    * with a "busy" error ({@link isPoolBusy}) instead of waiting behind them.
    * @default 0 (unbounded)
    */
   queueLimit?: number
-}
-
-/** mysql2's message when a pool's wait queue is full (it sets no code). */
-const POOL_QUEUE_FULL = 'Queue limit reached.'
-
-/** True when `err` (or its cause) says every connection is busy and the wait queue is full. */
-export function isPoolBusy(err: unknown): boolean {
-  const inner = err instanceof DatabaseError ? err.cause : err
-  return (inner as { message?: unknown })?.message === POOL_QUEUE_FULL
 }
 
 function wrap(err: unknown, what: string): DatabaseError {
@@ -185,152 +141,183 @@ async function retryDeadlocks<T>(attempts: number, fn: () => Promise<T>): Promis
   }
 }
 
-function makeQueryable(
-  target: Pool | PoolConnection,
-  stats: { statements: number },
-  autocommit: boolean,
-): Queryable {
+/** How a statement reaches the server: prepared (`execute`) or text protocol (`query`). */
+type Send = (how: 'execute' | 'query', sql: string, params: SqlValue[]) => Promise<unknown>
+
+function makeQueryable(send: Send, stats: { statements: number }, autocommit: boolean): Queryable {
+  async function call<T>(how: 'execute' | 'query', sql: string, params: readonly SqlValue[], what: string) {
+    stats.statements++
+    try {
+      const [res] = (await retryDeadlocks(autocommit ? DEADLOCK_RETRIES : 1, () =>
+        send(how, sql, params as SqlValue[]),
+      )) as [T]
+      return res
+    } catch (err) {
+      throw wrap(err, what)
+    }
+  }
   return {
     async execute<T>(sql: string, params: readonly SqlValue[] = []): Promise<T[]> {
-      stats.statements++
-      try {
-        const [rows] = await retryDeadlocks(autocommit ? DEADLOCK_RETRIES : 1, () =>
-          target.execute<RowDataPacket[]>(sql, params as SqlValue[]),
-        )
-        return rows as unknown as T[]
-      } catch (err) {
-        throw wrap(err, 'a query')
-      }
+      return call<T[]>('execute', sql, params, 'a query')
     },
     async run(sql: string, params: readonly SqlValue[] = []) {
-      stats.statements++
-      try {
-        const [res] = await retryDeadlocks(autocommit ? DEADLOCK_RETRIES : 1, () =>
-          target.execute<ResultSetHeader>(sql, params as SqlValue[]),
-        )
-        return { affectedRows: Number(res.affectedRows), insertId: Number(res.insertId) }
-      } catch (err) {
-        throw wrap(err, 'a write')
-      }
+      const res = await call<ResultSetHeader>('execute', sql, params, 'a write')
+      return { affectedRows: Number(res.affectedRows), insertId: Number(res.insertId) }
     },
     async query<T>(sql: string, params: readonly SqlValue[] = []): Promise<T[]> {
-      stats.statements++
-      try {
-        const [rows] = await retryDeadlocks(autocommit ? DEADLOCK_RETRIES : 1, () =>
-          target.query<RowDataPacket[]>(sql, params as SqlValue[]),
-        )
-        return rows as unknown as T[]
-      } catch (err) {
-        throw wrap(err, 'a query')
-      }
+      return call<T[]>('query', sql, params, 'a query')
     },
     async runQuery(sql: string, params: readonly SqlValue[] = []) {
-      stats.statements++
-      try {
-        const [res] = await retryDeadlocks(autocommit ? DEADLOCK_RETRIES : 1, () =>
-          target.query<ResultSetHeader>(sql, params as SqlValue[]),
-        )
-        return { affectedRows: Number(res.affectedRows), insertId: Number(res.insertId) }
-      } catch (err) {
-        throw wrap(err, 'a write')
-      }
+      const res = await call<ResultSetHeader>('query', sql, params, 'a write')
+      return { affectedRows: Number(res.affectedRows), insertId: Number(res.insertId) }
     },
   }
+}
+
+function sendOn(target: Pool | PoolConnection): Send {
+  return (how, sql, params) => (how === 'execute' ? target.execute(sql, params) : target.query(sql, params))
 }
 
 /**
- * Pool options from a `mysql://user:pass@host:port/db` URL. A `socketPath` query
- * parameter (`?socket=/path/to/mysqld.sock`) selects a unix socket instead of TCP.
+ * One pool per host of the URL, and which one is in use. An instance stays on
+ * one node while it answers (its own writes then never conflict with each other
+ * in certification), and moves to the next when that node is unavailable.
  */
-export function poolOptionsFromUrl(url: string, opts: DbOptions = {}): PoolOptions {
-  let u: URL
-  try {
-    u = new URL(url)
-  } catch (err) {
-    throw new Error(`The database URL is not a valid URL; expected mysql://user:pass@host:port/db.`, {
-      cause: err,
-    })
+class HostRouter {
+  private current = 0
+  constructor(readonly pools: readonly Pool[]) {}
+
+  get pool(): Pool {
+    return this.pools[this.current] as Pool
   }
-  if (u.protocol !== 'mysql:' && u.protocol !== 'mariadb:') {
-    throw new Error(`The database URL must start with mysql:// (got ${u.protocol}//).`)
+
+  /** `pool` failed as unavailable: move to the next host, unless another failure already moved us. */
+  failed(pool: Pool): void {
+    if (this.pools.length > 1 && this.pool === pool) this.current = (this.current + 1) % this.pools.length
   }
-  const socketPath = u.searchParams.get('socket') ?? undefined
-  const database = decodeURIComponent(u.pathname.replace(/^\//, '')) || undefined
-  return {
-    host: socketPath ? undefined : u.hostname || '127.0.0.1',
-    port: socketPath ? undefined : Number(u.port || 3306),
-    socketPath,
-    user: decodeURIComponent(u.username || 'root'),
-    password: decodeURIComponent(u.password || ''),
-    database,
-    connectionLimit: opts.connectionLimit ?? 10,
-    connectTimeout: opts.connectTimeout ?? 5000,
-    // UTC end to end: mysql2 writes and reads DATETIME as UTC, and every session's
-    // time_zone is pinned below so NOW(3) agrees.
-    timezone: 'Z',
-    dateStrings: false,
-    supportBigNumbers: true,
-    bigNumberStrings: false,
-    decimalNumbers: true,
-    waitForConnections: true,
-    queueLimit: opts.queueLimit ?? 0,
-    enableKeepAlive: true,
-    // mysql2 otherwise captures a stack trace for every statement, to graft onto
-    // a driver error; ours never reach a user, and the capture cost a tenth of
-    // the API's CPU under load (bench/apiLatency.ts).
-    trace: false,
-    maxIdle: opts.connectionLimit ?? 10,
-    idleTimeout: 60_000,
+
+  /**
+   * Run one autocommit statement. When the host is unavailable and certainly
+   * ran nothing, try the next host at once; otherwise the error is the caller's
+   * (a later call goes to the next host).
+   */
+  async send<T>(fn: (pool: Pool) => Promise<T>): Promise<T> {
+    for (let tried = 1; ; tried++) {
+      const pool = this.pool
+      try {
+        return await fn(pool)
+      } catch (err) {
+        if (!isDbUnavailable(err)) throw err
+        this.failed(pool)
+        if (tried >= this.pools.length || !nothingRan(err)) throw err
+      }
+    }
   }
 }
 
-/** Open a pool for `url`. No connection is made until the first statement. */
+/** Open a pool for `url` (one per host it lists). No connection is made until the first statement. */
 export function createDb(url: string, opts: DbOptions = {}): Db {
-  const pool = mysql.createPool(poolOptionsFromUrl(url, opts))
-  // Pin every session to UTC before it runs anything else; commands on one
-  // connection run in order, so this lands before the first real statement.
-  pool.pool.on('connection', (conn) => {
-    conn.query("SET time_zone = '+00:00'")
+  const hostCount = Math.max(1, parseDatabaseUrl(url).hosts.length)
+  const causalReads = opts.causalReads ?? true
+  const pools = Array.from({ length: hostCount }, (_, i) => {
+    const pool = mysql.createPool(poolOptionsFromUrl(url, opts, i))
+    // Pin every session to UTC before it runs anything else; commands on one
+    // connection run in order, so this lands before the first real statement.
+    pool.pool.on('connection', (conn) => {
+      conn.query("SET time_zone = '+00:00'")
+      if (causalReads) {
+        // Decided by the server in the same statement (no round trip that a first
+        // real statement could overtake): 1 on a Galera node, unchanged elsewhere.
+        // A server built without Galera support has no such variable; nothing to do there.
+        conn.query(
+          'SET SESSION wsrep_sync_wait = IF(@@global.wsrep_on, 1, @@session.wsrep_sync_wait)',
+          () => {},
+        )
+      }
+    })
+    return pool
   })
+  const router = new HostRouter(pools)
   const stats = { statements: 0 }
-  const base = makeQueryable(pool, stats, true)
+  const base = makeQueryable(
+    (how, sql, params) => router.send((pool) => sendOn(pool)(how, sql, params)),
+    stats,
+    true,
+  )
+
+  /** One attempt; `stage` tells the caller how far it got when it failed. */
+  async function transactionOnce<T>(
+    pool: Pool,
+    fn: (tx: Queryable) => Promise<T>,
+    txOpts: TransactionOptions | undefined,
+    stage: { at: 'connect' | 'body' | 'commit' },
+  ): Promise<T> {
+    let conn: PoolConnection
+    try {
+      conn = await pool.getConnection()
+    } catch (err) {
+      throw wrap(err, 'a connection')
+    }
+    stage.at = 'body'
+    try {
+      if (txOpts?.isolation) {
+        stats.statements++
+        await conn.query(`SET TRANSACTION ISOLATION LEVEL ${txOpts.isolation}`)
+      }
+      stats.statements++
+      await conn.beginTransaction()
+      const result = await fn(makeQueryable(sendOn(conn), stats, false))
+      stats.statements++
+      stage.at = 'commit'
+      // On Galera a certification failure surfaces here (1213), after every
+      // statement above reported success: `result` counts only once this returns.
+      await conn.commit()
+      return result
+    } catch (err) {
+      try {
+        await conn.rollback()
+      } catch {
+        // The connection is already broken; the original error is the one to report.
+      }
+      // Application errors thrown by `fn` pass through unchanged; only driver
+      // failures (begin/commit on a broken connection) are wrapped.
+      const driverError = (err as { sqlState?: string; errno?: number })?.errno !== undefined
+      throw driverError || isDbUnavailable(err) ? wrap(err, 'a transaction') : err
+    } finally {
+      conn.release()
+    }
+  }
+
   return {
     ...base,
-    pool,
+    get pool() {
+      return router.pool
+    },
     stats,
-    transaction(fn, txOpts) {
-      return retryDeadlocks(txOpts?.deadlockAttempts ?? 1, async () => {
-        let conn: PoolConnection
+    async transaction(fn, txOpts) {
+      const attempts = txOpts?.retryable ? TRANSACTION_ATTEMPTS : 1
+      let hostsTried = 1
+      for (let attempt = 1; ; attempt++) {
+        const pool = router.pool
+        const stage: { at: 'connect' | 'body' | 'commit' } = { at: 'connect' }
         try {
-          conn = await pool.getConnection()
+          return await transactionOnce(pool, fn, txOpts, stage)
         } catch (err) {
-          throw wrap(err, 'a connection')
-        }
-        try {
-          if (txOpts?.isolation) {
-            stats.statements++
-            await conn.query(`SET TRANSACTION ISOLATION LEVEL ${txOpts.isolation}`)
+          if (isDbUnavailable(err)) {
+            router.failed(pool)
+            // Another host, when nothing can have been kept: no connection was
+            // made, or (for a transaction safe to repeat) COMMIT was never sent.
+            const nothingKept = stage.at === 'connect' || (txOpts?.retryable === true && stage.at === 'body')
+            if (hostsTried < pools.length && nothingKept && (nothingRan(err) || stage.at === 'body')) {
+              hostsTried++
+              continue
+            }
+            throw err
           }
-          stats.statements++
-          await conn.beginTransaction()
-          const result = await fn(makeQueryable(conn, stats, false))
-          stats.statements++
-          await conn.commit()
-          return result
-        } catch (err) {
-          try {
-            await conn.rollback()
-          } catch {
-            // The connection is already broken; the original error is the one to report.
-          }
-          // Application errors thrown by `fn` pass through unchanged; only driver
-          // failures (begin/commit on a broken connection) are wrapped.
-          const driverError = (err as { sqlState?: string; errno?: number })?.errno !== undefined
-          throw driverError || isDbUnavailable(err) ? wrap(err, 'a transaction') : err
-        } finally {
-          conn.release()
+          if (attempt >= attempts || !isConflict(err)) throw err
+          await conflictPause(attempt)
         }
-      })
+      }
     },
     async ping() {
       try {
@@ -341,7 +328,7 @@ export function createDb(url: string, opts: DbOptions = {}): Db {
       }
     },
     async close() {
-      await pool.end()
+      await Promise.all(pools.map((p) => p.end()))
     },
   }
 }

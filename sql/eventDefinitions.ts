@@ -233,11 +233,15 @@ const IN_PROGRESS = ['starting', 'running', 'paused', 'ending'] as const
  * - any change: the materialisation watermarks go, so a schedule that becomes
  *   active again resumes from then, not from where it stopped.
  *
- * The definition row is locked first. Everything that creates runs
- * ({@link lockForNewRuns}) takes a shared lock on it, so no run is added
- * meanwhile; a starter that locked a run first makes the withdrawal wait for
- * its commit (that run started before the change), and one that comes later
- * finds the run gone.
+ * The transaction first writes the definition's `run_guard` (`updated_at` is
+ * assigned itself, so the guard is not an edit). Everything that creates runs
+ * ({@link lockForNewRuns}) writes the same column first, so no run is added
+ * meanwhile: on one server the second writer waits for the first; on a Galera
+ * cluster, where row locks do not cross nodes, the two writes conflict in
+ * certification and the loser runs again (the transaction is safe to repeat).
+ * A starter that locked a run first makes the withdrawal wait for its commit
+ * (that run started before the change), and one that comes later finds the
+ * run gone; across nodes, the same rows written by both make one of them lose.
  */
 export async function setState(
   db: Db,
@@ -245,43 +249,49 @@ export async function setState(
   state: DefinitionState,
   archivedReason = 'definition archived',
 ): Promise<StateChange | null> {
-  return db.transaction(async (tx) => {
-    const [row] = await tx.execute<Raw>('SELECT state FROM event_definitions WHERE id = ? FOR UPDATE', [id])
-    if (!row) return null
-    if (state === 'archived') {
-      // A locking read sees the latest committed rows, not a snapshot.
-      const [live] = await tx.execute<Raw>(
-        `SELECT COUNT(*) AS n FROM event_runs
-          WHERE definition_id = ? AND status IN (${placeholders(IN_PROGRESS.length)}) LOCK IN SHARE MODE`,
-        [id, ...IN_PROGRESS],
-      )
-      const inProgress = Number(live?.n ?? 0)
-      if (inProgress > 0) return { applied: false, inProgress }
-    }
-    let withdrawn = 0
-    let cancelled = 0
-    if (state !== 'active') {
-      const gone = await tx.run(
-        `DELETE FROM event_runs WHERE definition_id = ? AND status = 'scheduled' AND started_by <=> 'schedule'`,
+  return db.transaction(
+    async (tx) => {
+      const guard = await tx.run(
+        'UPDATE event_definitions SET run_guard = run_guard + 1, updated_at = updated_at WHERE id = ?',
         [id],
       )
-      withdrawn = gone.affectedRows
-    }
-    if (state === 'archived') {
-      const { sets, args } = transitionSets('cancelled', { error: archivedReason })
-      const res = await tx.run(
-        `UPDATE event_runs SET ${sets.join(', ')} WHERE definition_id = ? AND status = 'scheduled'`,
-        [...args, id],
-      )
-      cancelled = res.affectedRows
-    }
-    await tx.run(`UPDATE event_definitions SET state = ?, materialized_through = NULL WHERE id = ?`, [
-      state,
-      id,
-    ])
-    await clearWatermarks(tx, id)
-    return { applied: true, withdrawn, cancelled }
-  })
+      if (guard.affectedRows !== 1) return null
+      if (state === 'archived') {
+        // A locking read sees the latest committed rows, not a snapshot.
+        const [live] = await tx.execute<Raw>(
+          `SELECT COUNT(*) AS n FROM event_runs
+          WHERE definition_id = ? AND status IN (${placeholders(IN_PROGRESS.length)}) LOCK IN SHARE MODE`,
+          [id, ...IN_PROGRESS],
+        )
+        const inProgress = Number(live?.n ?? 0)
+        if (inProgress > 0) return { applied: false, inProgress }
+      }
+      let withdrawn = 0
+      let cancelled = 0
+      if (state !== 'active') {
+        const gone = await tx.run(
+          `DELETE FROM event_runs WHERE definition_id = ? AND status = 'scheduled' AND started_by <=> 'schedule'`,
+          [id],
+        )
+        withdrawn = gone.affectedRows
+      }
+      if (state === 'archived') {
+        const { sets, args } = transitionSets('cancelled', { error: archivedReason })
+        const res = await tx.run(
+          `UPDATE event_runs SET ${sets.join(', ')} WHERE definition_id = ? AND status = 'scheduled'`,
+          [...args, id],
+        )
+        cancelled = res.affectedRows
+      }
+      await tx.run(`UPDATE event_definitions SET state = ?, materialized_through = NULL WHERE id = ?`, [
+        state,
+        id,
+      ])
+      await clearWatermarks(tx, id)
+      return { applied: true, withdrawn, cancelled }
+    },
+    { retryable: true },
+  )
 }
 
 /** Forget how far a definition is materialised: the next pass starts from its own now. */
@@ -290,15 +300,19 @@ export async function clearWatermarks(db: Queryable, definitionId: number): Prom
 }
 
 /**
- * Inside a transaction that is about to create runs: take a shared lock on the
- * definition row and answer its current state (null when it does not exist).
- * Archiving takes the exclusive lock, so it waits for the runs to commit and
- * then counts them.
+ * Inside a transaction that is about to create runs: write the definition's
+ * `run_guard` (the write an archive must conflict with, on one server or
+ * across the nodes of a cluster; see {@link setState}) and answer its current
+ * state (null when it does not exist). The transaction should be marked
+ * `retryable`: on a cluster it may lose that conflict at COMMIT.
  */
 export async function lockForNewRuns(tx: Queryable, id: number): Promise<DefinitionState | null> {
-  const [row] = await tx.execute<Raw>('SELECT state FROM event_definitions WHERE id = ? LOCK IN SHARE MODE', [
-    id,
-  ])
+  const guard = await tx.run(
+    'UPDATE event_definitions SET run_guard = run_guard + 1, updated_at = updated_at WHERE id = ?',
+    [id],
+  )
+  if (guard.affectedRows !== 1) return null
+  const [row] = await tx.execute<Raw>('SELECT state FROM event_definitions WHERE id = ?', [id])
   return row ? (row.state as DefinitionState) : null
 }
 

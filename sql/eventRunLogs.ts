@@ -82,6 +82,28 @@ export async function listForRun(db: Queryable, runId: number, limit = 100): Pro
   return rows.map(hydrate)
 }
 
+/** One log line's place in time, for the retention sweep. */
+export interface LogLineAge {
+  id: number
+  runId: number
+  at: Date
+}
+
+/**
+ * The oldest log lines after line `afterId`, in id order (the order they were
+ * written). The retention sweep walks from the oldest line forward and stops at
+ * the first line young enough to keep, so it reads the lines it deletes and
+ * the few it must keep, never the finished runs whose logs are already gone.
+ */
+export async function oldestLines(db: Queryable, afterId: number, limit = 1000): Promise<LogLineAge[]> {
+  const n = clampLimit(limit, 1000, 1, 5000)
+  const rows = await db.execute<Raw>(
+    `SELECT id, run_id, at FROM event_run_logs WHERE id > ? ORDER BY id LIMIT ${n}`,
+    [afterId],
+  )
+  return rows.map((r) => ({ id: Number(r.id), runId: Number(r.run_id), at: r.at as Date }))
+}
+
 /** Delete the logs of these (terminal) runs; answers how many lines went. */
 export async function deleteForRuns(db: Queryable, runIds: readonly number[]): Promise<number> {
   if (runIds.length === 0) return 0

@@ -34,7 +34,9 @@ function hydrate(row: Raw): VersionRow {
 /**
  * Publish a program as the definition's next version and make it current, in one
  * short transaction; the definition row is locked so two publishers number their
- * versions one after the other. Answers the new version.
+ * versions one after the other (on a Galera cluster, where the lock holds only
+ * on its node, the two writes to that row conflict at COMMIT instead and the
+ * loser runs again, numbering after the winner). Answers the new version.
  */
 export function publish(
   db: Db,
@@ -42,7 +44,7 @@ export function publish(
   program: unknown,
   createdBy: string | null,
 ): Promise<VersionRow> {
-  return db.transaction((tx) => publishIn(tx, definitionId, program, createdBy))
+  return db.transaction((tx) => publishIn(tx, definitionId, program, createdBy), { retryable: true })
 }
 
 /** {@link publish} inside the caller's transaction (a new definition and its version 1 commit together). */
@@ -81,11 +83,16 @@ export function createWithFirstVersion(
   program: unknown,
   createdBy: string | null,
 ): Promise<number> {
-  return db.transaction(async (tx) => {
-    const id = await createDefinitionRow(tx, def)
-    await publishIn(tx, id, program, createdBy)
-    return id
-  })
+  // Safe to repeat: a losing attempt (a certification conflict on a cluster)
+  // left nothing, and a slug taken meanwhile answers the duplicate key.
+  return db.transaction(
+    async (tx) => {
+      const id = await createDefinitionRow(tx, def)
+      await publishIn(tx, id, program, createdBy)
+      return id
+    },
+    { retryable: true },
+  )
 }
 
 export async function getById(db: Queryable, id: number): Promise<VersionRow | null> {

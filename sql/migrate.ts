@@ -2,21 +2,28 @@
  * The migrator: applies `sql/migrations/NNNN_name.sql` in order, records each in
  * `schema_migrations`, and is a no-op when the database is current.
  *
- * Several instances may start at once on a fresh database. They serialise on a
- * MariaDB named lock (GET_LOCK), held on one connection for the whole run, so the
- * second migrator waits, then finds every file recorded and does nothing. Files
- * are never edited after they land: a recorded file whose checksum changed is
- * reported rather than silently skipped.
+ * Several instances may start at once on a fresh database, on one server or on
+ * different nodes of a Galera cluster. They serialise on a lock row
+ * (`schema_migrations_lock`): taking it is an INSERT, a write every node sees,
+ * where a session lock (GET_LOCK) or a row lock would hold only on the node that
+ * took it. The others wait, then find every file recorded and do nothing. A
+ * migrator that dies holding the row leaves it to expire. Files are never
+ * edited after they land: a recorded file whose checksum changed is reported
+ * rather than silently skipped.
  */
-import { createHash } from 'node:crypto'
+import { createHash, randomBytes } from 'node:crypto'
 import { readdir, readFile } from 'node:fs/promises'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
-import type { PoolConnection, RowDataPacket } from 'mysql2/promise'
 import { DatabaseError, DB_ERRNO, type Db, isDbErrno } from './db.ts'
 
 export const MIGRATIONS_DIR = join(dirname(fileURLToPath(import.meta.url)), 'migrations')
-const LOCK_NAME = 'showrunner.migrate'
+/**
+ * How long the lock row stays valid without a sign of life; its holder renews
+ * it after each file, so this bounds one file's run and how long a dead
+ * migrator blocks the others.
+ */
+const LOCK_TTL_SECONDS = 300
 
 export interface Migration {
   name: string
@@ -65,8 +72,8 @@ export interface MigrateResult {
   current: string[]
 }
 
-async function ensureTable(conn: PoolConnection): Promise<void> {
-  await conn.query(
+async function ensureTables(db: Db): Promise<void> {
+  await db.query(
     `CREATE TABLE IF NOT EXISTS schema_migrations (
        name       VARCHAR(255) NOT NULL,
        checksum   CHAR(64)     NOT NULL,
@@ -74,11 +81,89 @@ async function ensureTable(conn: PoolConnection): Promise<void> {
        PRIMARY KEY (name)
      ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`,
   )
+  await db.query(
+    `CREATE TABLE IF NOT EXISTS schema_migrations_lock (
+       id         TINYINT UNSIGNED NOT NULL,
+       holder     VARCHAR(64)      NOT NULL,
+       expires_at DATETIME(3)      NOT NULL,
+       PRIMARY KEY (id)
+     ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4`,
+  )
 }
 
-async function recorded(conn: PoolConnection): Promise<Map<string, string>> {
-  const [rows] = await conn.query<RowDataPacket[]>('SELECT name, checksum FROM schema_migrations')
+async function recorded(db: Db): Promise<Map<string, string>> {
+  const rows = await db.query<{ name: string; checksum: string }>(
+    'SELECT name, checksum FROM schema_migrations',
+  )
   return new Map(rows.map((r) => [String(r.name), String(r.checksum)]))
+}
+
+/** Files recorded with the same checksum, or throws when one was edited; the rest are pending. */
+function split(
+  migrations: Migration[],
+  done: Map<string, string>,
+): { current: string[]; pending: Migration[] } {
+  const current: string[] = []
+  const pending: Migration[] = []
+  for (const m of migrations) {
+    const known = done.get(m.name)
+    if (known === undefined) {
+      pending.push(m)
+      continue
+    }
+    if (known !== m.checksum) {
+      throw new Error(
+        `Migration ${m.name} changed after it was applied; migrations must never be edited. Add a new numbered file instead.`,
+      )
+    }
+    current.push(m.name)
+  }
+  return { current, pending }
+}
+
+/**
+ * Take the lock row, waiting up to `timeoutSeconds` for another migrator. Each
+ * attempt is one autocommit statement, so its answer stands only once the write
+ * committed (on Galera, a concurrent INSERT from another node loses
+ * certification and, retried, meets the duplicate key).
+ */
+async function acquireLock(db: Db, holder: string, timeoutSeconds: number): Promise<void> {
+  const deadline = Date.now() + timeoutSeconds * 1000
+  for (;;) {
+    try {
+      await db.run(
+        'INSERT INTO schema_migrations_lock (id, holder, expires_at) VALUES (1, ?, NOW(3) + INTERVAL ? SECOND)',
+        [holder, LOCK_TTL_SECONDS],
+      )
+      return
+    } catch (err) {
+      if (!isDbErrno(err, DB_ERRNO.DUP_ENTRY)) throw err
+    }
+    // Held: by a live migrator, or by one that died, whose row has expired.
+    const took = await db.run(
+      `UPDATE schema_migrations_lock SET holder = ?, expires_at = NOW(3) + INTERVAL ? SECOND
+        WHERE id = 1 AND expires_at < NOW(3)`,
+      [holder, LOCK_TTL_SECONDS],
+    )
+    if (took.affectedRows === 1) return
+    if (Date.now() >= deadline) {
+      throw new Error(
+        `Another migrator has held the migration lock for ${timeoutSeconds}s; check for a stuck showrunner process, then retry.`,
+      )
+    }
+    await new Promise((r) => setTimeout(r, 100 + Math.random() * 200))
+  }
+}
+
+/** Renew the lock row; throws when it is no longer ours (it expired and another migrator took it). */
+async function renewLock(db: Db, holder: string): Promise<void> {
+  const res = await db.run(
+    'UPDATE schema_migrations_lock SET expires_at = NOW(3) + INTERVAL ? SECOND WHERE id = 1 AND holder = ?',
+    [LOCK_TTL_SECONDS, holder],
+  )
+  if (res.affectedRows !== 1) {
+    throw new Error('The migration lock expired while a file was applied; run the migration again.')
+  }
 }
 
 /**
@@ -91,60 +176,45 @@ export async function migrate(
   { lockTimeoutSeconds = 60, dir = MIGRATIONS_DIR } = {},
 ): Promise<MigrateResult> {
   const migrations = await loadMigrations(dir)
-  let conn: PoolConnection
   try {
-    conn = await db.pool.getConnection()
+    await ensureTables(db)
   } catch (err) {
-    throw new DatabaseError(
-      'Cannot migrate: the database is unavailable. Check that MariaDB is running and DATABASE_URL is right.',
-      err,
-    )
-  }
-  try {
-    const [[lock]] = await conn.query<RowDataPacket[]>('SELECT GET_LOCK(?, ?) AS got', [
-      LOCK_NAME,
-      lockTimeoutSeconds,
-    ])
-    if (Number(lock?.got) !== 1) {
-      throw new Error(
-        `Another migrator has held the migration lock for ${lockTimeoutSeconds}s; check for a stuck showrunner process, then retry.`,
+    if (err instanceof DatabaseError && err.unavailable) {
+      throw new DatabaseError(
+        'Cannot migrate: the database is unavailable. Check that MariaDB is running and DATABASE_URL is right.',
+        err,
       )
     }
-    try {
-      await ensureTable(conn)
-      const done = await recorded(conn)
-      const applied: string[] = []
-      const current: string[] = []
-      for (const m of migrations) {
-        const known = done.get(m.name)
-        if (known !== undefined) {
-          if (known !== m.checksum) {
-            throw new Error(
-              `Migration ${m.name} changed after it was applied; migrations must never be edited. Add a new numbered file instead.`,
-            )
-          }
-          current.push(m.name)
-          continue
+    throw err
+  }
+  // Already current (every restart): no lock needed.
+  const before = split(migrations, await recorded(db))
+  if (before.pending.length === 0) return { applied: [], current: before.current }
+
+  const holder = randomBytes(12).toString('hex')
+  await acquireLock(db, holder, lockTimeoutSeconds)
+  try {
+    // Read again under the lock: another migrator may have applied them meanwhile.
+    const { current, pending } = split(migrations, await recorded(db))
+    const applied: string[] = []
+    for (const m of pending) {
+      for (const statement of m.statements) {
+        try {
+          await db.query(statement)
+        } catch (err) {
+          throw new DatabaseError(
+            `Migration ${m.name} failed; fix the file or the database and run it again.`,
+            err,
+          )
         }
-        for (const statement of m.statements) {
-          try {
-            await conn.query(statement)
-          } catch (err) {
-            throw new DatabaseError(
-              `Migration ${m.name} failed; fix the file or the database and run it again.`,
-              err,
-            )
-          }
-        }
-        await conn.query('INSERT INTO schema_migrations (name, checksum) VALUES (?, ?)', [m.name, m.checksum])
-        applied.push(m.name)
       }
-      return { applied, current }
-    } finally {
-      await conn.query('SELECT RELEASE_LOCK(?)', [LOCK_NAME])
+      await db.run('INSERT INTO schema_migrations (name, checksum) VALUES (?, ?)', [m.name, m.checksum])
+      applied.push(m.name)
+      await renewLock(db, holder)
     }
+    return { applied, current }
   } finally {
-    conn.release()
+    await db.run('DELETE FROM schema_migrations_lock WHERE id = 1 AND holder = ?', [holder])
   }
 }
 

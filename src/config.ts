@@ -1,5 +1,5 @@
 /**
- * Configuration from the environment (SPEC §7), validated once at start.
+ * Configuration from the environment (the table in README.md), validated once at start.
  *
  * Every problem is reported at once, each message naming its variable and what
  * it got, so a person fixes the whole environment in one go instead of one
@@ -8,6 +8,7 @@
 import { randomBytes } from 'node:crypto'
 import { hostname } from 'node:os'
 import { z } from 'zod'
+import { parseDatabaseUrl, redactDatabaseUrl } from '../sql/db.ts'
 import { isRole, ROLES, type TokenEntry, tokenActor } from './auth.ts'
 
 /** pino's level names, lowest-volume last; `silent` turns logging off. */
@@ -242,19 +243,22 @@ const instanceIdSchema = optionalString.transform((raw, ctx) => {
 
 const databaseUrlSchema = optionalString.transform((raw, ctx) => {
   if (raw === undefined) return undefined
-  let u: URL | undefined
-  try {
-    u = new URL(raw)
-  } catch {
-    u = undefined
-  }
-  if (!u || (u.protocol !== 'mysql:' && u.protocol !== 'mariadb:')) {
+  const scheme = /^([a-z][a-z0-9+.-]*):\/\//i.exec(raw)?.[1]?.toLowerCase()
+  if (scheme !== 'mysql' && scheme !== 'mariadb') {
     // The URL may hold a password: show only its scheme.
-    const scheme = u ? u.protocol : 'not a URL'
     ctx.addIssue({
       code: 'custom',
-      message: `DATABASE_URL must look like mysql://user:pass@host:3306/db (got ${scheme})`,
+      message: `DATABASE_URL must look like mysql://user:pass@host:3306/db (got ${scheme ? `${scheme}:` : 'not a URL'})`,
     })
+    return z.NEVER
+  }
+  try {
+    // One server, or several nodes of one Galera cluster: mysql://u:p@h1:3306,h2:3306/db.
+    parseDatabaseUrl(raw)
+  } catch (err) {
+    // parseDatabaseUrl's messages never repeat the password.
+    const why = err instanceof Error ? err.message.replace(/^The database URL/, 'DATABASE_URL') : String(err)
+    ctx.addIssue({ code: 'custom', message: why })
     return z.NEVER
   }
   return raw
@@ -459,11 +463,5 @@ export function configSummary(config: Config): Record<string, unknown> {
 }
 
 function redactUrl(raw: string): string {
-  try {
-    const u = new URL(raw)
-    if (u.password) u.password = '***'
-    return u.toString()
-  } catch {
-    return '(invalid URL)'
-  }
+  return redactDatabaseUrl(raw)
 }

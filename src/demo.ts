@@ -4,7 +4,7 @@
  * machine), and a manual one to start by hand. Loading is idempotent by slug.
  */
 import * as definitions from '../sql/eventDefinitions.ts'
-import { createDefinition, type DefinitionDeps } from './definitions.ts'
+import { createDefinition, type DefinitionDeps } from './operations/definitions.ts'
 import { canonicalTimezone } from './runner/schedule.ts'
 
 export const DEMO_SLUGS = ['demo-cued-show', 'demo-manual'] as const

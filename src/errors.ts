@@ -1,5 +1,5 @@
 /**
- * Errors a person can act on. Each carries a code from SPEC §5; the API turns an
+ * Errors a person can act on. Each carries a code of the contract (docs/contract.md, "Errors"); the API turns an
  * AppError into a GraphQL error with `extensions.code`, and masks everything else.
  */
 

@@ -29,7 +29,7 @@ import { CONSOLE_PATHS, createConsoleHandler } from '../console/serve.ts'
 import { schema } from '../schema/index.ts'
 import { createDb, type Db } from '../sql/db.ts'
 import { countDegraded } from '../sql/eventRuns/index.ts'
-import { waitingSummary } from '../sql/eventSteps.ts'
+import { waitingSummary } from '../sql/eventSteps/index.ts'
 import { migrate, pendingMigrations } from '../sql/migrate.ts'
 import { ChangeSignal, useChangeSignalAfterMutations } from './api/changeSignal.ts'
 import { type ApiContext, type ApiServices, createApiContext } from './api/context.ts'
@@ -48,8 +48,9 @@ import { authenticate, type Principal, type TokenEntry, tokenActor } from './aut
 import { type Config, generateToken } from './config.ts'
 import { createLogger, type Logger } from './log.ts'
 import { createMetrics, type Metrics } from './metrics.ts'
-import { createRunCounts } from './runCounts.ts'
+import { runCountsFor } from './runCounts.ts'
 import { type Clock, systemClock } from './runner/clock.ts'
+
 import { Runner } from './runner/runner.ts'
 import { createDefaultRegistry, type StepRegistry } from './runner/steps/registry.ts'
 import { createSnapshot } from './snapshot.ts'
@@ -222,7 +223,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     host = '127.0.0.1'
   }
 
-  const runCounts = createRunCounts(db, {
+  const runCounts = runCountsFor(db, {
     onRefreshError: (err) =>
       logger.warn({ err }, 'metrics: could not count the terminal runs; the last counts stay'),
   })

@@ -1,5 +1,5 @@
 /**
- * SPEC §6 through the real server: every root field × {no token, wrong token,
+ * The roles of docs/contract.md through the real server: every root field × {no token, wrong token,
  * viewer, operator, admin} over HTTP (subscriptions over SSE), the WebSocket
  * handshake, field-level judgement of mixed documents, and the actor recorded
  * on mutations.
@@ -161,7 +161,7 @@ async function call(c: FieldCase, auth: Auth): Promise<Outcome> {
 
 describe('auth matrix over HTTP', () => {
   it.each(FIELDS.map((f) => [f.field, f] as const))(
-    '%s: each caller gets what SPEC §6 says',
+    '%s: each caller gets what its role allows',
     async (_name, c) => {
       const seen: Record<string, string> = {}
       for (const caller of CALLERS) {

@@ -7,8 +7,8 @@ import { GraphQLError } from 'graphql'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { DatabaseError } from '../sql/db.ts'
 import { createMaskError } from '../src/api/errors.ts'
-import { FIELD_LIMITS } from '../src/definitions.ts'
 import { silentLogger } from '../src/log.ts'
+import { FIELD_LIMITS } from '../src/operations/definitions.ts'
 import { leakProblems, SESSION_PROGRAM, startTestServer, type TestServer } from './helpers/server.ts'
 
 let s: TestServer

@@ -17,7 +17,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { Db } from '../sql/db.ts'
 import * as runs from '../sql/eventRuns/index.ts'
-import * as steps from '../sql/eventSteps.ts'
+import * as steps from '../sql/eventSteps/index.ts'
 import { makeDefinition, makeRun, makeRunWithSteps } from './helpers/fixtures.ts'
 import {
   type Collected,
@@ -204,7 +204,15 @@ describe('changes made elsewhere, and the cost of many subscribers (poll interva
       await sub.until((x) => runOf(x)?.currentPhase === 'second act', 3000)
       const count = sub.events.length
       // A claim and its release move updated_at but change nothing a subscriber sees.
-      await runs.claimTick(elsewhere, run.id, 'other-instance', new Date(Date.now() + 30_000), new Date())
+      const leased = await runs.claimTickBatch(
+        elsewhere,
+        'other-instance',
+        'tok-elsewhere',
+        new Date(Date.now() + 30_000),
+        new Date(Date.now() + 3_600_000),
+        500,
+      )
+      expect(leased.map((r) => r.id)).toContain(run.id)
       await runs.releaseClaim(elsewhere, run.id, 'other-instance', { wakeAt: null })
       await sleep(INTERVAL * 4)
       expect(sub.events.length).toBe(count)

@@ -6,7 +6,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import * as logs from '../sql/eventRunLogs.ts'
 import * as runs from '../sql/eventRuns/index.ts'
-import * as steps from '../sql/eventSteps.ts'
+import * as steps from '../sql/eventSteps/index.ts'
 import { makeDefinition, newRun, stepSpecs } from './helpers/fixtures.ts'
 import { startTestServer, type TestServer } from './helpers/server.ts'
 

@@ -219,6 +219,26 @@ describe('loadConfig', () => {
     const problems = problemsOf({ DATABASE_URL: 'postgres://u:hunter2@h/db' })
     expect(problems).toEqual(['DATABASE_URL must look like mysql://user:pass@host:3306/db (got postgres:)'])
   })
+
+  it('accepts several hosts of one cluster in DATABASE_URL', () => {
+    const c = loadConfig({ DATABASE_URL: 'mysql://root@127.0.0.1:3311,127.0.0.1:3312,db3/showrunner' })
+    expect(c.databaseUrl).toBe('mysql://root@127.0.0.1:3311,127.0.0.1:3312,db3/showrunner')
+  })
+
+  it('says which host of a DATABASE_URL list is wrong, never echoing the password', () => {
+    for (const [url, want] of [
+      ['mysql://u:hunter2@h1:3306,,h2/db', /host list has an empty entry \(number 2\)/],
+      ['mysql://u:hunter2@h1:3306,h2:99999/db', /host "h2:99999" is not host or host:port/],
+      ['mysql://u:hunter2@h1,h1:3306/db', /names the same host:port twice/],
+      ['mysql://u:hunter2@h1,h2/db?socket=/tmp/s.sock', /several hosts and a unix socket/],
+    ] as const) {
+      const problems = problemsOf({ DATABASE_URL: url })
+      expect(problems).toHaveLength(1)
+      expect(problems[0]).toMatch(/^DATABASE_URL/)
+      expect(problems[0]).toMatch(want)
+      expect(problems[0]).not.toContain('hunter2')
+    }
+  })
 })
 
 describe('request limits and pools', () => {
@@ -298,5 +318,10 @@ describe('configSummary', () => {
     expect(text).not.toContain(ADMIN)
     expect(text).not.toContain('hunter2')
     expect(text).toContain(c.tokens[0]!.actor)
+  })
+
+  it('hides the password of a multi-host DATABASE_URL', () => {
+    const c = loadConfig({ DATABASE_URL: 'mysql://u:hunter2@h1:3306,h2:3306/x' })
+    expect(configSummary(c).databaseUrl).toBe('mysql://u:***@h1:3306,h2:3306/x')
   })
 })

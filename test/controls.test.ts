@@ -1,9 +1,9 @@
 /** Run controls record who did what, including the requests that changed nothing. */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import * as logsSql from '../sql/eventRunLogs.ts'
-import { createDefinition } from '../src/definitions.ts'
+import { createDefinition } from '../src/operations/definitions.ts'
+import { cancelRun, pauseRun, startRun } from '../src/operations/runControls.ts'
 import { systemClock } from '../src/runner/clock.ts'
-import { cancelRun, pauseRun, startRun } from '../src/runner/controls.ts'
 import { createDefaultRegistry } from '../src/runner/steps/registry.ts'
 import { createTestDb, type TestDb } from './helpers/db.ts'
 

@@ -11,8 +11,8 @@ import { createDefaultRegistry } from '../src/runner/steps/registry.ts'
 
 const registry = createDefaultRegistry()
 
-/** The SPEC §4 example program. */
-const SPEC_EXAMPLE = {
+/** The example program of docs/contract.md. */
+const EXAMPLE_PROGRAM = {
   phases: [
     {
       name: 'announce',
@@ -43,9 +43,9 @@ function invalid(json: unknown): AppError {
 }
 
 describe('validateProgram', () => {
-  it('accepts the SPEC example and answers it in canonical form', () => {
-    expect(validateProgram(SPEC_EXAMPLE, registry)).toEqual(SPEC_EXAMPLE)
-    expect(validateProgram(JSON.stringify(SPEC_EXAMPLE), registry)).toEqual(SPEC_EXAMPLE)
+  it('accepts the example program and answers it in canonical form', () => {
+    expect(validateProgram(EXAMPLE_PROGRAM, registry)).toEqual(EXAMPLE_PROGRAM)
+    expect(validateProgram(JSON.stringify(EXAMPLE_PROGRAM), registry)).toEqual(EXAMPLE_PROGRAM)
   })
 
   it('lists every problem with its JSON path, in the message and in details', () => {
@@ -193,11 +193,11 @@ describe('validateProgram', () => {
 })
 
 describe('expandProgram', () => {
-  it('numbers steps globally and applies the SPEC defaults', () => {
+  it('numbers steps globally and applies the per-step defaults', () => {
     const program = validateProgram(
       {
         phases: [
-          SPEC_EXAMPLE.phases[0],
+          EXAMPLE_PROGRAM.phases[0],
           {
             name: 'main',
             steps: [
@@ -210,7 +210,7 @@ describe('expandProgram', () => {
               },
             ],
           },
-          SPEC_EXAMPLE.phases[2],
+          EXAMPLE_PROGRAM.phases[2],
         ],
       },
       registry,

@@ -1,12 +1,13 @@
 /**
- * Runs by status for /metrics (src/runCounts.ts): live statuses exact on every
- * read, terminal ones from a full count taken at most once per max age, in the
- * background once a value exists, one at a time.
+ * Runs by status for /metrics and `health` (src/runCounts.ts): the table is
+ * counted once up to two marks, then each read counts only what lies past them
+ * and the runs in flight; every figure stays exact as runs move, end, are made
+ * and as the marks move on.
  */
 import { beforeEach, describe, expect, it } from 'vitest'
 import * as runs from '../sql/eventRuns/index.ts'
 import { createRunCounts } from '../src/runCounts.ts'
-import { useTestDb, wrapStatements } from './helpers/db.ts'
+import { useTestDb } from './helpers/db.ts'
 import { makeDefinition, makeRun, resetRuns } from './helpers/fixtures.ts'
 
 const t = useTestDb()
@@ -18,95 +19,88 @@ function manualClock(start = 1_000_000) {
   return { now: () => now, advance: (ms: number) => (now += ms) }
 }
 
-async function until(check: () => Promise<boolean>, ms = 5000): Promise<void> {
-  const deadline = Date.now() + ms
-  while (!(await check())) {
-    if (Date.now() > deadline) throw new Error('condition not met in time')
-    await new Promise((r) => setTimeout(r, 20))
-  }
+/** What a full count would answer now. */
+async function truth(): Promise<Record<string, number>> {
+  return runs.countByStatus(t.db)
 }
 
-describe('runs by status for /metrics', () => {
-  it('counts live statuses on every read and terminal ones at most once per max age', async () => {
+/** Age every run by `seconds` (made and ended that long ago), so it falls behind the marks. */
+async function age(seconds: number): Promise<void> {
+  await t.db.run(
+    `UPDATE event_runs SET created_at = created_at - INTERVAL ? SECOND,
+            ended_at = ended_at - INTERVAL ? SECOND`,
+    [seconds, seconds],
+  )
+}
+
+describe('runs by status for /metrics and health', () => {
+  it('stays exact as runs are made, move and end, whether the marks moved past them or not', async () => {
     const fx = await makeDefinition(t.db)
-    const [a, b, c] = [
-      await makeRun(t.db, { definition: fx, scope: 'a' }),
-      await makeRun(t.db, { definition: fx, scope: 'b' }),
-      await makeRun(t.db, { definition: fx, scope: 'c' }),
-    ]
-    await runs.transition(t.db, a.id, 'scheduled', 'completed')
-    const clock = manualClock()
-    const read = createRunCounts(t.db, { terminalMaxAgeMs: 60_000, now: clock.now })
+    const made = await Promise.all(
+      ['a', 'b', 'c', 'd', 'e'].map((scope) => makeRun(t.db, { definition: fx, scope })),
+    )
+    const [a, b, c, d] = made.map((r) => r.id) as [number, number, number, number]
+    await runs.transition(t.db, a, 'scheduled', 'completed')
+    await runs.transition(t.db, b, 'scheduled', 'running')
+    // Marks at the database's clock: one reader moves them on every read (what
+    // changed is then counted once into its base), the other never (what changed
+    // is counted past its marks on every read).
+    const moving = createRunCounts(t.db, { lagSeconds: 0, advanceEveryMs: 0 })
+    const still = createRunCounts(t.db, { lagSeconds: 0, advanceEveryMs: 3_600_000 })
+    const check = async () => {
+      const expected = await truth()
+      expect(await moving()).toEqual(expected)
+      expect(await still()).toEqual(expected)
+    }
+    await check()
+    expect(await moving()).toMatchObject({ scheduled: 3, running: 1, completed: 1 })
 
-    expect(await read()).toEqual({
-      scheduled: 2,
-      starting: 0,
-      running: 0,
-      paused: 0,
-      ending: 0,
-      completed: 1,
-      cancelled: 0,
-      failed: 0,
-      missed: 0,
-    })
+    await runs.transition(t.db, b, 'running', 'failed')
+    await runs.transition(t.db, c, 'scheduled', 'cancelled')
+    await makeRun(t.db, { definition: fx, scope: 'f' })
+    await check()
+    expect(await moving()).toMatchObject({ scheduled: 3, running: 0, failed: 1, cancelled: 1 })
 
-    // A live move shows at once; a terminal one waits for the next full count.
-    await runs.transition(t.db, b.id, 'scheduled', 'running')
-    await runs.transition(t.db, c.id, 'scheduled', 'cancelled')
-    clock.advance(59_000)
-    expect(await read()).toMatchObject({ scheduled: 0, running: 1, completed: 1, cancelled: 0 })
-
-    // Past the max age: this read starts a full count in the background (it may
-    // or may not be done by the time the read answers)...
-    clock.advance(1_000)
-    expect(await read()).toMatchObject({ running: 1 })
-    // ...and a later read has the fresh terminal counts.
-    await until(async () => (await read()).cancelled === 1)
-    expect(await read()).toMatchObject({ scheduled: 0, running: 1, completed: 1, cancelled: 1 })
+    await runs.transition(t.db, d, 'scheduled', 'missed')
+    await makeRun(t.db, { definition: fx, scope: 'g' })
+    await runs.transition(t.db, made[4]?.id as number, 'scheduled', 'paused')
+    await check()
+    expect(await still()).toMatchObject({ scheduled: 2, paused: 1, missed: 1, completed: 1, cancelled: 1 })
   })
 
-  it('a scrape with fresh terminal counts reads only the live statuses; overlapping first reads share one full count', async () => {
-    await makeRun(t.db)
+  it('runs deleted behind the marks are forgotten at the next full count', async () => {
+    const fx = await makeDefinition(t.db)
+    const old = await makeRun(t.db, { definition: fx, scope: 'old' })
+    await runs.transition(t.db, old.id, 'scheduled', 'completed')
+    await makeRun(t.db, { definition: fx, scope: 'ahead' })
+    await age(3600)
     const clock = manualClock()
-    const read = createRunCounts(t.db, { now: clock.now })
+    const read = createRunCounts(t.db, { now: clock.now, fullEveryMs: 10_000 })
+    expect(await read()).toMatchObject({ completed: 1, scheduled: 1 })
+    await t.db.run('DELETE FROM event_runs WHERE id = ?', [old.id])
+    // Still counted: it was behind the marks.
+    expect(await read()).toMatchObject({ completed: 1, scheduled: 1 })
+    clock.advance(10_000)
+    await read() // starts the full count in the background
+    const deadline = Date.now() + 5000
+    while ((await read()).completed !== 0 && Date.now() < deadline)
+      await new Promise((r) => setTimeout(r, 20))
+    expect(await read()).toEqual(await truth())
+  })
+
+  it('overlapping first reads share one full count', async () => {
+    await makeRun(t.db)
+    const read = createRunCounts(t.db)
     const before = t.db.stats.statements
     await Promise.all([read(), read(), read()])
-    // One full count, then one live count per read.
-    expect(t.db.stats.statements - before).toBe(1 + 3)
-    const after = t.db.stats.statements
-    await read()
-    expect(t.db.stats.statements - after).toBe(1)
-  })
-
-  it('a failed background count is reported and the last terminal counts are kept', async () => {
-    const fx = await makeDefinition(t.db)
-    const done = await makeRun(t.db, { definition: fx, scope: 'done' })
-    await runs.transition(t.db, done.id, 'scheduled', 'failed')
-    // The real database, with the full count (the one without a status filter) made to fail on demand.
-    let failFullCount = false
-    const flaky = wrapStatements(t.db, 'execute', (real) => (sql, args) => {
-      if (failFullCount && !sql.includes('WHERE status IN')) return Promise.reject(new Error('count refused'))
-      return real(sql, args)
-    })
-    const errors: unknown[] = []
-    const clock = manualClock()
-    const read = createRunCounts(flaky, {
-      terminalMaxAgeMs: 1000,
-      now: clock.now,
-      onRefreshError: (e) => errors.push(e),
-    })
-    expect(await read()).toMatchObject({ failed: 1 })
-
-    failFullCount = true
-    clock.advance(1000)
-    expect(await read()).toMatchObject({ failed: 1 })
-    await until(async () => errors.length > 0)
-    expect(String(errors[0])).toMatch(/count refused/)
-    expect(await read()).toMatchObject({ failed: 1 })
+    // One full count (begin, 3 statements, commit), then one read each (begin, 3 statements, commit).
+    expect(t.db.stats.statements - before).toBe(5 + 3 * 5)
   })
 
   it('with no counts yet, a failed full count fails the read (the gauge is left out of that scrape)', async () => {
-    const broken = wrapStatements(t.db, 'execute', () => () => Promise.reject(new Error('database away')))
-    await expect(createRunCounts(broken)()).rejects.toThrow(/database away/)
+    const broken = t.open({ connectionLimit: 1 })
+    await broken.run('SET SESSION max_statement_time = 0.000001')
+    await broken.close()
+    await expect(createRunCounts(broken)()).rejects.toThrow()
   })
 })

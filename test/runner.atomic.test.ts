@@ -7,7 +7,7 @@
  */
 import { describe, expect, it } from 'vitest'
 import { DatabaseError, type Db, type Queryable } from '../sql/db.ts'
-import { cancelRun, startRun } from '../src/runner/controls.ts'
+import { cancelRun, startRun } from '../src/operations/runControls.ts'
 import { Runner } from '../src/runner/runner.ts'
 import { StepFailure } from '../src/runner/steps/types.ts'
 import { useTestDb, wrapTransactionStatements } from './helpers/db.ts'
@@ -34,7 +34,8 @@ function failingInTransaction(db: Db, pattern: RegExp): { db: Db; faults: () => 
       faults++
       throw new DatabaseError(
         'The database refused a write (injected fault).',
-        Object.assign(new Error('injected'), { errno: 1180, code: 'ER_ERROR_DURING_COMMIT' }),
+        // A refusal, not unavailability (1180 at COMMIT is a Galera partition, waited out and retried).
+        Object.assign(new Error('injected'), { errno: 1406, code: 'ER_DATA_TOO_LONG' }),
       )
     }
     return real(sql, args)

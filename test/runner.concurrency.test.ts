@@ -4,7 +4,7 @@
  * or turns MISSED after its grace window; a rehearsal never takes the key.
  */
 import { expect, it } from 'vitest'
-import { resolveCue, startRun } from '../src/runner/controls.ts'
+import { resolveCue, startRun } from '../src/operations/runControls.ts'
 import { Runner } from '../src/runner/runner.ts'
 import { useTestDb } from './helpers/db.ts'
 import {

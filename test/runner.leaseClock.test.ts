@@ -6,8 +6,8 @@
  */
 import { expect, it } from 'vitest'
 import * as runsSql from '../sql/eventRuns/index.ts'
+import { startRun } from '../src/operations/runControls.ts'
 import type { Clock } from '../src/runner/clock.ts'
-import { startRun } from '../src/runner/controls.ts'
 import { Runner } from '../src/runner/runner.ts'
 import { useTestDb } from './helpers/db.ts'
 import {
@@ -97,7 +97,15 @@ it('a lease whose owner is gone is reclaimed once it has run out, by either inst
     // A crashed owner (on this instance's clock) took it with a 200 ms lease and never came back.
     await runsSql.transition(t.db, run.id, 'scheduled', 'running')
     const now = clock.now()
-    expect(await runsSql.claimTick(t.db, run.id, 'crashed', new Date(now.getTime() + 200), now)).toBe(true)
+    const leased = await runsSql.claimTickBatch(
+      t.db,
+      'crashed',
+      'tok-crashed',
+      new Date(now.getTime() + 200),
+      now,
+      10,
+    )
+    expect(leased.map((r) => r.id)).toEqual([run.id])
     const runner = new Runner({ db: t.db, registry, clock, instanceId: name, logger: quiet, leaseMs: 5_000 })
     await runner.tick()
     // Still live on the database's clock: not taken.

@@ -5,8 +5,8 @@
  */
 import { describe, expect, it } from 'vitest'
 import * as runsSql from '../sql/eventRuns/index.ts'
-import * as stepsSql from '../sql/eventSteps.ts'
-import { cancelRun, pauseRun, resolveCue, resumeRun, startRun } from '../src/runner/controls.ts'
+import * as stepsSql from '../sql/eventSteps/index.ts'
+import { cancelRun, pauseRun, resolveCue, resumeRun, startRun } from '../src/operations/runControls.ts'
 import { Runner } from '../src/runner/runner.ts'
 import type { AnyStepKind } from '../src/runner/steps/registry.ts'
 import { useTestDb } from './helpers/db.ts'

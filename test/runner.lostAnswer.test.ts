@@ -8,7 +8,7 @@
 import { expect, it } from 'vitest'
 import type { Db } from '../sql/db.ts'
 import { DatabaseError } from '../sql/db.ts'
-import { startRun } from '../src/runner/controls.ts'
+import { startRun } from '../src/operations/runControls.ts'
 import { Runner } from '../src/runner/runner.ts'
 import { useTestDb, wrapStatements } from './helpers/db.ts'
 import {

@@ -6,7 +6,7 @@
  */
 import { describe, expect, it } from 'vitest'
 import * as definitionsSql from '../sql/eventDefinitions.ts'
-import { setDefinitionState, updateDefinition } from '../src/definitions.ts'
+import { setDefinitionState, updateDefinition } from '../src/operations/definitions.ts'
 import { materialiseDefinition } from '../src/runner/materialise.ts'
 import { Runner } from '../src/runner/runner.ts'
 import { useTestDb } from './helpers/db.ts'

@@ -10,7 +10,7 @@ import { describe, expect, it } from 'vitest'
 import type { Db } from '../sql/db.ts'
 import * as definitionsSql from '../sql/eventDefinitions.ts'
 import type { OverlapPolicy } from '../sql/states.ts'
-import { resolveCue } from '../src/runner/controls.ts'
+import { resolveCue } from '../src/operations/runControls.ts'
 import { Runner } from '../src/runner/runner.ts'
 import { useTestDb } from './helpers/db.ts'
 import {

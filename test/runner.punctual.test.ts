@@ -5,7 +5,7 @@
  */
 import { afterEach, expect, it } from 'vitest'
 import * as runsSql from '../sql/eventRuns/index.ts'
-import { createDefinition } from '../src/definitions.ts'
+import { createDefinition } from '../src/operations/definitions.ts'
 import { systemClock } from '../src/runner/clock.ts'
 import { Runner } from '../src/runner/runner.ts'
 import { createDefaultRegistry } from '../src/runner/steps/registry.ts'

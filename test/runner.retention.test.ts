@@ -9,7 +9,7 @@ import { describe, expect, it } from 'vitest'
 import type { SqlValue } from '../sql/db.ts'
 import * as logs from '../sql/eventRunLogs.ts'
 import * as runs from '../sql/eventRuns/index.ts'
-import * as steps from '../sql/eventSteps.ts'
+import * as steps from '../sql/eventSteps/index.ts'
 import type { RunStatus } from '../sql/states.ts'
 import { createRunCounts } from '../src/runCounts.ts'
 import { Runner } from '../src/runner/runner.ts'
@@ -43,6 +43,11 @@ async function history(n: number, status: RunStatus, ageDays: number, now: numbe
       { runId, message: 'one' },
       { runId, message: 'two' },
     ]),
+  )
+  // Log lines are written while a run lives, so they are as old as the run.
+  await t.db.query(
+    `UPDATE event_run_logs SET at = ? WHERE run_id IN (SELECT id FROM event_runs WHERE definition_id = ?)`,
+    [at, fx.def.id] as SqlValue[],
   )
   const terminal = ['completed', 'cancelled', 'failed', 'missed'].includes(status)
   await t.db.query(

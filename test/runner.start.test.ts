@@ -7,7 +7,7 @@
 import { beforeEach, describe, expect, it } from 'vitest'
 import * as runsSql from '../sql/eventRuns/index.ts'
 import * as versionsSql from '../sql/eventVersions.ts'
-import { cancelRun, pauseRun, resumeRun, startRun } from '../src/runner/controls.ts'
+import { cancelRun, pauseRun, resumeRun, startRun } from '../src/operations/runControls.ts'
 import type { EngineDeps } from '../src/runner/engine.ts'
 import { Runner } from '../src/runner/runner.ts'
 import { startKeylessBatch } from '../src/runner/start.ts'

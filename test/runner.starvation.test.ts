@@ -1,5 +1,5 @@
 /**
- * No starvation (SPEC §3 "where the seed is weak"): with 10,000 runs parked on
+ * No starvation (docs/contract.md, "Beyond those"): with 10,000 runs parked on
  * cues and 2,000 more sleeping on timers, all older than anything new, a newly
  * due run starts within two ticks, keyed or not; a cue resolved among them is
  * picked up just as fast.
@@ -7,7 +7,7 @@
 import { expect, it } from 'vitest'
 import type { NewRun } from '../sql/eventRuns/index.ts'
 import * as runsSql from '../sql/eventRuns/index.ts'
-import { resolveCue, startRun } from '../src/runner/controls.ts'
+import { resolveCue, startRun } from '../src/operations/runControls.ts'
 import { Runner } from '../src/runner/runner.ts'
 import { useTestDb } from './helpers/db.ts'
 import {

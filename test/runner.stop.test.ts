@@ -6,8 +6,8 @@
  */
 import { expect, it } from 'vitest'
 import { createDb } from '../sql/db.ts'
+import { startRun } from '../src/operations/runControls.ts'
 import { systemClock } from '../src/runner/clock.ts'
-import { startRun } from '../src/runner/controls.ts'
 import { Runner } from '../src/runner/runner.ts'
 import { parseAllowList } from '../src/runner/steps/allowList.ts'
 import { useTestDb } from './helpers/db.ts'

@@ -5,7 +5,7 @@
  * onError "degrade"; rehearsals send nothing.
  */
 import { expect, it } from 'vitest'
-import { startRun } from '../src/runner/controls.ts'
+import { startRun } from '../src/operations/runControls.ts'
 import { Runner } from '../src/runner/runner.ts'
 import { parseAllowList } from '../src/runner/steps/allowList.ts'
 import { useTestDb } from './helpers/db.ts'

@@ -179,7 +179,7 @@ describe('daily schedules across DST transitions', () => {
 })
 
 describe('every-30-minute schedules across DST transitions', () => {
-  // Rule (SPEC §4): a wall time repeated by fall-back fires once, at its first
+  // Rule (docs/contract.md, "Schedules"): a wall time repeated by fall-back fires once, at its first
   // occurrence. It applies to every pattern, so `*/30` does NOT fire during the
   // second pass through the repeated hour: 01:00 and 01:30 fire once each.
   it('America/New_York fall: the repeated 01:00 and 01:30 fire only in EDT', () => {

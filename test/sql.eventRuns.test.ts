@@ -1,5 +1,5 @@
 /**
- * sql/eventRuns.ts against a real MariaDB: SPEC §3 invariants 1–5, 7–12, 14 and
+ * sql/eventRuns/ against a real MariaDB: the invariants of docs/contract.md, 1–5, 7–12, 14 and
  * the no-starvation due query. Every test starts from empty run tables
  * (definitions stay), because findDue / findMissed / list span every run.
  */
@@ -8,7 +8,7 @@ import type { Db } from '../sql/db.ts'
 import * as logs from '../sql/eventRunLogs.ts'
 import type { NewRun, RunRow } from '../sql/eventRuns/index.ts'
 import * as runs from '../sql/eventRuns/index.ts'
-import * as steps from '../sql/eventSteps.ts'
+import * as steps from '../sql/eventSteps/index.ts'
 import * as versions from '../sql/eventVersions.ts'
 import type { RunStatus } from '../sql/states.ts'
 import { useTestDb } from './helpers/db.ts'
@@ -48,6 +48,13 @@ async function runningUnleased(run: { id: number; concurrencyKey: string | null 
 }
 
 const ids = (rows: readonly { id: number }[]) => rows.map((r) => r.id)
+
+let leaseSeq = 0
+/** The runner's lease of due in-flight runs (claimTickBatch); true when it took `id`. */
+async function leases(id: number, owner: string, leaseUntil: Date, now: Date): Promise<boolean> {
+  const taken = await runs.claimTickBatch(db, owner, `tok-${owner}-${++leaseSeq}`, leaseUntil, now, 500)
+  return taken.some((r) => r.id === id)
+}
 
 describe('invariant 1: materialisation is idempotent and pins the version', () => {
   it('a second materialise of one occurrence answers null and writes nothing; findOccurrence finds the first', async () => {
@@ -153,12 +160,12 @@ describe('invariant 2: claims are compare-and-set', () => {
     expect((await locks(db)).size).toBe(0)
   })
 
-  it('claimTick leases an in-flight run without changing its status', async () => {
+  it('claimTickBatch leases a due in-flight run without changing its status', async () => {
     const run = await makeRun(db)
     await runningUnleased(run)
     const now = new Date()
     const lease = at(30_000, now)
-    expect(await runs.claimTick(db, run.id, 'w2', lease, now)).toBe(true)
+    expect(await leases(run.id, 'w2', lease, now)).toBe(true)
     const row = await runs.getById(db, run.id)
     expect(row?.status).toBe('running')
     expect(row?.claimedBy).toBe('w2')
@@ -166,7 +173,7 @@ describe('invariant 2: claims are compare-and-set', () => {
     expect(row?.wakeAt?.getTime()).toBe(lease.getTime())
   })
 
-  it('claimTick refuses scheduled, paused and terminal runs (a paused run is never advanced)', async () => {
+  it('claimTickBatch refuses scheduled, paused and terminal runs (a paused run is never advanced)', async () => {
     const scheduled = await makeRun(db)
     const paused = await makeRun(db)
     await runningUnleased(paused)
@@ -176,7 +183,7 @@ describe('invariant 2: claims are compare-and-set', () => {
     expect(await runs.transition(db, done.id, 'running', 'completed')).toBe(true)
     const now = new Date()
     for (const r of [scheduled, paused, done]) {
-      expect(await runs.claimTick(db, r.id, 'w1', at(30_000, now), now)).toBe(false)
+      expect(await leases(r.id, 'w1', at(30_000, now), at(3_600_000, now))).toBe(false)
     }
     expect(await runs.claimTickBatch(db, 'w1', 'tok-x', at(30_000, now), at(3_600_000, now), 100)).toEqual([])
     expect(ids(await runs.findDue(db, at(3_600_000, now), 500))).toEqual([scheduled.id])
@@ -190,7 +197,7 @@ describe('invariant 2: claims are compare-and-set', () => {
       due.push((await makeRun(db, { definition: fx, scheduledFor: at(-10_000 + i, base) })).id)
     const keyed = await makeRun(db, { definition: fx, concurrencyKey: 'k', scheduledFor: at(-20_000, base) })
     const future = await makeRun(db, { definition: fx, scheduledFor: at(60_000, base) })
-    // In flight with an expired lease (due again): claimTick's business, not a start's.
+    // In flight with an expired lease (due again): claimTickBatch's business, not a start's.
     const crashed = await makeRun(db, { definition: fx, scheduledFor: at(-30_000, base) })
     expect((await runs.claimStart(db, crashed, 'dead', at(-5_000, base), new Date(base))).claimed).toBe(true)
     const now = new Date(base)
@@ -279,28 +286,28 @@ describe('invariant 2: claims are compare-and-set', () => {
 })
 
 describe('invariant 3: a live lease is not re-enterable', () => {
-  it('claimTick by the same owner is refused until the lease expires, then succeeds', async () => {
+  it('the same owner is refused until the lease expires (on the database clock), then succeeds', async () => {
     const run = await makeRun(db)
     await runningUnleased(run)
     const t0 = Date.now()
-    expect(await runs.claimTick(db, run.id, 'w1', at(300, t0), new Date(t0))).toBe(true)
+    expect(await leases(run.id, 'w1', at(300, t0), new Date(t0))).toBe(true)
     const held = (await runs.getById(db, run.id))?.claimExpiresAt
-    expect(await runs.claimTick(db, run.id, 'w1', at(10_000, t0), at(1, t0))).toBe(false)
-    // Expiry is judged on the database's clock: a caller whose clock runs a minute ahead is refused too.
-    expect(await runs.claimTick(db, run.id, 'w2', at(70_000, t0), at(60_000, t0))).toBe(false)
+    // Not due again yet for its own owner (the lease moved wake_at to its expiry) ...
+    expect(await leases(run.id, 'w1', at(10_000, t0), at(1, t0))).toBe(false)
+    // ... and a caller whose clock runs a minute ahead sees it due, but the lease is live on the database's clock.
+    expect(await leases(run.id, 'w2', at(70_000, t0), at(60_000, t0))).toBe(false)
     expect((await runs.getById(db, run.id))?.claimExpiresAt?.getTime()).toBe(held?.getTime())
     await sleepMs(350)
-    // ... and one whose clock runs a minute behind still sees it lapse.
-    expect(await runs.claimTick(db, run.id, 'w1', at(-50_000, t0), at(-60_000, t0))).toBe(true)
+    expect(await leases(run.id, 'w1', at(10_000, t0), at(400, t0))).toBe(true)
   })
 
   it('in real time: a short lease blocks its own owner, then lapses', async () => {
     const run = await makeRun(db)
     await runningUnleased(run)
-    expect(await runs.claimTick(db, run.id, 'w1', at(150), new Date())).toBe(true)
-    expect(await runs.claimTick(db, run.id, 'w1', at(150), new Date())).toBe(false)
+    expect(await leases(run.id, 'w1', at(150), new Date())).toBe(true)
+    expect(await leases(run.id, 'w1', at(150), at(200))).toBe(false)
     await sleepMs(200)
-    expect(await runs.claimTick(db, run.id, 'w1', at(150), new Date())).toBe(true)
+    expect(await leases(run.id, 'w1', at(150), new Date())).toBe(true)
   })
 })
 
@@ -335,6 +342,24 @@ describe('invariant 4: releaseClaim releases only the caller’s claim and sets 
     // A person resolving the cue wakes it.
     expect(await runs.wakeNow(db, run.id)).toBe(true)
     expect(ids(await runs.findDue(db, at(1000)))).toEqual([run.id])
+  })
+
+  it('a wake asked for while the run was claimed (a cue answered as it parked) survives the release', async () => {
+    const run = await makeRun(db)
+    await startRunning(run, 'owner')
+    // The holder has parked the cue and not yet released; a person answers it now.
+    const answeredAt = at(0)
+    expect(await runs.wakeNow(db, run.id, answeredAt)).toBe(true)
+    // The holder's release carries its plan from before the answer: the cue's timeout.
+    expect(await runs.releaseClaim(db, run.id, 'owner', { wakeAt: at(240_000) })).toBe(true)
+    expect((await runs.getById(db, run.id))?.wakeAt?.getTime()).toBe(answeredAt.getTime())
+    expect(ids(await runs.findDue(db, at(1000)))).toContain(run.id)
+    // The same for a cue without a timeout (released with NULL), through the batch release.
+    const other = await makeRun(db)
+    await startRunning(other, 'owner')
+    expect(await runs.wakeNow(db, other.id, answeredAt)).toBe(true)
+    expect(await runs.releaseClaims(db, [other.id], 'owner', null)).toBe(1)
+    expect((await runs.getById(db, other.id))?.wakeAt?.getTime()).toBe(answeredAt.getTime())
   })
 
   it('a sleeping run is released with its timer’s end and comes due then', async () => {
@@ -620,12 +645,13 @@ describe('invariant 10: reclaim releases the lease only', () => {
     const stale = await makeRun(db)
     const live = await makeRun(db)
     const starting = await makeRun(db)
-    await runningUnleased(stale)
+    // The live lease first (its run then is not due), then leases of 1 ms that run
+    // out by the time reclaim runs (on the database's clock).
     await runningUnleased(live)
-    // Leases of 1 ms: run out by the time reclaim runs (on the database's clock).
+    expect(await leases(live.id, 'alive', at(60_000), new Date())).toBe(true)
+    await runningUnleased(stale)
+    expect(await leases(stale.id, 'crashed', at(1), new Date())).toBe(true)
     await runs.claimStart(db, starting, 'crashed', at(1, T), new Date(T))
-    expect(await runs.claimTick(db, stale.id, 'crashed', at(1, T), new Date(T))).toBe(true)
-    expect(await runs.claimTick(db, live.id, 'alive', at(60_000, T), new Date(T))).toBe(true)
     await runs.setHealth(db, stale.id, 'degraded')
     const before = await runs.getById(db, stale.id)
     await sleepMs(20)

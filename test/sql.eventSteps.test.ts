@@ -1,13 +1,13 @@
 /**
- * sql/eventSteps.ts against a real MariaDB: idempotent expansion, the guarded
+ * sql/eventSteps/ against a real MariaDB: idempotent expansion, the guarded
  * moves of a step, next-step selection, step reclaim (invariant 10) and the
  * waiting counts (invariant 13: parked cues only, never timers or backoffs).
  */
 import { beforeEach, describe, expect, it } from 'vitest'
 import type { Db } from '../sql/db.ts'
 import * as runs from '../sql/eventRuns/index.ts'
-import type { StepRow } from '../sql/eventSteps.ts'
-import * as steps from '../sql/eventSteps.ts'
+import type { StepRow } from '../sql/eventSteps/index.ts'
+import * as steps from '../sql/eventSteps/index.ts'
 import { useTestDb } from './helpers/db.ts'
 import {
   at,
@@ -462,7 +462,10 @@ describe('nextStep / nextSteps', () => {
 
 describe('invariant 10 (steps): reclaim releases the lease only', () => {
   it('releases expired step leases, keeps status and attempts; the next begin re-runs the step', async () => {
-    const [stale, live, parked] = (await fresh(3)) as [StepRow, StepRow, StepRow]
+    const { run, steps: made } = await makeRunWithSteps(db, 3)
+    const [stale, live, parked] = made as [StepRow, StepRow, StepRow]
+    // Steps run only once their run has started; the sweep looks at started runs' steps.
+    await runs.transition(db, run.id, 'scheduled', 'running')
     const T = Date.now()
     // A lease of 1 ms has run out by the time reclaim runs (on the database's clock).
     expect(await steps.begin(db, stale.id, 'crashed', at(1, T), new Date(T))).toBe(true)

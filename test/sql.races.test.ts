@@ -267,7 +267,7 @@ describe('a transaction picked as a deadlock victim', () => {
    * other holds its first row: InnoDB must roll one back. Answers how often each
    * body ran and what each transaction ended with.
    */
-  async function deadlock(deadlockAttempts?: number) {
+  async function deadlock(retryable?: boolean) {
     await db.query('CREATE TABLE IF NOT EXISTS race_pair (id INT PRIMARY KEY, n INT NOT NULL)')
     await db.query('REPLACE INTO race_pair VALUES (1, 0), (2, 0)')
     const [a, b] = instances(2, 1) as [Db, Db]
@@ -283,14 +283,14 @@ describe('a transaction picked as a deadlock victim', () => {
       await tx.query('UPDATE race_pair SET n = n + 1 WHERE id = ?', [second])
     }
     const results = await Promise.allSettled([
-      a.transaction(body(0), { deadlockAttempts }),
-      b.transaction(body(1), { deadlockAttempts }),
+      a.transaction(body(0), { retryable }),
+      b.transaction(body(1), { retryable }),
     ])
     return { calls, results }
   }
 
   it('is run again from the start when the caller allows it, and both commit', async () => {
-    const { calls, results } = await deadlock(2)
+    const { calls, results } = await deadlock(true)
     expect(results.map((r) => r.status)).toEqual(['fulfilled', 'fulfilled'])
     expect(calls[0] + calls[1]).toBe(3)
     const rows = await db.query<{ n: number }>('SELECT n FROM race_pair ORDER BY id')

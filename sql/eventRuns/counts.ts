@@ -9,10 +9,10 @@ import { NON_TERMINAL, RUN_STATUSES, TERMINAL } from '../states.ts'
 import type { Raw } from './rows.ts'
 
 /**
- * Terminal runs that ended before `before`: what the log retention sweep walks.
- * Only terminal runs are ever eligible, which is a bound at all only because
- * every path a run can take reaches a terminal status. `withLogsOnly` skips runs
- * whose logs are already gone, so repeated sweeps make progress.
+ * Terminal runs that ended before `before`, lowest id first. `withLogsOnly`
+ * skips runs whose logs are already gone. It reads every terminal run up to the
+ * ones it answers, so it grows with the history: the runner's log retention
+ * walks the log lines instead ({@link endedBefore}).
  */
 export async function terminalBefore(
   db: Queryable,
@@ -33,6 +33,18 @@ export async function terminalBefore(
   return rows.map((r) => Number(r.id))
 }
 
+/** Which of `ids` are terminal runs that ended before `before` (the log retention sweep's test). */
+export async function endedBefore(db: Queryable, ids: readonly number[], before: Date): Promise<number[]> {
+  if (ids.length === 0) return []
+  const rows = await db.query<Raw>(
+    // By id: a range of ended_at would hold every run that ended before the cutoff.
+    `SELECT id FROM event_runs FORCE INDEX (PRIMARY)
+      WHERE id IN (${placeholders(ids.length)}) AND status IN (${placeholders(TERMINAL.length)}) AND ended_at < ?`,
+    [...ids, ...TERMINAL, before],
+  )
+  return rows.map((r) => Number(r.id))
+}
+
 /** Run counts per status (every status present, zero when none). */
 export async function countByStatus(db: Queryable): Promise<Record<RunStatus, number>> {
   const rows = await db.execute<Raw>('SELECT status, COUNT(*) AS n FROM event_runs GROUP BY status')
@@ -42,31 +54,145 @@ export async function countByStatus(db: Queryable): Promise<Record<RunStatus, nu
 }
 
 /**
- * Run counts of the statuses a run is still moving through (every one present,
- * zero when none). It walks only the status index's ranges for those statuses,
- * so its cost follows the runs in flight and scheduled ahead, not the history
- * {@link countByStatus} counts.
+ * How many non-terminal runs are degraded. A run not yet ended has no
+ * `ended_at`, so this is the range (NULL, 'degraded') of
+ * idx_evrun_ended_health: the degraded live runs and nothing else.
  */
-export async function countLiveByStatus(
-  db: Queryable,
-): Promise<Record<(typeof NON_TERMINAL)[number], number>> {
-  const rows = await db.execute<Raw>(
-    `SELECT status, COUNT(*) AS n FROM event_runs WHERE status IN (${placeholders(NON_TERMINAL.length)}) GROUP BY status`,
-    [...NON_TERMINAL],
-  )
-  const out = Object.fromEntries(NON_TERMINAL.map((status) => [status, 0])) as Record<
-    (typeof NON_TERMINAL)[number],
-    number
-  >
-  for (const r of rows) out[r.status as (typeof NON_TERMINAL)[number]] = Number(r.n)
-  return out
-}
-
-/** How many non-terminal runs are degraded. */
 export async function countDegraded(db: Queryable): Promise<number> {
   const [row] = await db.execute<Raw>(
-    `SELECT COUNT(*) AS n FROM event_runs WHERE health = 'degraded' AND status IN (${placeholders(NON_TERMINAL.length)})`,
+    `SELECT COUNT(*) AS n FROM event_runs FORCE INDEX (idx_evrun_ended_health)
+      WHERE ended_at IS NULL AND health = 'degraded' AND status IN (${placeholders(NON_TERMINAL.length)})`,
     [...NON_TERMINAL],
   )
   return Number(row?.n ?? 0)
+}
+
+/*
+ * Runs by status without counting the history on every call.
+ *
+ * Terminal runs never change status again and each carries `ended_at`, stamped
+ * once; new runs take ever higher ids. So the counts split at two marks, kept
+ * by the caller: terminal runs that ended at or before `endedThrough`, and all
+ * runs with id at or below `idThrough`, are counted once (a "base"); each call
+ * counts only what is past the marks (an index range each: runs ended since,
+ * runs made since) plus the runs in flight. Scheduled runs are what is left:
+ * every run is scheduled, in flight or terminal. The marks trail the database
+ * clock by a lag longer than any transaction that writes runs, so nothing
+ * commits behind a mark after it was taken.
+ */
+
+/** Where the base stops (see above). */
+export interface RunCountMarks {
+  endedThrough: Date
+  idThrough: number
+}
+
+/** Counts up to the marks. */
+export interface RunCountBase {
+  marks: RunCountMarks
+  /** Runs with id <= idThrough. */
+  total: number
+  /** Terminal runs by status that ended at or before endedThrough. */
+  terminal: Record<(typeof TERMINAL)[number], number>
+}
+
+/** What a call counts past the marks, and the runs in flight. */
+export interface RunCountRecent {
+  /** Runs with id > idThrough. */
+  total: number
+  /** Terminal runs by status that ended after endedThrough. */
+  terminal: Record<(typeof TERMINAL)[number], number>
+  /** Runs starting, running, paused or ending. */
+  inFlight: Record<(typeof IN_FLIGHT_OR_PAUSED)[number], number>
+}
+
+const IN_FLIGHT_OR_PAUSED = NON_TERMINAL.filter((s) => s !== 'scheduled')
+
+function zeros<K extends string>(keys: readonly K[]): Record<K, number> {
+  return Object.fromEntries(keys.map((k) => [k, 0])) as Record<K, number>
+}
+
+async function markAt(db: Queryable, lagSeconds: number): Promise<Date> {
+  const [row] = await db.query<Raw>('SELECT NOW(3) - INTERVAL ? SECOND AS mark', [lagSeconds])
+  return row?.mark as Date
+}
+
+/**
+ * Count everything once, up to marks `lagSeconds` behind the database clock.
+ * Reads the whole table: a caller does it once, then moves the marks with
+ * {@link advanceRunCountBase}. Run it in one transaction (one snapshot).
+ */
+export async function countRunBase(db: Queryable, lagSeconds: number): Promise<RunCountBase> {
+  const endedThrough = await markAt(db, lagSeconds)
+  const [hw] = await db.execute<Raw>(
+    'SELECT COALESCE(MAX(id), 0) AS id FROM event_runs WHERE created_at < ?',
+    [endedThrough],
+  )
+  const idThrough = Number(hw?.id ?? 0)
+  const rows = await db.execute<Raw>(
+    `SELECT status, SUM(id <= ?) AS total, SUM(ended_at <= ?) AS ended FROM event_runs GROUP BY status`,
+    [idThrough, endedThrough],
+  )
+  const terminal = zeros(TERMINAL)
+  let total = 0
+  for (const r of rows) {
+    total += Number(r.total ?? 0)
+    if ((TERMINAL as readonly string[]).includes(String(r.status)))
+      terminal[r.status as (typeof TERMINAL)[number]] = Number(r.ended ?? 0)
+  }
+  return { marks: { endedThrough, idThrough }, total, terminal }
+}
+
+/** Move a base's marks to `lagSeconds` behind the database clock, counting only what lies between. */
+export async function advanceRunCountBase(
+  db: Queryable,
+  base: RunCountBase,
+  lagSeconds: number,
+): Promise<RunCountBase> {
+  const endedThrough = await markAt(db, lagSeconds)
+  const { marks } = base
+  if (endedThrough.getTime() <= marks.endedThrough.getTime()) return base
+  const ended = await db.execute<Raw>(
+    `SELECT status, COUNT(*) AS n FROM event_runs FORCE INDEX (idx_evrun_ended_health)
+      WHERE ended_at > ? AND ended_at <= ? AND status IN (${placeholders(TERMINAL.length)})
+      GROUP BY status`,
+    [marks.endedThrough, endedThrough, ...TERMINAL],
+  )
+  const terminal = { ...base.terminal }
+  for (const r of ended) terminal[r.status as (typeof TERMINAL)[number]] += Number(r.n)
+  const [made] = await db.execute<Raw>(
+    `SELECT COALESCE(MAX(id), ?) AS id FROM event_runs WHERE id > ? AND created_at < ?`,
+    [marks.idThrough, marks.idThrough, endedThrough],
+  )
+  const idThrough = Number(made?.id ?? marks.idThrough)
+  const [between] = await db.execute<Raw>('SELECT COUNT(*) AS n FROM event_runs WHERE id > ? AND id <= ?', [
+    marks.idThrough,
+    idThrough,
+  ])
+  return {
+    marks: { endedThrough, idThrough },
+    total: base.total + Number(between?.n ?? 0),
+    terminal,
+  }
+}
+
+/** Count what lies past the marks, and the runs in flight: three index ranges. */
+export async function countRunsRecent(db: Queryable, marks: RunCountMarks): Promise<RunCountRecent> {
+  const [made] = await db.execute<Raw>('SELECT COUNT(*) AS n FROM event_runs WHERE id > ?', [marks.idThrough])
+  const ended = await db.execute<Raw>(
+    `SELECT status, COUNT(*) AS n FROM event_runs FORCE INDEX (idx_evrun_ended_health)
+      WHERE ended_at > ? AND status IN (${placeholders(TERMINAL.length)})
+      GROUP BY status`,
+    [marks.endedThrough, ...TERMINAL],
+  )
+  const live = await db.execute<Raw>(
+    `SELECT status, COUNT(*) AS n FROM event_runs
+      WHERE status IN (${placeholders(IN_FLIGHT_OR_PAUSED.length)}) GROUP BY status`,
+    [...IN_FLIGHT_OR_PAUSED],
+  )
+  const terminal = zeros(TERMINAL)
+  for (const r of ended) terminal[r.status as (typeof TERMINAL)[number]] = Number(r.n)
+  const inFlight = zeros(IN_FLIGHT_OR_PAUSED)
+  for (const r of live) inFlight[r.status as (typeof IN_FLIGHT_OR_PAUSED)[number]] = Number(r.n)
+  return { total: Number(made?.n ?? 0), terminal, inFlight }
 }

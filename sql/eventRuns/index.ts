@@ -1,12 +1,16 @@
 /**
- * `event_runs`, one module per audience: `read.ts` for the API, `materialise.ts`
- * for making runs, `claims.ts` and `transitions.ts` for the runner, `counts.ts`
- * for health, metrics and retention. Callers import this index.
+ * `event_runs`, one module per audience: `read.ts` for the API; `materialise.ts`
+ * for making runs; `due.ts`, `claimStart.ts` (with `overlap.ts`), `claims.ts`
+ * and `transitions.ts` for the runner; `counts.ts` and `retention.ts` for
+ * health, metrics and history. Callers import this index.
  */
 export { TERMINAL } from '../states.ts'
+export * from './claimStart.ts'
 export * from './claims.ts'
 export * from './counts.ts'
+export * from './due.ts'
 export * from './materialise.ts'
+export type { OverlapOutcome } from './overlap.ts'
 export * from './read.ts'
 export * from './retention.ts'
 export type { RunListRow, RunRow } from './rows.ts'

@@ -39,11 +39,21 @@ function newRunValues(run: NewRun): SqlValue[] {
     run.scheduledFor,
     run.rehearsal ? null : (run.overlap ?? null),
     run.graceExempt ? 1 : 0,
+    // missed_at: NULL for a grace-exempt run (NULL + INTERVAL is NULL), so the sweep never sees it.
+    run.graceExempt ? null : run.scheduledFor,
+    run.definitionId,
   ]
 }
 
 const INSERT_RUN_COLUMNS = `(definition_id, version_id, scope, scheduled_for, timezone, concurrency_key,
-   params, rehearsal, started_by, wake_at, overlap, grace_exempt)`
+   params, rehearsal, started_by, wake_at, overlap, grace_exempt, missed_at)`
+
+// The instant the run becomes missed, from its definition's grace as stored
+// when the row is written: a grace change re-stamps the scheduled runs
+// (resetMissedAt), and this reads the value that change committed, so a run made
+// at the same moment never keeps the old one.
+const MISSED_AT = '? + INTERVAL (SELECT d.grace_seconds FROM event_definitions d WHERE d.id = ?) SECOND'
+const ROW_SQL = `(${placeholders(12)}, ${MISSED_AT})`
 
 /**
  * Materialise one occurrence: the new run's id, or `null` when the occurrence
@@ -52,7 +62,7 @@ const INSERT_RUN_COLUMNS = `(definition_id, version_id, scope, scheduled_for, ti
  */
 export async function materialise(db: Queryable, run: NewRun): Promise<number | null> {
   const res = await db.run(
-    `INSERT IGNORE INTO event_runs ${INSERT_RUN_COLUMNS} VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+    `INSERT IGNORE INTO event_runs ${INSERT_RUN_COLUMNS} VALUES ${ROW_SQL}`,
     newRunValues(run),
   )
   return res.affectedRows === 1 ? res.insertId : null
@@ -61,10 +71,24 @@ export async function materialise(db: Queryable, run: NewRun): Promise<number | 
 /** Materialise many occurrences in one statement; answers how many were new. */
 export async function materialiseMany(db: Queryable, runs: readonly NewRun[]): Promise<number> {
   if (runs.length === 0) return 0
-  const rowSql = `(${placeholders(12)})`
   const res = await db.runQuery(
-    `INSERT IGNORE INTO event_runs ${INSERT_RUN_COLUMNS} VALUES ${runs.map(() => rowSql).join(', ')}`,
+    `INSERT IGNORE INTO event_runs ${INSERT_RUN_COLUMNS} VALUES ${runs.map(() => ROW_SQL).join(', ')}`,
     runs.flatMap(newRunValues),
+  )
+  return res.affectedRows
+}
+
+/**
+ * Re-stamp when a definition's scheduled runs become missed, from its grace as
+ * stored now: called after the grace changed. It walks the missed sweep's
+ * index, which holds only runs waiting to start, not the definition's history.
+ */
+export async function resetMissedAt(db: Queryable, definitionId: number): Promise<number> {
+  const res = await db.run(
+    `UPDATE event_runs FORCE INDEX (idx_evrun_missed)
+        SET missed_at = scheduled_for + INTERVAL (SELECT d.grace_seconds FROM event_definitions d WHERE d.id = ?) SECOND
+      WHERE missed_at IS NOT NULL AND definition_id = ? AND status = 'scheduled'`,
+    [definitionId, definitionId],
   )
   return res.affectedRows
 }

@@ -32,6 +32,8 @@ export interface RunRow {
   claimExpiresAt: Date | null
   claimToken: string | null
   wakeAt: Date | null
+  /** When a `scheduled` run becomes missed (its start instant plus its grace); null once it left `scheduled`. */
+  missedAt: Date | null
   startedAt: Date | null
   endedAt: Date | null
   createdAt: Date
@@ -49,7 +51,7 @@ export interface RunListRow extends RunRow {
 
 export const RUN_COLUMNS = `r.id, r.definition_id, r.version_id, r.scope, r.scheduled_for, r.timezone, r.concurrency_key,
   r.params, r.rehearsal, r.started_by, r.status, r.health, r.current_phase, r.last_error, r.claimed_by,
-  r.claim_expires_at, r.claim_token, r.wake_at, r.started_at, r.ended_at, r.created_at, r.updated_at,
+  r.claim_expires_at, r.claim_token, r.wake_at, r.missed_at, r.started_at, r.ended_at, r.created_at, r.updated_at,
   r.overlap, r.grace_exempt`
 
 // `waitingSteps` counts PARKED steps only: a cue waiting on a person. It is
@@ -122,6 +124,7 @@ export function hydrate(row: Raw): RunRow {
     claimExpiresAt: (row.claim_expires_at as Date | null) ?? null,
     claimToken: (row.claim_token as string | null) ?? null,
     wakeAt: (row.wake_at as Date | null) ?? null,
+    missedAt: (row.missed_at as Date | null) ?? null,
     startedAt: (row.started_at as Date | null) ?? null,
     endedAt: (row.ended_at as Date | null) ?? null,
     createdAt: row.created_at as Date,

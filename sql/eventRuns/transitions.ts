@@ -7,7 +7,7 @@
  */
 
 import type { Db, Queryable, SqlValue } from '../db.ts'
-import { cancelUnfinished, fail as failStep } from '../eventSteps.ts'
+import { cancelUnfinished, fail as failStep } from '../eventSteps/index.ts'
 import { placeholders } from '../json.ts'
 import type { RunHealth, RunStatus } from '../states.ts'
 import { isTerminal, KEY_HOLDING, TERMINAL } from '../states.ts'
@@ -24,10 +24,15 @@ export interface TransitionOptions {
   wakeAt?: Date | null
 }
 
+/** The SET clause that gives a claim up: owner, lease and batch token together. */
+export const DROP_CLAIM = 'claimed_by = NULL, claim_expires_at = NULL, claim_token = NULL'
+
 export function transitionSets(to: RunStatus, opts: TransitionOptions): { sets: string[]; args: SqlValue[] } {
   // Every status move hands back the row's start reserve (migration 0003): the
-  // first one, out of `scheduled`, is the one that grows the row.
-  const sets = ['status = ?', 'start_reserve = NULL']
+  // first one, out of `scheduled`, is the one that grows the row. It also
+  // leaves the missed sweep's index (`missed_at`, set only while `scheduled`):
+  // NULL again on every later move, which rewrites no index entry.
+  const sets = ['status = ?', 'start_reserve = NULL', 'missed_at = NULL']
   const args: SqlValue[] = [to]
   if (opts.phase !== undefined) {
     sets.push('current_phase = ?')
@@ -39,8 +44,7 @@ export function transitionSets(to: RunStatus, opts: TransitionOptions): { sets: 
   }
   const terminal = isTerminal(to)
   if (terminal) sets.push('ended_at = COALESCE(ended_at, NOW(3))')
-  if (terminal || opts.clearClaim)
-    sets.push('claimed_by = NULL', 'claim_expires_at = NULL', 'claim_token = NULL')
+  if (terminal || opts.clearClaim) sets.push(DROP_CLAIM)
   if (terminal || to === 'paused') sets.push('wake_at = NULL')
   else if (opts.wakeAt !== undefined) {
     sets.push('wake_at = ?')
@@ -101,7 +105,8 @@ export async function transitionMany(
  * one transaction: pending, sleeping and parked steps become `cancelled` in the
  * same commit as the run's move, so no crash between the two can leave a
  * parked cue under a finished run (it would count as waiting for good). Safe to
- * repeat, so a deadlock victim is retried. Answers whether the run moved.
+ * repeat, so it runs again when it loses a conflict (a deadlock, or a Galera
+ * certification failure at COMMIT). Answers whether the run moved.
  */
 export function endWithSteps(
   db: Db,
@@ -116,7 +121,7 @@ export function endWithSteps(
       if (moved) await cancelUnfinished(tx, id)
       return moved
     },
-    { deadlockAttempts: 3 },
+    { retryable: true },
   )
 }
 
@@ -141,7 +146,7 @@ export function failWithStep(
       if (runFailed) await cancelUnfinished(tx, runId)
       return { stepFailed: true, runFailed }
     },
-    { deadlockAttempts: 3 },
+    { retryable: true },
   )
 }
 

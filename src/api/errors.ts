@@ -24,7 +24,7 @@ export const DATABASE_BUSY_MESSAGE =
   'The server is busy: too many requests are waiting for the database. Retry in a moment, or send fewer at once.'
 /** MariaDB's "Data too long for column" (strict mode refuses rather than truncates). */
 const ER_DATA_TOO_LONG = 1406
-/** Codes beyond SPEC §5's, for errors the GraphQL layer itself raises. */
+/** Codes beyond the contract's own (docs/contract.md, "Errors"), for errors the GraphQL layer itself raises. */
 export const API_CODES = {
   /** The document does not validate against the schema (or exceeds depth/cost limits). */
   GRAPHQL_VALIDATION_FAILED: 'GRAPHQL_VALIDATION_FAILED',

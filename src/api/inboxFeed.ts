@@ -13,7 +13,7 @@
 import { Repeater, SlidingBuffer } from 'graphql-yoga'
 import type { Queryable } from '../../sql/db.ts'
 import { getByIds } from '../../sql/eventRuns/index.ts'
-import { listWaiting, type StepRow } from '../../sql/eventSteps.ts'
+import { listWaiting, type StepRow } from '../../sql/eventSteps/index.ts'
 import type { Logger } from '../log.ts'
 import { createLoaders, type Loaders } from './loaders.ts'
 import { PollLoop } from './pollLoop.ts'

@@ -14,8 +14,8 @@
 import type { NewLog } from '../../sql/eventRunLogs.ts'
 import * as logs from '../../sql/eventRunLogs.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
-import type { StepRow } from '../../sql/eventSteps.ts'
-import * as steps from '../../sql/eventSteps.ts'
+import type { StepRow } from '../../sql/eventSteps/index.ts'
+import * as steps from '../../sql/eventSteps/index.ts'
 import {
   type ClaimedRun,
   type EngineDeps,

@@ -162,16 +162,21 @@ export async function materialiseDefinition(
     for (let i = 0; i < scopes.length; i += perStatement) {
       const slice = scopes.slice(i, i + perStatement)
       const rows = slice.flatMap((scope) => instants.map((at) => newScheduledRun(def, scope, at)))
-      // One short transaction under a shared lock on the definition: a pause
-      // or archive racing this pass either waits and then withdraws these
-      // runs, or wins first and this pass writes nothing. The watermark moves
-      // with the runs it covers, never ahead of them.
-      const made = await db.transaction(async (tx) => {
-        if ((await definitions.lockForNewRuns(tx, def.id)) !== 'active') return null
-        const created = await runs.materialiseMany(tx, rows)
-        await watermarks.advance(tx, def.id, slice, last)
-        return created
-      })
+      // One short transaction that first writes the definition's guard: a
+      // pause or archive racing this pass either waits (or, through another
+      // cluster node, loses at COMMIT) and then withdraws these runs, or wins
+      // first and this pass writes nothing. The watermark moves with the runs
+      // it covers, never ahead of them. Safe to repeat: run again after losing
+      // a conflict, it inserts only what the winner did not.
+      const made = await db.transaction(
+        async (tx) => {
+          if ((await definitions.lockForNewRuns(tx, def.id)) !== 'active') return null
+          const created = await runs.materialiseMany(tx, rows)
+          await watermarks.advance(tx, def.id, slice, last)
+          return created
+        },
+        { retryable: true },
+      )
       if (made === null) return outcome
       outcome.created += made
     }

@@ -1,11 +1,11 @@
 /**
- * Programs: the phases and steps a version runs (SPEC §4). Validated once, when
+ * Programs: the phases and steps a version runs (docs/contract.md, "Programs"). Validated once, when
  * published, so that a run never meets a malformed program; expanded into one
  * row per step when a run starts.
  */
 
 import { z } from 'zod'
-import type { StepSpec } from '../../sql/eventSteps.ts'
+import type { StepSpec } from '../../sql/eventSteps/index.ts'
 import { STEP_ON_ERROR, type StepOnError } from '../../sql/states.ts'
 import { badInput } from '../errors.ts'
 import { describeType, zodProblems } from './steps/params.ts'
@@ -47,7 +47,7 @@ export interface ProgramProblem {
   message: string
 }
 
-/** The per-step defaults of SPEC §4. */
+/** The per-step defaults: 5 attempts, 1 s backoff doubling, a 30 s timeout, fail the run. */
 export const STEP_DEFAULTS = {
   attempts: 5,
   backoffSeconds: 1,
@@ -321,7 +321,7 @@ export function validateProgram(json: unknown, registry: StepRegistry): Program 
   throw badInput(`Invalid program: ${shown.join('; ')}`, { problems })
 }
 
-/** One spec per step, in run order, with the SPEC §4 defaults filled in. */
+/** One spec per step, in run order, with the per-step defaults filled in. */
 export function expandProgram(program: Program): StepSpec[] {
   const specs: StepSpec[] = []
   program.phases.forEach((phase, phaseIndex) => {

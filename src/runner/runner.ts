@@ -24,7 +24,7 @@ import { isDbUnavailable } from '../../sql/db.ts'
 import * as logs from '../../sql/eventRunLogs.ts'
 import type { RunRow } from '../../sql/eventRuns/index.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
-import * as steps from '../../sql/eventSteps.ts'
+import * as steps from '../../sql/eventSteps/index.ts'
 import * as heartbeats from '../../sql/runnerHeartbeats.ts'
 import { advanceBatch } from './batch.ts'
 import { type Clock, systemClock } from './clock.ts'
@@ -117,6 +117,10 @@ const MAX_START_BATCHES_PER_TICK = 10
 const RUN_RETENTION_BATCH = 200
 /** Rounds per sweep (the rest waits for the next sweep, so one sweep never takes a tick for long). */
 const RUN_RETENTION_ROUNDS = 50
+/** Log lines the retention sweep reads per statement. */
+const RETENTION_PAGE = 1000
+/** Heartbeat rows of instances silent this long are deleted (on the retention sweep's cadence). */
+const HEARTBEAT_KEEP_MS = 7 * 24 * 3600_000
 
 export class Runner {
   readonly instanceId: string
@@ -380,8 +384,15 @@ export class Runner {
   private async markMissed(now: Date): Promise<void> {
     const { db } = this.opts
     for (let round = 0; round < 20; round++) {
-      const missed = await runs.findMissed(db, now, 500)
-      if (missed.length === 0) return
+      const found = await runs.findMissed(db, now, 500)
+      if (found.length === 0) return
+      // A run found here in another status kept a stamp it should have dropped
+      // when it left `scheduled`: clear it, so no tick reads it again.
+      await runs.clearMissedAt(
+        db,
+        found.filter((r) => r.status !== 'scheduled').map((r) => r.id),
+      )
+      const missed = found.filter((r) => r.status === 'scheduled')
       const ids = missed.map((r) => r.id)
       await runs.transitionMany(db, ids, 'scheduled', 'missed', {
         error: 'not started within its grace window',
@@ -402,7 +413,7 @@ export class Runner {
       )
       await logs.appendMany(db, entries)
       for (const id of ids) this.blockedLogged.delete(id)
-      if (missed.length < 500) return
+      if (found.length < 500) return
     }
   }
 
@@ -704,6 +715,14 @@ export class Runner {
     }
   }
 
+  /**
+   * Delete the logs of runs that ended more than the retention period ago, and
+   * forget instances silent for a week. The sweep walks the log lines from the
+   * oldest one and stops at the first line young enough to keep: what it reads
+   * is what it deletes plus the old lines of runs still going (or ended within
+   * the period), not every finished run, which walking the runs read again on
+   * every sweep once their logs were gone.
+   */
   private async retention(now: Date): Promise<void> {
     await this.logRetention(now)
     await this.runRetention(now)
@@ -733,16 +752,23 @@ export class Runner {
   }
 
   private async logRetention(now: Date): Promise<void> {
+    const { db, logger } = this.opts
     const cutoff = new Date(now.getTime() - this.opts.logRetentionMs)
+    let after = 0
     for (let round = 0; round < 20; round++) {
-      const ids = await runs.terminalBefore(this.opts.db, cutoff, 500, { withLogsOnly: true })
-      if (ids.length === 0) return
-      const deleted = await logs.deleteForRuns(this.opts.db, ids)
-      this.opts.logger.info(
-        { runs: ids.length, lines: deleted },
-        'log retention: deleted logs of finished runs',
-      )
-      if (ids.length < 500) return
+      const lines = await logs.oldestLines(db, after, RETENTION_PAGE)
+      const old = lines.filter((l) => l.at.getTime() < cutoff.getTime())
+      const ended = await runs.endedBefore(db, [...new Set(old.map((l) => l.runId))], cutoff)
+      if (ended.length > 0) {
+        const deleted = await logs.deleteForRuns(db, ended)
+        logger.info({ runs: ended.length, lines: deleted }, 'log retention: deleted logs of finished runs')
+      }
+      const last = lines.at(-1)
+      if (last === undefined || old.length < lines.length || lines.length < RETENTION_PAGE) break
+      after = last.id
     }
+    const silentSince = new Date(now.getTime() - HEARTBEAT_KEEP_MS)
+    const forgotten = await heartbeats.pruneBefore(db, silentSince)
+    if (forgotten > 0) logger.info({ instances: forgotten }, 'forgot runner instances silent for a week')
   }
 }

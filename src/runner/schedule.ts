@@ -1,5 +1,5 @@
 /**
- * Cron schedules in IANA time zones, with the DST rule of SPEC §4 applied to
+ * Cron schedules in IANA time zones, with the daylight-saving rule of docs/contract.md ("Schedules") applied to
  * every pattern: each wall time the pattern names fires exactly once.
  * - a wall time that exists once fires at that instant;
  * - a wall time repeated by fall-back fires at its first occurrence only;
@@ -27,7 +27,7 @@ const HOUR = 3_600_000
  */
 const PROBE_MS = 6 * HOUR
 
-/** Most occurrences `nextOccurrences` answers (SPEC §5 `nextOccurrences(count)`). */
+/** Most occurrences `nextOccurrences` answers (`nextOccurrences(count)`, 1..1000). */
 export const MAX_NEXT_OCCURRENCES = 1000
 
 // ---------------------------------------------------------------------------

@@ -31,8 +31,8 @@ import type { NewLog } from '../../sql/eventRunLogs.ts'
 import * as logs from '../../sql/eventRunLogs.ts'
 import type { RunRow, StartedAs } from '../../sql/eventRuns/index.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
-import type { StartedStep, StepRow, StepSpec } from '../../sql/eventSteps.ts'
-import * as steps from '../../sql/eventSteps.ts'
+import type { StartedStep, StepRow, StepSpec } from '../../sql/eventSteps/index.ts'
+import * as steps from '../../sql/eventSteps/index.ts'
 import { type ClaimedRun, type EngineDeps, specsForVersion, stepContext, withTimeout } from './engine.ts'
 import { withinGrace } from './grace.ts'
 import { STEP_DEFAULTS } from './program.ts'
@@ -51,9 +51,6 @@ export interface StartBatchOutcome {
   /** Runs that could not be started at all and failed, with the reason (for the process log). */
   failed: { runId: number; reason: string }[]
 }
-
-/** Deadlocks with another writer roll the whole start back; it is then tried again from scratch. */
-const DEADLOCK_ATTEMPTS = 3
 
 /**
  * Start up to `limit` due key-less runs in one transaction. `token` marks the
@@ -128,8 +125,10 @@ function isTransient(err: unknown): boolean {
 }
 
 /**
- * One start transaction, run again whole when InnoDB picks it as a deadlock
- * victim: safe, because everything it does (pure steps included) is inside it.
+ * One start transaction, run again whole when it loses a conflict (an InnoDB
+ * deadlock, a lock wait timeout, or, on Galera, another node's start of the same
+ * runs winning certification at COMMIT): safe, because everything it does (pure
+ * steps included) is inside it, and its outcome is read only once it committed.
  */
 async function startOnce(
   deps: EngineDeps,
@@ -140,7 +139,7 @@ async function startOnce(
 ): Promise<StartBatchOutcome> {
   const { outcome, finished } = await deps.db.transaction(
     (tx) => startInTransaction(deps, tx, token, limit, seen, onLocked),
-    { isolation: 'READ COMMITTED', deadlockAttempts: DEADLOCK_ATTEMPTS },
+    { isolation: 'READ COMMITTED', retryable: true },
   )
   for (const kind of finished) deps.observer?.stepFinished?.(kind, 'completed')
   return outcome
@@ -196,13 +195,15 @@ async function startInTransaction(
   const defs = new Map(
     (await definitions.getByIds(tx, [...new Set(locked.map((r) => r.definitionId))])).map((d) => [d.id, d]),
   )
-  // Past its grace window a run is `missed`, not started; the missed sweep takes
-  // it. A run the schedule made waits while its definition is not active (a
-  // pause withdraws those runs in the same transaction; this covers a batch
-  // that read the definition after the pause committed).
+  // Past its grace window (`missed_at`, the instant the missed sweep and the
+  // keyed claim also compare; NULL for a grace-exempt run) a run is `missed`,
+  // not started; the sweep takes it. A run the schedule made waits while its
+  // definition is not active (a pause withdraws those runs in the same
+  // transaction; this covers a batch that read the definition after the pause
+  // committed).
   const startable = locked.filter((r) => {
     const def = defs.get(r.definitionId)
-    if (def === undefined || !withinGrace(r, def.graceSeconds, now)) return false
+    if (def === undefined || !withinGrace(r, now)) return false
     return def.state === 'active' || r.startedBy !== 'schedule'
   })
   // Each version of the batch is expanded once (and cached across batches), and
@@ -316,6 +317,7 @@ async function startInTransaction(
         claimToken: as.token,
         claimExpiresAt: as.leaseUntil,
         wakeAt: as.leaseUntil,
+        missedAt: null,
         startedAt: now,
         definitionTitle: p.title,
       })

@@ -25,7 +25,7 @@ import {
   type IntrospectionQuery,
 } from 'graphql'
 import { afterAll, beforeAll, expect, it } from 'vitest'
-import * as stepsSql from '../../sql/eventSteps.ts'
+import * as stepsSql from '../../sql/eventSteps/index.ts'
 import { createTestDb, type TestDb } from '../helpers/db.ts'
 import { stepSpecs } from '../helpers/fixtures.ts'
 import { generateCase, type Known, mulberry32 } from './fuzz.ts'

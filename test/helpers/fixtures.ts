@@ -9,8 +9,8 @@ import type { DefinitionRow, NewDefinition } from '../../sql/eventDefinitions.ts
 import * as definitions from '../../sql/eventDefinitions.ts'
 import type { NewRun, RunListRow } from '../../sql/eventRuns/index.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
-import type { StepRow, StepSpec } from '../../sql/eventSteps.ts'
-import * as steps from '../../sql/eventSteps.ts'
+import type { StepRow, StepSpec } from '../../sql/eventSteps/index.ts'
+import * as steps from '../../sql/eventSteps/index.ts'
 import type { VersionRow } from '../../sql/eventVersions.ts'
 import * as versions from '../../sql/eventVersions.ts'
 

@@ -16,12 +16,16 @@ import type { DefinitionRow } from '../../sql/eventDefinitions.ts'
 import * as logsSql from '../../sql/eventRunLogs.ts'
 import type { RunListRow } from '../../sql/eventRuns/index.ts'
 import * as runsSql from '../../sql/eventRuns/index.ts'
-import type { StepRow } from '../../sql/eventSteps.ts'
-import * as stepsSql from '../../sql/eventSteps.ts'
+import type { StepRow } from '../../sql/eventSteps/index.ts'
+import * as stepsSql from '../../sql/eventSteps/index.ts'
 import type { RunStatus } from '../../sql/states.ts'
-import { type CreateDefinitionInput, createDefinition, type DefinitionDeps } from '../../src/definitions.ts'
+import {
+  type CreateDefinitionInput,
+  createDefinition,
+  type DefinitionDeps,
+} from '../../src/operations/definitions.ts'
+import type { ControlDeps } from '../../src/operations/runControls.ts'
 import type { Clock } from '../../src/runner/clock.ts'
-import type { ControlDeps } from '../../src/runner/controls.ts'
 import {
   type AnyStepKind,
   createDefaultRegistry,

@@ -3,21 +3,21 @@
  * change state. Validation happens here, once, with messages that name the field;
  * the API layer stays thin and the database only ever sees valid rows.
  */
-import * as audit from '../sql/auditLog.ts'
-import { DB_ERRNO, type Db, isDbErrno } from '../sql/db.ts'
-import type { DefinitionPatch, DefinitionRow } from '../sql/eventDefinitions.ts'
-import * as definitions from '../sql/eventDefinitions.ts'
-import * as runs from '../sql/eventRuns/index.ts'
-import type { VersionRow } from '../sql/eventVersions.ts'
-import * as versions from '../sql/eventVersions.ts'
-import type { DefinitionState } from '../sql/states.ts'
-import { AppError, badInput, conflict, ERROR_CODES, notFound } from './errors.ts'
-import type { Clock } from './runner/clock.ts'
-import { occurrenceRuns } from './runner/materialise.ts'
-import { validateProgram } from './runner/program.ts'
-import { canonicalTimezone, validateSchedule } from './runner/schedule.ts'
-import type { StepRegistry } from './runner/steps/registry.ts'
-import { templateProblems } from './runner/template.ts'
+import * as audit from '../../sql/auditLog.ts'
+import { DB_ERRNO, type Db, isDbErrno } from '../../sql/db.ts'
+import type { DefinitionPatch, DefinitionRow } from '../../sql/eventDefinitions.ts'
+import * as definitions from '../../sql/eventDefinitions.ts'
+import * as runs from '../../sql/eventRuns/index.ts'
+import type { VersionRow } from '../../sql/eventVersions.ts'
+import * as versions from '../../sql/eventVersions.ts'
+import type { DefinitionState } from '../../sql/states.ts'
+import { AppError, badInput, conflict, ERROR_CODES, notFound } from '../errors.ts'
+import type { Clock } from '../runner/clock.ts'
+import { occurrenceRuns } from '../runner/materialise.ts'
+import { validateProgram } from '../runner/program.ts'
+import { canonicalTimezone, validateSchedule } from '../runner/schedule.ts'
+import type { StepRegistry } from '../runner/steps/registry.ts'
+import { templateProblems } from '../runner/template.ts'
 
 export interface DefinitionDeps {
   db: Db
@@ -269,6 +269,9 @@ async function update(
   if (patch.timezone !== undefined) normalised.timezone = canonicalTimezone(patch.timezone) ?? patch.timezone
   assertValid(fieldProblems(patch, current))
   await definitions.update(deps.db, id, normalised)
+  // Runs waiting to start become missed at their start plus the grace: a new
+  // grace moves that instant for every one of them.
+  if (patch.graceSeconds !== undefined) await runs.resetMissedAt(deps.db, id)
   const updated = await mustGet(deps.db, id)
   const rescheduled = definitions.reschedules(patch)
   let cancelled = 0

@@ -10,15 +10,15 @@
  * exempt: started however late, never missed for lateness. They start under
  * the definition's overlap policy and concurrency key like any other run.
  */
-import * as audit from '../sql/auditLog.ts'
-import type { Db } from '../sql/db.ts'
-import * as definitions from '../sql/eventDefinitions.ts'
-import * as logs from '../sql/eventRunLogs.ts'
-import type { NewRun, RunListRow } from '../sql/eventRuns/index.ts'
-import * as runs from '../sql/eventRuns/index.ts'
-import { AppError, badInput, conflict, notFound } from './errors.ts'
-import { resolveConcurrencyKey } from './runner/materialise.ts'
-import { occurrenceStream } from './runner/schedule.ts'
+import * as audit from '../../sql/auditLog.ts'
+import type { Db } from '../../sql/db.ts'
+import * as definitions from '../../sql/eventDefinitions.ts'
+import * as logs from '../../sql/eventRunLogs.ts'
+import type { NewRun, RunListRow } from '../../sql/eventRuns/index.ts'
+import * as runs from '../../sql/eventRuns/index.ts'
+import { AppError, badInput, conflict, notFound } from '../errors.ts'
+import { resolveConcurrencyKey } from '../runner/materialise.ts'
+import { occurrenceStream } from '../runner/schedule.ts'
 
 /** Occurrences (instant × scope) one call may make, at most. */
 export const MAX_BACKFILL_OCCURRENCES = 1000
@@ -133,12 +133,17 @@ async function backfill(deps: BackfillDeps, input: BackfillInput): Promise<Backf
       wanted.has(`${r.scope}|${r.scheduledFor.getTime()}`),
     )
   const before = new Set((await inRange()).map((r) => r.id))
-  // Under a shared lock on the definition, so an archive cannot slip in between.
-  const created = await deps.db.transaction(async (tx) => {
-    if ((await definitions.lockForNewRuns(tx, def.id)) === 'archived')
-      throw conflict(`Definition "${def.slug}" is archived; set it ACTIVE or PAUSED to backfill.`)
-    return runs.materialiseMany(tx, rows)
-  })
+  // After writing the definition's guard, so an archive cannot slip in between
+  // (see eventDefinitions.setState); safe to repeat when it loses that race
+  // through another cluster node: a second attempt inserts what is still missing.
+  const created = await deps.db.transaction(
+    async (tx) => {
+      if ((await definitions.lockForNewRuns(tx, def.id)) === 'archived')
+        throw conflict(`Definition "${def.slug}" is archived; set it ACTIVE or PAUSED to backfill.`)
+      return runs.materialiseMany(tx, rows)
+    },
+    { retryable: true },
+  )
   const all = await inRange()
   const made = all.filter((r) => !before.has(r.id))
   await logs.appendMany(

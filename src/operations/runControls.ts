@@ -10,12 +10,12 @@ import * as definitions from '../../sql/eventDefinitions.ts'
 import * as logs from '../../sql/eventRunLogs.ts'
 import type { RunListRow } from '../../sql/eventRuns/index.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
-import type { StepRow } from '../../sql/eventSteps.ts'
-import * as steps from '../../sql/eventSteps.ts'
+import type { StepRow } from '../../sql/eventSteps/index.ts'
+import * as steps from '../../sql/eventSteps/index.ts'
 import { NON_TERMINAL } from '../../sql/states.ts'
 import { badInput, conflict, notFound } from '../errors.ts'
-import type { Clock } from './clock.ts'
-import { resolveConcurrencyKey } from './materialise.ts'
+import type { Clock } from '../runner/clock.ts'
+import { resolveConcurrencyKey } from '../runner/materialise.ts'
 
 export interface ControlDeps {
   db: Db
@@ -72,25 +72,30 @@ export async function startRun(deps: ControlDeps, input: StartRunInput): Promise
   const rehearsal = input.rehearsal === true
   const typedParams = params as Record<string, unknown> | null
   const versionId = def.currentVersionId
-  // Under a shared lock on the definition, so an archive cannot slip in between
-  // the state check above and the insert (see eventDefinitions.setState).
-  const id = await deps.db.transaction(async (tx) => {
-    if ((await definitions.lockForNewRuns(tx, def.id)) === 'archived') throw archived()
-    return runs.materialise(tx, {
-      definitionId: def.id,
-      versionId,
-      scope,
-      scheduledFor,
-      timezone: def.timezone,
-      concurrencyKey: rehearsal
-        ? null
-        : resolveConcurrencyKey(def.concurrencyKey, { scope, scheduledFor, params: typedParams }, def),
-      params: typedParams,
-      rehearsal,
-      startedBy: input.actor,
-      overlap: definitions.runOverlap(def.overlap),
-    })
-  })
+  // After writing the definition's guard, so an archive cannot slip in between
+  // the state check above and the insert (see eventDefinitions.setState). Safe
+  // to repeat: a retry after losing a conflict finds the run if the winner made
+  // it, and `id` is read only from the attempt that committed.
+  const id = await deps.db.transaction(
+    async (tx) => {
+      if ((await definitions.lockForNewRuns(tx, def.id)) === 'archived') throw archived()
+      return runs.materialise(tx, {
+        definitionId: def.id,
+        versionId,
+        scope,
+        scheduledFor,
+        timezone: def.timezone,
+        concurrencyKey: rehearsal
+          ? null
+          : resolveConcurrencyKey(def.concurrencyKey, { scope, scheduledFor, params: typedParams }, def),
+        params: typedParams,
+        rehearsal,
+        startedBy: input.actor,
+        overlap: definitions.runOverlap(def.overlap),
+      })
+    },
+    { retryable: true },
+  )
   if (id !== null) {
     await logs.append(deps.db, {
       runId: id,

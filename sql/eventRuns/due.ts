@@ -1,0 +1,113 @@
+/**
+ * Which runs need the runner now: the due query, the keyed/overlap due query,
+ * and the missed sweep. Each reads an index range that ends where its work ends.
+ *
+ * The due query reads `wake_at`, which is NULL or in the future for every run
+ * parked on a cue, waiting out a timer or leased, so idle runs leave the index
+ * and cannot starve new ones.
+ */
+import type { Queryable } from '../db.ts'
+import { clampLimit, placeholders } from '../json.ts'
+import { IN_FLIGHT } from '../states.ts'
+import { hydrate, type Raw, type RunRow, SELECT_RUN } from './rows.ts'
+
+const DUE_STATUSES = ['scheduled', ...IN_FLIGHT] as const
+
+/**
+ * Runs that need the runner now: `wake_at` has passed and the run is not paused
+ * or terminal. It selects rather than claims, so two sweepers may see the same
+ * candidates and then disagree, harmlessly, about who owns each.
+ *
+ * Unlike a due query that takes the 50 oldest runs in flight, idle runs are not candidates at all:
+ * a run parked on a cue has `wake_at` NULL (or its timeout), a run waiting out a
+ * timer has it in the future, and a leased run has it at its lease expiry. So
+ * 10,000 parked runs cost this query nothing.
+ */
+export async function findDue(db: Queryable, now: Date, limit = 50): Promise<RunRow[]> {
+  const n = clampLimit(limit, 50)
+  const rows = await db.execute<Raw>(
+    `${SELECT_RUN}
+      WHERE r.wake_at <= ? AND r.status IN (${placeholders(DUE_STATUSES.length)})
+      ORDER BY r.wake_at, r.id
+      LIMIT ${n}`,
+    [now, ...DUE_STATUSES],
+  )
+  return rows.map(hydrate)
+}
+
+/**
+ * The soonest `wake_at` after `now` among runs the runner will need to look at
+ * (scheduled or in flight), or null when there is none. The runner aims its
+ * sleep at it, so a run due between two ticks starts at its time rather than at
+ * the next tick. One walk of `idx_evrun_wake` from `now`: parked, paused and
+ * terminal runs have no `wake_at` and are not in its way.
+ */
+export async function nextWakeAfter(db: Queryable, now: Date): Promise<Date | null> {
+  const rows = await db.execute<{ wake_at: Date }>(
+    `SELECT wake_at FROM event_runs FORCE INDEX (idx_evrun_wake)
+      WHERE wake_at > ? AND status IN (${placeholders(DUE_STATUSES.length)})
+      ORDER BY wake_at
+      LIMIT 1`,
+    [now, ...DUE_STATUSES],
+  )
+  return rows[0]?.wake_at ?? null
+}
+
+/**
+ * Due scheduled runs that carry a concurrency key or an overlap policy, oldest
+ * due first. They are started one by one (each takes its key lock, or its
+ * scope's overlap lock, with its claim), so they are
+ * found by a query of their own, on an index that holds only them
+ * (`keyed_due_at`, migration 0006): however many key-less runs are due, a keyed
+ * run is seen as soon as it is due, not after the backlog ahead of it.
+ */
+export async function findDueKeyed(db: Queryable, now: Date, limit = 50): Promise<RunRow[]> {
+  const n = clampLimit(limit, 50)
+  const rows = await db.execute<Raw>(
+    `${SELECT_RUN} FORCE INDEX (idx_evrun_keyed_due)
+      WHERE r.keyed_due_at <= ? AND r.status = 'scheduled'
+        AND (r.concurrency_key IS NOT NULL OR r.overlap IS NOT NULL)
+      ORDER BY r.keyed_due_at, r.id
+      LIMIT ${n}`,
+    [now],
+  )
+  return rows.map(hydrate)
+}
+
+/**
+ * Runs whose `missed_at` has passed: scheduled runs whose start instant is more
+ * than their definition's grace window ago. Only `scheduled` qualifies: a run
+ * that reached `starting` has begun, and "began then stalled" is a different
+ * fact from "never began".
+ *
+ * It reads the range `missed_at < now` of idx_evrun_missed, oldest first, and
+ * answers every row it read: `missed_at` is set only while a run is
+ * `scheduled`, so the range holds the runs to mark and nothing else, however
+ * many runs finished or wait ahead. A row answered with another status is a
+ * stray stamp the caller clears ({@link clearMissedAt}), so it is read once.
+ */
+export async function findMissed(db: Queryable, now: Date, limit = 100): Promise<RunRow[]> {
+  const n = clampLimit(limit, 100)
+  const rows = await db.execute<Raw>(
+    `${SELECT_RUN} FORCE INDEX (idx_evrun_missed)
+      WHERE r.missed_at < ?
+      ORDER BY r.missed_at, r.id
+      LIMIT ${n}`,
+    [now],
+  )
+  return rows.map(hydrate)
+}
+
+/** Drop the missed sweep's stamp from runs that are no longer `scheduled`. */
+export async function clearMissedAt(db: Queryable, ids: readonly number[]): Promise<number> {
+  if (ids.length === 0) return 0
+  const res = await db.runQuery(
+    `UPDATE event_runs SET missed_at = NULL
+      WHERE id IN (${placeholders(ids.length)}) AND status <> 'scheduled' AND missed_at IS NOT NULL`,
+    [...ids],
+  )
+  return res.affectedRows
+}
+
+// A start claim also requires the run to be inside its grace window, so a run
+// that should be `missed` can never be started by a sweeper that got there

@@ -1,0 +1,269 @@
+/**
+ * The moves a step makes. Every move is guarded on the step's current state
+ * and answers whether it happened, so a person's `skipStep` racing the
+ * runner's `complete` has one winner and the loser learns it.
+ */
+import type { Queryable } from '../db.ts'
+import { placeholders, toJson } from '../json.ts'
+import { LEASE_EXPIRY, leaseFree, leaseMicros } from '../leases.ts'
+import { KEY_HOLDING } from '../states.ts'
+import type { Raw, StepRow } from './rows.ts'
+
+/**
+ * Begin an attempt: the step becomes `running` with this owner's lease and one
+ * more attempt. Allowed from `pending` (first attempt, or a retry whose backoff
+ * ended) and from an executing step whose owner's lease is gone (a crash: the
+ * step runs again, at least once). Refused for parked or sleeping steps (see
+ * {@link resume}), done steps, and a step under another owner's live lease.
+ */
+export async function begin(
+  db: Queryable,
+  id: number,
+  owner: string,
+  leaseUntil: Date,
+  now: Date,
+): Promise<boolean> {
+  const res = await db.run(
+    `UPDATE event_run_steps
+        SET status = 'running', attempts = attempts + 1, claimed_by = ?, claim_expires_at = ${LEASE_EXPIRY},
+            started_at = COALESCE(started_at, ?), wake_at = NULL, parked = 0
+      WHERE id = ?
+        AND ((status = 'pending' AND (wake_at IS NULL OR wake_at <= ?))
+             OR (status = 'running' AND parked = 0 AND wake_at IS NULL))
+        AND ${leaseFree()}`,
+    // started_at is the caller's `now`, not NOW(3): `core.wait {seconds}` and cue
+    // timeouts count from it and compare with the runner's clock, so both ends
+    // must come from the same clock. The lease is on the database's (sql/leases.ts).
+    [owner, leaseMicros(leaseUntil, now), now, id, now],
+  )
+  return res.affectedRows === 1
+}
+
+/**
+ * Undo a {@link begin} whose answer was lost: put the step back exactly as it
+ * was read before (`before`), but only if the row is still just what that
+ * begin wrote (running, one more attempt, still this owner's: a reclaim or
+ * another begin would have changed one of them), so nothing that happened
+ * since is undone. Answers whether it was put back;
+ * false also when the begin never committed.
+ */
+export async function takeBackBegin(db: Queryable, before: StepRow, owner: string): Promise<boolean> {
+  const res = await db.run(
+    `UPDATE event_run_steps
+        SET status = ?, attempts = ?, claimed_by = ?, claim_expires_at = ?, started_at = ?, wake_at = ?, parked = ?
+      WHERE id = ? AND status = 'running' AND attempts = ? AND claimed_by = ?`,
+    [
+      before.status,
+      before.attempts,
+      before.claimedBy,
+      before.claimExpiresAt,
+      before.startedAt,
+      before.wakeAt,
+      before.parked ? 1 : 0,
+      before.id,
+      before.attempts + 1,
+      owner,
+    ],
+  )
+  return res.affectedRows === 1
+}
+
+/**
+ * {@link begin} for many pending first attempts at once (inline kinds in a
+ * batch); answers how many began. `now` stamps `started_at`, from the runner's
+ * clock like {@link begin}.
+ */
+export async function beginMany(
+  db: Queryable,
+  ids: readonly number[],
+  owner: string,
+  leaseUntil: Date,
+  now: Date,
+): Promise<number> {
+  if (ids.length === 0) return 0
+  const res = await db.runQuery(
+    `UPDATE event_run_steps
+        SET status = 'running', attempts = attempts + 1, claimed_by = ?, claim_expires_at = ${LEASE_EXPIRY},
+            started_at = COALESCE(started_at, ?), wake_at = NULL, parked = 0
+      WHERE id IN (${placeholders(ids.length)}) AND status = 'pending' AND wake_at IS NULL AND claim_expires_at IS NULL`,
+    [owner, leaseMicros(leaseUntil, now), now, ...ids],
+  )
+  return res.affectedRows
+}
+
+/**
+ * Re-enter a sleeping step (its timer came due) or a parked one (its timeout
+ * passed) without spending an attempt: a timer coming due is not a retry.
+ * `wake_at` is kept until the step completes, so a crash here re-enters again.
+ */
+export async function resume(
+  db: Queryable,
+  id: number,
+  owner: string,
+  leaseUntil: Date,
+  now: Date,
+): Promise<boolean> {
+  const res = await db.run(
+    `UPDATE event_run_steps
+        SET claimed_by = ?, claim_expires_at = ${LEASE_EXPIRY}, parked = 0
+      WHERE id = ? AND status = 'running' AND wake_at IS NOT NULL AND wake_at <= ?
+        AND ${leaseFree()}`,
+    [owner, leaseMicros(leaseUntil, now), id, now],
+  )
+  return res.affectedRows === 1
+}
+
+/** `running → completed` with its result; guarded, so a skip that won is kept. */
+export async function complete(db: Queryable, id: number, result: unknown): Promise<boolean> {
+  const res = await db.run(
+    `UPDATE event_run_steps
+        SET status = 'completed', result = ?, ended_at = NOW(3), claimed_by = NULL, claim_expires_at = NULL,
+            parked = 0, wake_at = NULL, last_error = NULL
+      WHERE id = ? AND status = 'running'`,
+    [toJson(result), id],
+  )
+  return res.affectedRows === 1
+}
+
+/** Complete many executing steps at once (instant kinds in a batch). */
+export async function completeMany(db: Queryable, ids: readonly number[]): Promise<number> {
+  if (ids.length === 0) return 0
+  const res = await db.runQuery(
+    `UPDATE event_run_steps
+        SET status = 'completed', ended_at = NOW(3), claimed_by = NULL, claim_expires_at = NULL,
+            parked = 0, wake_at = NULL
+      WHERE id IN (${placeholders(ids.length)}) AND status = 'running'`,
+    [...ids],
+  )
+  return res.affectedRows
+}
+
+/** Park on a person: `running`, `parked = 1`, no lease; `until` is the cue's timeout. */
+export async function park(db: Queryable, id: number, until: Date | null): Promise<boolean> {
+  const res = await db.run(
+    `UPDATE event_run_steps SET parked = 1, wake_at = ?, claimed_by = NULL, claim_expires_at = NULL
+      WHERE id = ? AND status = 'running'`,
+    [until, id],
+  )
+  return res.affectedRows === 1
+}
+
+/** A durable timer: `running`, not parked, no lease, due at `until`. */
+export async function sleep(db: Queryable, id: number, until: Date): Promise<boolean> {
+  const res = await db.run(
+    `UPDATE event_run_steps SET parked = 0, wake_at = ?, claimed_by = NULL, claim_expires_at = NULL
+      WHERE id = ? AND status = 'running'`,
+    [until, id],
+  )
+  return res.affectedRows === 1
+}
+
+/**
+ * A failed attempt with attempts left: back to `pending` until `wakeAt`, keeping
+ * the error. `pending` with attempts > 0 and a wake_at is "in backoff".
+ */
+export async function scheduleRetry(
+  db: Queryable,
+  id: number,
+  error: string,
+  wakeAt: Date,
+): Promise<boolean> {
+  const res = await db.run(
+    `UPDATE event_run_steps SET status = 'pending', last_error = ?, wake_at = ?, claimed_by = NULL,
+            claim_expires_at = NULL, parked = 0
+      WHERE id = ? AND status = 'running'`,
+    [error.slice(0, 1000), wakeAt, id],
+  )
+  return res.affectedRows === 1
+}
+
+/**
+ * `running → pending` for an attempt its runner cut short while shutting down:
+ * the attempt is taken back (not counted against the step's retries) and the
+ * step is due again at `wakeAt`.
+ */
+export async function interrupt(db: Queryable, id: number, reason: string, wakeAt: Date): Promise<boolean> {
+  const res = await db.run(
+    `UPDATE event_run_steps SET status = 'pending', attempts = GREATEST(attempts, 1) - 1, last_error = ?,
+            wake_at = ?, claimed_by = NULL, claim_expires_at = NULL, parked = 0
+      WHERE id = ? AND status = 'running'`,
+    [reason.slice(0, 1000), wakeAt, id],
+  )
+  return res.affectedRows === 1
+}
+
+/** `running → failed`: the attempts are spent or the failure is not retryable. */
+export async function fail(db: Queryable, id: number, error: string): Promise<boolean> {
+  const res = await db.run(
+    `UPDATE event_run_steps
+        SET status = 'failed', last_error = ?, ended_at = NOW(3), claimed_by = NULL, claim_expires_at = NULL,
+            parked = 0, wake_at = NULL
+      WHERE id = ? AND status = 'running'`,
+    [error.slice(0, 1000), id],
+  )
+  return res.affectedRows === 1
+}
+
+/** A person resolves a parked cue: `running, parked → completed`. */
+export async function resolveParked(db: Queryable, id: number, result: unknown): Promise<boolean> {
+  const res = await db.run(
+    `UPDATE event_run_steps
+        SET status = 'completed', result = ?, ended_at = NOW(3), parked = 0, wake_at = NULL,
+            claimed_by = NULL, claim_expires_at = NULL
+      WHERE id = ? AND status = 'running' AND parked = 1`,
+    [toJson(result), id],
+  )
+  return res.affectedRows === 1
+}
+
+/** A person skips a step that has not finished (pending, sleeping, parked or executing). */
+export async function skip(db: Queryable, id: number, reason: string | null): Promise<boolean> {
+  const res = await db.run(
+    `UPDATE event_run_steps
+        SET status = 'skipped', result = ?, ended_at = NOW(3), parked = 0, wake_at = NULL,
+            claimed_by = NULL, claim_expires_at = NULL
+      WHERE id = ? AND status IN ('pending','running')`,
+    [toJson(reason === null ? null : { reason }), id],
+  )
+  return res.affectedRows === 1
+}
+
+/** Cancel every unfinished step of a run (the run was cancelled or failed). */
+export async function cancelUnfinished(db: Queryable, runId: number): Promise<number> {
+  const res = await db.run(
+    `UPDATE event_run_steps
+        SET status = 'cancelled', ended_at = NOW(3), parked = 0, wake_at = NULL,
+            claimed_by = NULL, claim_expires_at = NULL
+      WHERE run_id = ? AND status IN ('pending','running')`,
+    [runId],
+  )
+  return res.affectedRows
+}
+
+/**
+ * Release step leases whose owner did not come back. Like the run reclaim it
+ * changes no status and no attempt counter: the step is executed again by the
+ * next owner (at-least-once), under the same idempotency key.
+ */
+export async function reclaimStale(db: Queryable): Promise<number> {
+  // Find them from the runs that can hold a step lease (the status index's live
+  // ranges) and their steps, not from the steps table: every finished run's
+  // steps are in it, and no index of steps serves a lease range. A step of a
+  // terminal run holds no lease (ending a run ends its steps). A plain read
+  // first: an UPDATE joining the runs would lock every in-flight run's row and
+  // index gap, on every tick of every instance, against their claims.
+  const stale = await db.execute<Raw>(
+    `SELECT s.id FROM event_runs r STRAIGHT_JOIN event_run_steps s ON s.run_id = r.id
+      WHERE r.status IN (${placeholders(KEY_HOLDING.length)})
+        AND s.status = 'running' AND s.claim_expires_at IS NOT NULL AND s.claim_expires_at < NOW(3)`,
+    [...KEY_HOLDING],
+  )
+  if (stale.length === 0) return 0
+  const ids = stale.map((r) => Number(r.id))
+  const res = await db.runQuery(
+    `UPDATE event_run_steps SET claimed_by = NULL, claim_expires_at = NULL
+      WHERE id IN (${placeholders(ids.length)}) AND status = 'running' AND claim_expires_at < NOW(3)`,
+    [...ids],
+  )
+  return res.affectedRows
+}
