@@ -114,7 +114,7 @@ async function baseline(url: string, seconds: number): Promise<Latency> {
  * sampled: the client's own start-up and its connections' first round trips
  * (the baseline likewise opens and warms its connections before it measures).
  */
-async function loadServer(url: string, seconds: number, warmupSeconds = 1): Promise<LoadResult> {
+export async function loadServer(url: string, seconds: number, warmupSeconds = 1): Promise<LoadResult> {
   const spec: LoadSpec = {
     url,
     headers: {

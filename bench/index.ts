@@ -6,9 +6,10 @@
  * benchmark could not run (a target not met is a figure, not a crash).
  *
  * Alone: `npx tsx bench/throughput.ts` (also the graphile-worker peer),
+ * `bench/burst.ts` (also its graphile-worker peer), `bench/punctuality.ts`,
  * `bench/starvation.ts`, `bench/fanout.ts`, `bench/apiLatency.ts`, `bench/console.ts`,
  * `bench/consoleLoad.ts`, `bench/history.ts`, `bench/galera.ts` (which starts the three-node
- * cluster of test/galera/cluster.sh).
+ * cluster of test/galera/cluster.sh). bench/README.md says what each measures.
  */
 import { spawn } from 'node:child_process'
 import { rm } from 'node:fs/promises'
@@ -17,6 +18,8 @@ import { printResults, RESULTS_FILE, readResults } from './lib.ts'
 
 const BENCHMARKS = [
   'throughput',
+  'burst',
+  'punctuality',
   'starvation',
   'fanout',
   'apiLatency',

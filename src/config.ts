@@ -52,6 +52,12 @@ export interface Config {
    * `materialized_through`, keeps the spelling it shipped with). @default 24
    */
   materialiseHorizonHours: number
+  /** Runs per start transaction and per in-flight claim statement. @default 1000 */
+  runnerBatchSize: number
+  /** Runs advanced at once, each on one pooled connection at a time. @default 8 */
+  runnerParallelism: number
+  /** Start transactions in flight at once while a backlog of due runs drains. @default 2 */
+  runnerStartConcurrency: number
   /** This process's name in claims and heartbeats. @default `${hostname}-${pid}-${4 hex}` */
   instanceId: string
   /** Limits on what one client may ask for (docs/security.md). */
@@ -361,6 +367,15 @@ const envSchema = z
       100,
       'a whole number of connections from 2 to 100',
     ),
+    RUNNER_BATCH_SIZE: wholeNumber('RUNNER_BATCH_SIZE', 1000, 1, 10_000, 'a whole number from 1 to 10000'),
+    RUNNER_PARALLELISM: wholeNumber('RUNNER_PARALLELISM', 8, 1, 1000, 'a whole number from 1 to 1000'),
+    RUNNER_START_CONCURRENCY: wholeNumber(
+      'RUNNER_START_CONCURRENCY',
+      2,
+      1,
+      64,
+      'a whole number from 1 to 64',
+    ),
   })
   .superRefine((env, ctx) => {
     // A lease that can expire before its holder's next tick lets another instance
@@ -421,6 +436,9 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     runRetentionDays: e.RUN_RETENTION_DAYS,
     statusPollMs: e.STATUS_POLL_MS,
     materialiseHorizonHours: e.MATERIALIZE_HORIZON_HOURS,
+    runnerBatchSize: e.RUNNER_BATCH_SIZE,
+    runnerParallelism: e.RUNNER_PARALLELISM,
+    runnerStartConcurrency: e.RUNNER_START_CONCURRENCY,
     instanceId: e.INSTANCE_ID ?? defaultInstanceId(),
     limits: {
       maxDepth: e.MAX_QUERY_DEPTH,

@@ -85,7 +85,10 @@ export interface App {
   stop(): Promise<void>
   /** The co-hosted runner; null with RUNNER=off. */
   readonly runner: Runner | null
+  /** The API's pool. */
   readonly db: Db
+  /** The runner's own pool (the API's when no DATABASE_URL was given); null with RUNNER=off. */
+  readonly runnerDb: Db | null
   // biome-ignore lint/suspicious/noExplicitAny: node:http server context
   readonly yoga: YogaServerInstance<any, ApiContext>
   readonly registry: StepRegistry
@@ -177,6 +180,9 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
           instanceId: config.instanceId,
           tickMs: config.tickMs,
           leaseMs: config.leaseMs,
+          batchSize: config.runnerBatchSize,
+          parallelism: config.runnerParallelism,
+          startConcurrency: config.runnerStartConcurrency,
           horizonMs: config.materialiseHorizonHours * 3_600_000,
           logRetentionMs: config.logRetentionDays * 86_400_000,
           runRetentionMs: config.runRetentionDays * 86_400_000,
@@ -386,6 +392,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     },
     runner,
     db,
+    runnerDb,
     yoga,
     registry,
     metrics,

@@ -120,6 +120,28 @@ describe('loadConfig', () => {
     expect(problemsOf({ MATERIALIZE_HORIZON_HOURS: '0' })[0]).toMatch(/^MATERIALIZE_HORIZON_HOURS /)
     expect(problemsOf({ INSTANCE_ID: 'has space' })[0]).toMatch(/^INSTANCE_ID /)
     expect(problemsOf({ INSTANCE_ID: 'x'.repeat(101) })[0]).toMatch(/^INSTANCE_ID /)
+    expect(problemsOf({ RUNNER_BATCH_SIZE: '0' })[0]).toBe(
+      "RUNNER_BATCH_SIZE must be a whole number from 1 to 10000 (got '0')",
+    )
+    expect(problemsOf({ RUNNER_PARALLELISM: 'many' })[0]).toMatch(/^RUNNER_PARALLELISM .*'many'/)
+    expect(problemsOf({ RUNNER_START_CONCURRENCY: '65' })[0]).toMatch(/^RUNNER_START_CONCURRENCY /)
+    expect(problemsOf({ DB_POOL_SIZE: '0' })[0]).toMatch(/^DB_POOL_SIZE /)
+  })
+
+  it('reads the runner and pool sizes, with the shipped defaults when unset', () => {
+    const d = loadConfig({})
+    expect([d.runnerBatchSize, d.runnerParallelism, d.runnerStartConcurrency, d.dbPoolSize]).toEqual([
+      1000, 8, 2, 10,
+    ])
+    const c = loadConfig({
+      RUNNER_BATCH_SIZE: '1000',
+      RUNNER_PARALLELISM: '16',
+      RUNNER_START_CONCURRENCY: '3',
+      DB_POOL_SIZE: '20',
+    })
+    expect([c.runnerBatchSize, c.runnerParallelism, c.runnerStartConcurrency, c.dbPoolSize]).toEqual([
+      1000, 16, 3, 20,
+    ])
   })
 
   it('requires LEASE_MS to exceed TICK_MS', () => {

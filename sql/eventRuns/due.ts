@@ -36,6 +36,24 @@ export async function findDue(db: Queryable, now: Date, limit = 50): Promise<Run
 }
 
 /**
+ * The soonest `wake_at` after `now` among runs the runner will need to look at
+ * (scheduled or in flight), or null when there is none. The runner aims its
+ * sleep at it, so a run due between two ticks starts at its time rather than at
+ * the next tick. One walk of `idx_evrun_wake` from `now`: parked, paused and
+ * terminal runs have no `wake_at` and are not in its way.
+ */
+export async function nextWakeAfter(db: Queryable, now: Date): Promise<Date | null> {
+  const rows = await db.execute<{ wake_at: Date }>(
+    `SELECT wake_at FROM event_runs FORCE INDEX (idx_evrun_wake)
+      WHERE wake_at > ? AND status IN (${placeholders(DUE_STATUSES.length)})
+      ORDER BY wake_at
+      LIMIT 1`,
+    [now, ...DUE_STATUSES],
+  )
+  return rows[0]?.wake_at ?? null
+}
+
+/**
  * Due scheduled runs that carry a concurrency key or an overlap policy, oldest
  * due first. They are started one by one (each takes its key lock, or its
  * scope's overlap lock, with its claim), so they are

@@ -53,14 +53,14 @@ export class Housekeeping {
   }
 
   /** Materialise schedules into runs when asked to, when the interval has passed, or when a window needs topping up. */
-  async materialiseIfDue(now: Date): Promise<void> {
+  async materialiseIfDue(now: Date): Promise<number> {
     const { deps } = this
     if (
       !this.materialiseRequested &&
       now.getTime() - this.lastMaterialise < deps.materialiseEveryMs &&
       (this.refillAt === null || now.getTime() < this.refillAt)
     )
-      return
+      return 0
     this.materialiseRequested = false
     this.lastMaterialise = now.getTime()
     const pass = await materialiseAll(
@@ -74,6 +74,12 @@ export class Housekeeping {
         ),
     )
     this.refillAt = pass.refillAt?.getTime() ?? null
+    return pass.created
+  }
+
+  /** True when a definition changed since the last pass (its runs may be due now). */
+  get materialiseRequestedNow(): boolean {
+    return this.materialiseRequested
   }
 
   /** Runs still `scheduled` past their grace window become `missed`. Answers the runs it marked. */

@@ -1,0 +1,120 @@
+/**
+ * Start punctuality: the runner sleeps until the soonest `wake_at` ahead when
+ * that comes before its next tick, so a run due between two ticks starts at its
+ * time instead of up to TICK_MS late. Real clock, real sleeps.
+ */
+import { afterEach, expect, it } from 'vitest'
+import * as runsSql from '../sql/eventRuns/index.ts'
+import { createDefinition } from '../src/operations/definitions.ts'
+import { systemClock } from '../src/runner/clock.ts'
+import { Runner } from '../src/runner/runner.ts'
+import { createDefaultRegistry } from '../src/runner/steps/registry.ts'
+import { useTestDb } from './helpers/db.ts'
+import { sleep } from './helpers/runnerHarness.ts'
+
+const t = useTestDb()
+const runners: Runner[] = []
+afterEach(async () => {
+  await Promise.all(runners.splice(0).map((r) => r.stop()))
+})
+
+async function oneStepDefinition(slug: string) {
+  const registry = createDefaultRegistry()
+  const def = await createDefinition(
+    { db: t.db, registry, clock: systemClock },
+    {
+      slug,
+      title: slug,
+      graceSeconds: 3600,
+      program: { phases: [{ name: 'main', steps: [{ kind: 'core.log', params: { message: 'on time' } }] }] },
+    },
+    'admin#test',
+  )
+  return { registry, def }
+}
+
+it('starts a run due 300 ms after a tick at its time, not at the next tick (TICK_MS 1000)', async () => {
+  const { registry, def } = await oneStepDefinition('punctual')
+  const runner = new Runner({ db: t.db, registry, tickMs: 1000, leaseMs: 30_000 })
+  runners.push(runner)
+  runner.start()
+  // Let the first tick (and its materialisation pass) finish: the run below comes due between ticks.
+  while (runner.lastTick === null) await sleep(5)
+  const dueAt = new Date(Date.now() + 300)
+  const id = await runsSql.materialise(t.db, {
+    definitionId: def.id,
+    versionId: def.currentVersionId as number,
+    scope: 'room-1',
+    scheduledFor: dueAt,
+    timezone: 'UTC',
+    concurrencyKey: null,
+    params: null,
+    rehearsal: false,
+    startedBy: 'schedule',
+  })
+  // Made by someone other than this runner after its tick: the same as an API start, which nudges.
+  runner.nudge()
+  expect(id).not.toBeNull()
+  let run = await runsSql.getById(t.db, id as number)
+  for (let i = 0; i < 200 && !run?.startedAt; i++) {
+    await sleep(10)
+    run = await runsSql.getById(t.db, id as number)
+  }
+  expect(run?.startedAt).toBeTruthy()
+  const lateMs = (run as { startedAt: Date }).startedAt.getTime() - dueAt.getTime()
+  expect(lateMs).toBeGreaterThanOrEqual(0)
+  // On a quiet machine about 5 ms; the bound leaves room for a loaded CI box.
+  // Without aiming the sleep the run starts at the next tick, about 700 ms late.
+  expect(lateMs).toBeLessThan(200)
+})
+
+it('wakes for a timer that runs out between ticks (core.wait), not at the next tick', async () => {
+  const registry = createDefaultRegistry()
+  const def = await createDefinition(
+    { db: t.db, registry, clock: systemClock },
+    {
+      slug: 'punctual-wait',
+      title: 'punctual wait',
+      graceSeconds: 3600,
+      program: {
+        phases: [
+          {
+            name: 'main',
+            steps: [
+              { kind: 'core.wait', params: { seconds: 0.3 } },
+              { kind: 'core.log', params: { message: 'after' } },
+            ],
+          },
+        ],
+      },
+    },
+    'admin#test',
+  )
+  const runner = new Runner({ db: t.db, registry, tickMs: 2000, leaseMs: 30_000 })
+  runners.push(runner)
+  runner.start()
+  while (runner.lastTick === null) await sleep(5)
+  const dueAt = new Date(Date.now() + 100)
+  const id = await runsSql.materialise(t.db, {
+    definitionId: def.id,
+    versionId: def.currentVersionId as number,
+    scope: 'room-2',
+    scheduledFor: dueAt,
+    timezone: 'UTC',
+    concurrencyKey: null,
+    params: null,
+    rehearsal: false,
+    startedBy: 'schedule',
+  })
+  runner.nudge()
+  let run = await runsSql.getById(t.db, id as number)
+  for (let i = 0; i < 300 && run?.status !== 'completed'; i++) {
+    await sleep(10)
+    run = await runsSql.getById(t.db, id as number)
+  }
+  expect(run?.status).toBe('completed')
+  // Due at +100 ms, then a 300 ms wait: done near +400 ms; waking only on ticks
+  // (TICK_MS 2000) it would end at the next one, about 1,900 ms after it came due.
+  const doneMs = (run as { endedAt: Date }).endedAt.getTime() - dueAt.getTime()
+  expect(doneMs).toBeLessThan(1000)
+})
