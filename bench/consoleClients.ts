@@ -26,7 +26,8 @@ interface StartMessage {
 const RUN_CHANGES =
   'subscription ($f: RunFilter) { runChanges(filter: $f) { id status updatedAt definition { id } } }'
 const INBOX = 'subscription { waitingSteps(limit: 50) { id run { id } } }'
-const CONNECTIONS = 20
+// 50 sockets: the subscriptions stay under the per-socket cap (WS_MAX_SUBSCRIPTIONS, 100).
+const CONNECTIONS = 50
 
 const send = (msg: unknown) => process.send?.(msg)
 

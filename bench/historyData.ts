@@ -1,6 +1,7 @@
 /**
  * A database a year in: five scheduled definitions, `finished` terminal runs
- * (one completed step each, 20 s apart, going back in time; mostly completed,
+ * (one completed step each, 7 s apart, going back in time: a million of them
+ * span 81 days, inside the default 90-day run retention, so no sweep has work; mostly completed,
  * some failed, cancelled, missed, one in fifty degraded), the log as retention
  * leaves it (lines of the last 29 days only: nothing for a first sweep to
  * delete), `ahead` runs scheduled 1 h onwards, made an hour ago, and three runs
@@ -53,6 +54,12 @@ export async function fillHistory(db: Db, shape: HistoryShape, now = new Date())
     versions.push(def.currentVersionId as number)
   }
   await db.run('UPDATE event_definitions SET materialized_through = ? + INTERVAL 2 DAY', [now])
+  // Materialisation keeps a watermark per (definition, scope): mark those too.
+  for (const id of defs)
+    await db.run(
+      `INSERT INTO schedule_watermarks (definition_id, scope, materialized_through) VALUES (?, '', ? + INTERVAL 2 DAY)`,
+      [id, now],
+    )
   const d = defs.join(', ')
   const v = versions.join(', ')
   for (let from = 1; from <= shape.finished; from += SLICE) {
@@ -60,12 +67,12 @@ export async function fillHistory(db: Db, shape: HistoryShape, now = new Date())
     await db.runQuery(
       `INSERT INTO event_runs (definition_id, version_id, scope, scheduled_for, timezone, status, health,
               current_phase, started_by, started_at, ended_at, created_at, start_reserve)
-       SELECT ELT(1 + seq % 5, ${d}), ELT(1 + seq % 5, ${v}), '', ? - INTERVAL seq * 20 SECOND, 'UTC',
+       SELECT ELT(1 + seq % 5, ${d}), ELT(1 + seq % 5, ${v}), '', ? - INTERVAL seq * 7 SECOND, 'UTC',
               ELT(1 + seq % 10, 'completed', 'completed', 'completed', 'completed', 'completed',
                   'completed', 'completed', 'failed', 'cancelled', 'missed'),
               IF(seq % 50 = 0, 'degraded', 'ok'), 'main', 'schedule',
-              ? - INTERVAL seq * 20 SECOND, ? - INTERVAL seq * 20 - 2 SECOND,
-              ? - INTERVAL seq * 20 + 3600 SECOND, NULL
+              ? - INTERVAL seq * 7 SECOND, ? - INTERVAL seq * 7 - 2 SECOND,
+              ? - INTERVAL seq * 7 + 3600 SECOND, NULL
          FROM seq_${from}_to_${to}`,
       [now, now, now, now],
     )

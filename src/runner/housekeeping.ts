@@ -32,6 +32,12 @@ export interface HousekeepingDeps {
 const RUN_RETENTION_BATCH = 200
 /** Rounds per sweep (the rest waits for the next sweep, so one sweep never takes a tick for long). */
 const RUN_RETENTION_ROUNDS = 50
+/**
+ * Time one tick may spend deleting old runs. The sweep runs inside the tick:
+ * a first sweep over a long history must not hold due runs back, so it stops
+ * here and goes on at the next tick until the backlog is gone.
+ */
+const RUN_RETENTION_TICK_BUDGET_MS = 250
 /** Log lines the retention sweep reads per statement. */
 const RETENTION_PAGE = 1000
 /** Heartbeat rows of instances silent this long are deleted (on the retention sweep's cadence). */
@@ -42,6 +48,8 @@ export class Housekeeping {
   /** When a count-bounded window (a dense schedule) needs topping up, before the usual interval. */
   private refillAt: number | null = null
   private materialiseRequested = true
+  /** Old runs were left by the last sweep's time budget: go on at the next tick. */
+  private runRetentionBacklog = false
   private lastRetention = 0
   private readonly startedAt = new Date()
 
@@ -123,10 +131,12 @@ export class Housekeeping {
 
   /** Log and run retention, and forgetting silent instances, at most once per `retentionEveryMs`. */
   async retentionIfDue(now: Date): Promise<void> {
-    if (now.getTime() - this.lastRetention < this.deps.retentionEveryMs) return
-    this.lastRetention = now.getTime()
-    await this.logRetention(now)
-    await this.runRetention(now)
+    if (!this.runRetentionBacklog) {
+      if (now.getTime() - this.lastRetention < this.deps.retentionEveryMs) return
+      this.lastRetention = now.getTime()
+      await this.logRetention(now)
+    }
+    this.runRetentionBacklog = await this.runRetention(now)
   }
 
   /** Say this instance is alive, and how late its tick was. */
@@ -146,11 +156,14 @@ export class Housekeeping {
    * per round of short statements, never a run that is not terminal. Each
    * round's counts go to the observer, so cached run counts stay right.
    */
-  private async runRetention(now: Date): Promise<void> {
+  /** Answers true when it stopped on its time budget with old runs left (the next tick goes on). */
+  private async runRetention(now: Date): Promise<boolean> {
     const { deps } = this
-    if (deps.runRetentionMs <= 0) return
+    if (deps.runRetentionMs <= 0) return false
     const cutoff = new Date(now.getTime() - deps.runRetentionMs)
+    const startedAt = Date.now()
     let total = 0
+    let more = false
     for (let round = 0; round < RUN_RETENTION_ROUNDS; round++) {
       if (deps.stopping()) break
       const expired = await runs.expiredRuns(deps.db, cutoff, RUN_RETENTION_BATCH)
@@ -159,8 +172,13 @@ export class Housekeeping {
       deps.observer?.runsDeleted?.(deleted)
       total += Object.values(deleted).reduce((a, n) => a + (n ?? 0), 0)
       if (expired.length < RUN_RETENTION_BATCH) break
+      if (Date.now() - startedAt >= RUN_RETENTION_TICK_BUDGET_MS) {
+        more = true
+        break
+      }
     }
     if (total > 0) deps.logger.info({ runs: total, before: cutoff }, 'run retention: deleted finished runs')
+    return more
   }
 
   /**
