@@ -1,3 +1,5 @@
+import type { SqlValue } from './db.ts'
+
 /** JSON columns arrive as text from MariaDB (its JSON type is LONGTEXT). */
 export function parseJson<T = unknown>(value: unknown, fallback: T): T {
   if (value === null || value === undefined) return fallback
@@ -82,5 +84,32 @@ export function chunkRows<T>(rows: readonly T[], size: (row: T) => number): T[][
     bytes += b
   }
   if (current.length > 0) chunks.push(current)
+  return chunks
+}
+
+/** Rows per `CASE id WHEN … END` statement: the CASE is read in order for every row it updates. */
+const MAX_ROWS_PER_CASE = 500
+
+/**
+ * `CASE <column> WHEN ? THEN ? … END` giving each row its own value in one
+ * multi-row UPDATE, with its arguments; `pairs` holds at most
+ * {@link MAX_ROWS_PER_CASE} rows (split them with {@link chunkCase}).
+ */
+export function caseOf(
+  column: string,
+  pairs: readonly (readonly [id: number, value: SqlValue])[],
+): {
+  sql: string
+  args: SqlValue[]
+} {
+  const args: SqlValue[] = []
+  for (const [id, value] of pairs) args.push(id, value)
+  return { sql: `CASE ${column}${' WHEN ? THEN ?'.repeat(pairs.length)} END`, args }
+}
+
+/** Split rows for {@link caseOf} statements. */
+export function chunkCase<T>(rows: readonly T[]): T[][] {
+  const chunks: T[][] = []
+  for (let i = 0; i < rows.length; i += MAX_ROWS_PER_CASE) chunks.push(rows.slice(i, i + MAX_ROWS_PER_CASE))
   return chunks
 }

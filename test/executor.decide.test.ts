@@ -7,13 +7,13 @@
 import { describe, expect, it } from 'vitest'
 import type { StepRow } from '../sql/eventSteps/index.ts'
 import {
+  batchEntry,
   failureWrite,
   isResume,
   notYet,
   outcomeWrite,
   phaseMove,
   startedAs,
-  takesInlinePath,
 } from '../src/runner/executor/decide.ts'
 import { StepFailure } from '../src/runner/steps/types.ts'
 
@@ -84,15 +84,28 @@ describe('guards before a step is entered', () => {
     expect(isResume(step({ status: 'running', wakeAt: earlier }))).toBe(true)
     expect(isResume(step())).toBe(false)
   })
-  it('only a first attempt of an inline kind takes the inline path, never a rehearsed side effect', () => {
-    const inline = { inline: true }
-    expect(takesInlinePath(step(), inline, false)).toBe(true)
-    expect(takesInlinePath(step(), { inline: false }, false)).toBe(false)
-    expect(takesInlinePath(step(), undefined, false)).toBe(false)
-    expect(takesInlinePath(step({ attempts: 1, lastError: 'x' }), inline, false)).toBe(false)
-    expect(takesInlinePath(step({ wakeAt: later }), inline, false)).toBe(false)
-    expect(takesInlinePath(step(), { inline: true, sideEffects: true }, true)).toBe(false)
-    expect(takesInlinePath(step(), { inline: true, sideEffects: true }, false)).toBe(true)
+  it('a batch begins first attempts and resumes due timers; retries, unknown kinds and rehearsed side effects go run by run', () => {
+    const kind = { sideEffects: false }
+    expect(batchEntry(step(), kind, false)).toBe('begin')
+    expect(batchEntry(step(), { sideEffects: true }, false)).toBe('begin')
+    expect(batchEntry(step(), undefined, false)).toBeNull()
+    expect(batchEntry(step(), { sideEffects: true }, true)).toBeNull()
+    expect(batchEntry(step(), kind, true)).toBe('begin')
+    // A retry, in or after its backoff.
+    expect(batchEntry(step({ attempts: 1, lastError: 'x' }), kind, false)).toBeNull()
+    expect(batchEntry(step({ attempts: 1, lastError: 'x', wakeAt: earlier }), kind, false)).toBeNull()
+    // An attempt taken back at a shutdown.
+    expect(
+      batchEntry(step({ attempts: 0, lastError: 'interrupted', wakeAt: earlier }), kind, false),
+    ).toBeNull()
+    // A timer or a cue's timeout that came due.
+    expect(batchEntry(step({ status: 'running', attempts: 1, wakeAt: earlier }), kind, false)).toBe('resume')
+    expect(
+      batchEntry(step({ status: 'running', attempts: 1, parked: true, wakeAt: earlier }), kind, false),
+    ).toBe('resume')
+    // Executing after a crash (its lease gone): the per-run engine begins it again.
+    expect(batchEntry(step({ status: 'running', attempts: 1 }), kind, false)).toBeNull()
+    expect(batchEntry(step({ status: 'running', attempts: 2, wakeAt: earlier }), kind, false)).toBeNull()
   })
 })
 

@@ -27,7 +27,7 @@ const t = useTestDb()
 /** The real pool, except that the first step begin commits and then "loses" its answer. */
 function losingFirstBeginAnswer(db: Db): { db: Db; lost: () => number } {
   let lost = 0
-  const proxy = wrapStatements(db, 'run', (real) => async (sql, args) => {
+  const losing: Parameters<typeof wrapStatements>[2] = (real) => async (sql, args) => {
     const res = await real(sql, args)
     if (lost === 0 && /SET status = 'running', attempts = attempts \+ 1/.test(sql)) {
       lost++
@@ -40,7 +40,9 @@ function losingFirstBeginAnswer(db: Db): { db: Db; lost: () => number } {
       )
     }
     return res
-  })
+  }
+  // One step's begin (the per-run engine) and many steps' (a batch).
+  const proxy = wrapStatements(wrapStatements(db, 'run', losing), 'runQuery', losing)
   return { db: proxy, lost: () => lost }
 }
 
@@ -61,13 +63,15 @@ it('a begin whose answer was lost is put back: no lease, no attempt counted, and
   const run = await startRun(controlDeps(env), { definitionId: def.id, actor: 'op#1' })
 
   const flaky = losingFirstBeginAnswer(t.db)
-  await new Runner({ db: flaky.db, registry, clock, instanceId: 'lost-answer', logger: quiet }).tick()
+  // The batch's begin lost its answer: the tick gives its claims back and fails (the loop backs off).
+  await expect(
+    new Runner({ db: flaky.db, registry, clock, instanceId: 'lost-answer', logger: quiet }).tick(),
+  ).rejects.toThrow(/unavailable/)
   expect(flaky.lost()).toBe(1)
   expect(calls).toBe(0)
   const [step] = await stepsOf(t.db, run.id)
   expect(step).toMatchObject({ status: 'pending', attempts: 0, claimedBy: null, claimExpiresAt: null })
 
-  // The failed run is due again a tick later (not at once, so an error cannot spin).
   clock.advance(1000)
   await new Runner({ db: t.db, registry, clock, instanceId: 'next' }).tick()
   expect(calls).toBe(1)

@@ -18,7 +18,7 @@
  */
 
 import type { Queryable } from '../db.ts'
-import { clampLimit, placeholders } from '../json.ts'
+import { caseOf, chunkCase, clampLimit, placeholders } from '../json.ts'
 import { LEASE_EXPIRY, leaseFree, leaseMicros } from '../leases.ts'
 import { IN_FLIGHT } from '../states.ts'
 import { hydrate, type Raw, type RunRow, SELECT_RUN } from './rows.ts'
@@ -187,9 +187,9 @@ export async function renewClaims(
  * and clears the mark. Assigned in this order: MariaDB evaluates SET left to
  * right.
  */
-function releasedWakeAt(): string {
+function releasedWakeAt(planned = '?'): string {
   return `wake_at = IF(status IN (${placeholders(IN_FLIGHT.length)}),
-              IF(woken_while_claimed = 1, LEAST(wake_at, COALESCE(?, wake_at)), ?), wake_at),
+              IF(woken_while_claimed = 1, LEAST(wake_at, COALESCE(${planned}, wake_at)), ${planned}), wake_at),
             woken_while_claimed = 0`
 }
 
@@ -224,6 +224,33 @@ export async function releaseClaims(
     [...IN_FLIGHT, wakeAt, wakeAt, ...ids, owner],
   )
   return res.affectedRows
+}
+
+/**
+ * {@link releaseClaim} for many runs, each with its own wake time (a batch whose
+ * runs went to sleep on timers, parked on cues or wait out retries): one UPDATE
+ * per few hundred runs, with the same rules.
+ */
+export async function releaseClaimsAt(
+  db: Queryable,
+  rows: readonly { id: number; wakeAt: Date | null }[],
+  owner: string,
+): Promise<number> {
+  let released = 0
+  for (const chunk of chunkCase(rows)) {
+    const planned = caseOf(
+      'id',
+      chunk.map((r) => [r.id, r.wakeAt] as const),
+    )
+    const res = await db.runQuery(
+      `UPDATE event_runs
+          SET ${releasedWakeAt(planned.sql)}, ${DROP_CLAIM}
+        WHERE id IN (${placeholders(chunk.length)}) AND claimed_by = ?`,
+      [...IN_FLIGHT, ...planned.args, ...planned.args, ...chunk.map((r) => r.id), owner],
+    )
+    released += res.affectedRows
+  }
+  return released
 }
 
 /** Release every claim `owner` holds (a stopping runner), in-flight runs due again at `now` (the runner's clock); answers how many. */

@@ -4,7 +4,7 @@
  * runner's `complete` has one winner and the loser learns it.
  */
 import type { Queryable } from '../db.ts'
-import { placeholders, toJson } from '../json.ts'
+import { caseOf, chunkCase, placeholders, toJson } from '../json.ts'
 import { LEASE_EXPIRY, leaseFree, leaseMicros } from '../leases.ts'
 import { KEY_HOLDING } from '../states.ts'
 import type { Raw, StepRow } from './rows.ts'
@@ -69,6 +69,42 @@ export async function takeBackBegin(db: Queryable, before: StepRow, owner: strin
 }
 
 /**
+ * Undo {@link beginMany} and {@link resumeMany} whose answers were lost,
+ * before any of those steps ran: the first attempts go back to `pending` with
+ * no attempt counted, the resumed ones to their timer with no lease, each only
+ * if the row is still just what that statement wrote (this owner's, and for a
+ * first attempt, attempt 1). Answers how many were put back.
+ */
+export async function takeBackEntered(
+  db: Queryable,
+  begun: readonly number[],
+  resumed: readonly number[],
+  owner: string,
+): Promise<number> {
+  let put = 0
+  if (begun.length > 0) {
+    const res = await db.runQuery(
+      `UPDATE event_run_steps
+          SET status = 'pending', attempts = 0, claimed_by = NULL, claim_expires_at = NULL, started_at = NULL,
+              wake_at = NULL, parked = 0
+        WHERE id IN (${placeholders(begun.length)}) AND status = 'running' AND attempts = 1 AND claimed_by = ?`,
+      [...begun, owner],
+    )
+    put += res.affectedRows
+  }
+  if (resumed.length > 0) {
+    const res = await db.runQuery(
+      `UPDATE event_run_steps SET claimed_by = NULL, claim_expires_at = NULL
+        WHERE id IN (${placeholders(resumed.length)}) AND status = 'running' AND wake_at IS NOT NULL
+          AND claimed_by = ?`,
+      [...resumed, owner],
+    )
+    put += res.affectedRows
+  }
+  return put
+}
+
+/**
  * {@link begin} for many pending first attempts at once (inline kinds in a
  * batch); answers how many began. `now` stamps `started_at`, from the runner's
  * clock like {@link begin}.
@@ -113,6 +149,28 @@ export async function resume(
   return res.affectedRows === 1
 }
 
+/**
+ * {@link resume} for many steps at once (a batch of runs whose timers came due
+ * together); answers how many were re-entered. The same guard, row by row.
+ */
+export async function resumeMany(
+  db: Queryable,
+  ids: readonly number[],
+  owner: string,
+  leaseUntil: Date,
+  now: Date,
+): Promise<number> {
+  if (ids.length === 0) return 0
+  const res = await db.runQuery(
+    `UPDATE event_run_steps
+        SET claimed_by = ?, claim_expires_at = ${LEASE_EXPIRY}, parked = 0
+      WHERE id IN (${placeholders(ids.length)}) AND status = 'running' AND wake_at IS NOT NULL AND wake_at <= ?
+        AND ${leaseFree()}`,
+    [owner, leaseMicros(leaseUntil, now), ...ids, now],
+  )
+  return res.affectedRows
+}
+
 /** `running → completed` with its result; guarded, so a skip that won is kept. */
 export async function complete(db: Queryable, id: number, result: unknown): Promise<boolean> {
   const res = await db.run(
@@ -136,6 +194,62 @@ export async function completeMany(db: Queryable, ids: readonly number[]): Promi
     [...ids],
   )
   return res.affectedRows
+}
+
+/**
+ * {@link complete} for many steps that each answered a result: one UPDATE per
+ * few hundred steps, each row given its own result, with the same guard.
+ */
+export async function completeManyWithResults(
+  db: Queryable,
+  rows: readonly { id: number; result: unknown }[],
+): Promise<number> {
+  let moved = 0
+  for (const chunk of chunkCase(rows)) {
+    const result = caseOf(
+      'id',
+      chunk.map((r) => [r.id, toJson(r.result)] as const),
+    )
+    const res = await db.runQuery(
+      `UPDATE event_run_steps
+          SET status = 'completed', result = ${result.sql}, ended_at = NOW(3), claimed_by = NULL,
+              claim_expires_at = NULL, parked = 0, wake_at = NULL, last_error = NULL
+        WHERE id IN (${placeholders(chunk.length)}) AND status = 'running'`,
+      [...result.args, ...chunk.map((r) => r.id)],
+    )
+    moved += res.affectedRows
+  }
+  return moved
+}
+
+/**
+ * {@link sleep} or {@link park} for many steps at once, each with its own wake
+ * time (`until`; null parks a cue with no timeout). Guarded like the single
+ * moves: a step a person skipped meanwhile stays skipped.
+ */
+export async function setAsideMany(
+  db: Queryable,
+  rows: readonly { id: number; until: Date | null; parked: boolean }[],
+): Promise<number> {
+  let moved = 0
+  for (const chunk of chunkCase(rows)) {
+    const wake = caseOf(
+      'id',
+      chunk.map((r) => [r.id, r.until] as const),
+    )
+    const parked = caseOf(
+      'id',
+      chunk.map((r) => [r.id, r.parked ? 1 : 0] as const),
+    )
+    const res = await db.runQuery(
+      `UPDATE event_run_steps
+          SET parked = ${parked.sql}, wake_at = ${wake.sql}, claimed_by = NULL, claim_expires_at = NULL
+        WHERE id IN (${placeholders(chunk.length)}) AND status = 'running'`,
+      [...parked.args, ...wake.args, ...chunk.map((r) => r.id)],
+    )
+    moved += res.affectedRows
+  }
+  return moved
 }
 
 /** Park on a person: `running`, `parked = 1`, no lease; `until` is the cue's timeout. */

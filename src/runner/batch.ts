@@ -1,43 +1,89 @@
 /**
- * The batch path: advance many claimed runs together while their next step is
- * an inline kind (`core.log`), in lock-step rounds of a few multi-row
- * statements each, instead of a dozen statements per run. Anything else (a
- * wait, a cue, a webhook, a retry) is handed to the per-run engine.
+ * The batch path: advance many claimed runs together, in lock-step rounds of
+ * a few multi-row statements each, instead of a dozen statements per run per
+ * step. A top-of-the-hour show for thousands of scopes (announce, wait, call
+ * out, wrap up) is as many rounds as it has steps, whatever the number of runs.
  *
- * The guards and the phase moves are the per-run path's (executor/decide.ts),
- * applied to many rows and written set-wise (executor/writer.ts): between two
- * steps the statuses of the whole batch are re-read in one query, so a pause
- * or cancel still lands before the next step; steps begin only from `pending`
- * and complete only from `running`; runs finish through the guarded
- * `running | ending → completed` transition.
+ * Each round: re-read the statuses of the whole batch in one query (a pause
+ * or cancel lands before the next step), read each run's next step, finish
+ * the runs with none left, set aside the ones whose step is not due yet, move
+ * phases, renew the runs' leases when a step may outlast them, begin (or, for
+ * a timer that came due, resume) every step set-wise, execute them (at most
+ * `stepConcurrency` at once; see executor/round.ts), then write their
+ * outcomes set-wise: completions, timers and parked cues, log lines. Runs
+ * whose step completed take the next round; the others are released, each
+ * due when it next needs the runner.
+ *
+ * The guards, phase moves and outcome rules are the per-run path's
+ * (executor/decide.ts), written set-wise (executor/writer.ts): steps begin
+ * only from `pending` (resume only from a due timer), complete or set aside
+ * only from `running`, and runs finish through the guarded
+ * `running | ending → completed` transition. What the batch leaves to the
+ * per-run engine: retries (their success restores the run's health), unknown
+ * kinds, rehearsals of side effects, steps another owner is executing, and a
+ * round's stragglers, which finish alone as soon as their step answers.
  */
 
+import { isDbUnavailable } from '../../sql/db.ts'
+import type { NewLog } from '../../sql/eventRunLogs.ts'
+import * as logs from '../../sql/eventRunLogs.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
 import type { StepRow } from '../../sql/eventSteps/index.ts'
 import * as steps from '../../sql/eventSteps/index.ts'
-import type { ClaimedRun, EngineDeps } from './engine.ts'
+import type { RunStatus } from '../../sql/states.ts'
+import {
+  advanceRun,
+  type ClaimedRun,
+  concludeStep,
+  type EngineDeps,
+  parkedLine,
+  type RunAnswer,
+} from './engine.ts'
 import { stepContext, withTimeout } from './executor/context.ts'
-import { isAdvancing, outcomeWrite, phaseMove, takesInlinePath } from './executor/decide.ts'
-import { handleFailure } from './executor/failure.ts'
-import { BufferedWriter } from './executor/writer.ts'
+import { batchEntry, isAdvancing, notYet, outcomeWrite, phaseMove } from './executor/decide.ts'
+import { executeRound, type Settled } from './executor/round.ts'
+import { BufferedWriter, GroupWriter, immediateWriter, recordOutcome } from './executor/writer.ts'
+import type { StepOutcome } from './steps/types.ts'
 
 export interface BatchOutcome {
   /** Runs whose next step needs the per-run engine, with their fresh status and phase. */
   handOff: ClaimedRun[]
   /** Runs this batch is done with: release them (due now if still in flight). */
   release: number[]
-  /** Runs to release due at a given time (a failed attempt's retry; null: when a person acts). */
+  /** Runs to release due at a given time (a timer, a cue's timeout, a retry; null: when a person acts). */
   releaseAt: { id: number; wakeAt: Date | null }[]
+  /**
+   * Runs whose step outlasted the rest of its round. Each goes on alone as
+   * soon as its step answers; `done` says when to release it.
+   */
+  stragglers: { run: ClaimedRun; done: Promise<RunAnswer> }[]
+}
+
+/** One run's step in a round. */
+interface Entry {
+  run: ClaimedRun
+  /** The step as read before it was entered. */
+  step: StepRow
+  /** The run's status when the round read it. */
+  status: RunStatus
+  how: 'begin' | 'resume'
+}
+
+/** One executed step: its answer (or error) and the lines it logged. */
+interface Executed {
+  settled: Settled<StepOutcome>
+  lines: NewLog[]
 }
 
 export async function advanceBatch(deps: EngineDeps, claimed: readonly ClaimedRun[]): Promise<BatchOutcome> {
   const { db, registry } = deps
   const byId = new Map(claimed.map((r) => [r.id, r]))
-  const handOff: ClaimedRun[] = []
-  const release: number[] = []
-  const releaseAt: { id: number; wakeAt: Date | null }[] = []
+  const out: BatchOutcome = { handOff: [], release: [], releaseAt: [], stragglers: [] }
   let active = claimed.map((r) => r.id)
   const budget = deps.maxStepsPerClaim ?? 25
+  // When the claims run out, on the runner's clock, at the earliest: the
+  // runner renews claims older than a third of the lease before it gets here.
+  let leaseEnds = deps.clock.now().getTime() + (deps.leaseMs * 2) / 3
 
   const writer = new BufferedWriter(db, deps.hardStop)
 
@@ -45,13 +91,14 @@ export async function advanceBatch(deps: EngineDeps, claimed: readonly ClaimedRu
     if (deps.stopping()) break
     const snapshots = await runs.statusesOf(db, active)
     const live = new Map(snapshots.filter((s) => isAdvancing(s.status)).map((s) => [s.id, s]))
-    for (const id of active) if (!live.has(id)) release.push(id)
+    for (const id of active) if (!live.has(id)) out.release.push(id)
     if (live.size === 0) {
       active = []
       break
     }
     const next = await steps.nextSteps(db, [...live.keys()])
-    const inline: { run: ClaimedRun; step: StepRow }[] = []
+    const now = deps.clock.now()
+    let entries: Entry[] = []
     for (const [id, snap] of live) {
       const base = byId.get(id) as ClaimedRun
       const run: ClaimedRun = {
@@ -63,85 +110,195 @@ export async function advanceBatch(deps: EngineDeps, claimed: readonly ClaimedRu
       const step = next.get(id)
       if (!step) {
         await writer.finishRun(id)
-        release.push(id)
+        out.release.push(id)
         continue
       }
-      if (!takesInlinePath(step, registry.get(step.kind), run.rehearsal)) {
-        handOff.push(run)
+      const wait = notYet(step, now)
+      if (wait) {
+        out.releaseAt.push({ id, wakeAt: wait.wakeAt })
+        continue
+      }
+      const how = batchEntry(step, registry.get(step.kind), run.rehearsal)
+      if (how === null) {
+        out.handOff.push(run)
         continue
       }
       const move = phaseMove(step, snap.status, snap.currentPhase)
       if (move) await writer.movePhase(id, move)
-      inline.push({ run, step })
+      entries.push({ run, step, status: snap.status as RunStatus, how })
     }
     // Runs finished and phases moved, before any step of the round begins.
     await writer.flush()
-
-    if (inline.length === 0) {
+    if (entries.length === 0) {
       active = []
       break
     }
-    const now = deps.clock.now()
-    const leaseUntil = new Date(now.getTime() + deps.leaseMs)
-    const begun = await steps.beginMany(
-      db,
-      inline.map((i) => i.step.id),
-      deps.owner,
-      leaseUntil,
-      now,
-    )
-    let entries = inline
-    if (begun !== inline.length) {
-      // A person skipped or cancelled some steps meanwhile: execute only those we began.
+
+    // The run's lease (and the step's) must outlive the step, or another
+    // instance would take it mid-step: renewed set-wise, as the per-run engine
+    // extends it, when the round's longest timeout reaches past what is left
+    // of it, or half of it is gone.
+    const needed = Math.max(...entries.map((e) => e.step.timeoutMs + 5000))
+    const leaseMs = Math.max(deps.leaseMs, needed)
+    const leaseUntil = new Date(now.getTime() + leaseMs)
+    if (now.getTime() + needed > leaseEnds || leaseEnds - now.getTime() < deps.leaseMs / 2) {
+      const held = await runs.renewClaims(
+        db,
+        entries.map((e) => e.run.id),
+        deps.owner,
+        leaseUntil,
+        now,
+      )
+      // Lost (its lease ran out and another instance took it): not ours to advance or release.
+      entries = entries.filter((e) => held.has(e.run.id))
+      leaseEnds = leaseUntil.getTime()
+    }
+    const fresh = entries.filter((e) => e.how === 'begin').map((e) => e.step.id)
+    const due = entries.filter((e) => e.how === 'resume').map((e) => e.step.id)
+    let entered: number
+    try {
+      entered =
+        (await steps.beginMany(db, fresh, deps.owner, leaseUntil, now)) +
+        (await steps.resumeMany(db, due, deps.owner, leaseUntil, now))
+    } catch (err) {
+      // A database that went away mid-reply may have committed the begin and
+      // lost only its answer. Nothing ran yet, so once it answers again the
+      // steps are put back as they were (no lease, no attempt counted), as the
+      // per-run engine does for one step.
+      if (isDbUnavailable(err))
+        await recordOutcome(deps.hardStop, () => steps.takeBackEntered(db, fresh, due, deps.owner))
+      throw err
+    }
+    if (entered !== entries.length) {
+      // A person skipped or cancelled some steps meanwhile, or another owner
+      // holds one: execute only those entered; the per-run engine sorts out the rest.
       const mine = new Set(
         (
           await steps.getByIds(
             db,
-            inline.map((i) => i.step.id),
+            entries.map((e) => e.step.id),
           )
         )
           .filter((s) => s.status === 'running' && s.claimedBy === deps.owner)
           .map((s) => s.id),
       )
-      entries = inline.filter((i) => mine.has(i.step.id))
-      for (const i of inline) if (!mine.has(i.step.id)) handOff.push(i.run)
+      for (const e of entries) if (!mine.has(e.step.id)) out.handOff.push(e.run)
+      entries = entries.filter((e) => mine.has(e.step.id))
     }
-    const succeeded: StepRow[] = []
-    const failures: { run: ClaimedRun; step: StepRow; err: unknown }[] = []
-    for (const { run, step } of entries) {
-      const current: StepRow = { ...step, status: 'running', attempts: step.attempts + 1 }
-      // A failed attempt's lines are kept as well: the per-run path writes them as they come.
-      try {
-        const kind = registry.get(step.kind)
-        if (!kind) throw new Error(`unknown step kind "${step.kind}"`)
-        // Inline kinds promise to finish at once, but a custom one that does not
-        // must not hold the whole batch (and the tick) forever: the step's
-        // timeout applies here as on the per-run path.
-        const outcome = await withTimeout(step.timeoutMs, deps.hardStop, (signal) =>
-          kind.execute(stepContext(deps, writer, run, current, run.definitionTitle, false, signal)),
-        )
-        const write = outcome ? outcomeWrite(outcome) : undefined
-        if (write?.write !== 'complete') throw new Error(`inline kind ${step.kind} did not complete at once`)
-        await writer.complete(step.id, write.result)
-        succeeded.push(step)
-      } catch (err) {
-        failures.push({ run, step: current, err })
+
+    const executing = entries.map((e) => executingRow(e, now))
+    // Outcomes are written as they come, set-wise (GroupWriter); a failed
+    // attempt goes on alone at once (executor/failure.ts writes it run by run).
+    const recorder = new GroupWriter(db, deps.hardStop)
+    const stillActive: number[] = []
+    const finished: { kind: string; how: 'completed' | 'sleep' | 'park' }[] = []
+    const record = (i: number, done: Settled<Executed>) => {
+      const e = entries[i] as Entry
+      const step = executing[i] as StepRow
+      // execute() catches everything the step throws; a rejection here would be a fault of this code.
+      const { settled, lines } = done.ok ? done.value : { settled: done, lines: [] }
+      if (!settled.ok) {
+        out.stragglers.push({ run: e.run, done: detached(finishAlone(deps, e, step, settled, lines)) })
+        return
+      }
+      const write = outcomeWrite(settled.value)
+      recorder.add((w) => {
+        // The lines first, as the per-run path writes them while the step runs.
+        for (const line of lines) void w.log(line)
+        if (write.write === 'complete') void w.complete(step.id, write.result)
+        else w.setAsideStep(step.id, write.until, write.write === 'park')
+        if (write.write === 'park') void w.log(parkedLine(e.run.id, step))
+      })
+      if (write.write === 'complete') {
+        finished.push({ kind: step.kind, how: 'completed' })
+        stillActive.push(e.run.id)
+      } else {
+        finished.push({ kind: step.kind, how: write.write })
+        out.releaseAt.push({ id: e.run.id, wakeAt: write.until })
       }
     }
-    // The lines, then the completions (through a database outage: a lost completion would log them again).
-    await writer.flush()
-    for (const step of succeeded) deps.observer?.stepFinished?.(step.kind, 'completed')
-    const failedRuns = new Set<number>()
-    for (const f of failures) {
-      failedRuns.add(f.run.id)
-      const verdict = await handleFailure(deps, f.run, f.step, f.err, f.run.status)
-      // In retry backoff: due again when the retry is, not at once (which would
-      // cost a claim that finds nothing to do yet).
-      if ('wakeAt' in verdict) releaseAt.push({ id: f.run.id, wakeAt: verdict.wakeAt })
-      else release.push(f.run.id)
+    const outcomes = await executeRound(
+      entries.map((e, i) => ({
+        unlimited: registry.get(e.step.kind)?.inline === true,
+        run: () => execute(deps, e, executing[i] as StepRow),
+      })),
+      deps.stepConcurrency ?? 8,
+      { onSettled: record },
+    )
+    for (const [i, pending] of outcomes.pending) {
+      const e = entries[i] as Entry
+      const step = executing[i] as StepRow
+      const done = pending.then((r) =>
+        r.ok ? finishAlone(deps, e, step, r.value.settled, r.value.lines) : finishAlone(deps, e, step, r, []),
+      )
+      out.stragglers.push({ run: e.run, done: detached(done) })
     }
-    active = entries.map((e) => e.run.id).filter((id) => !failedRuns.has(id))
+    // Every outcome of the round is written before any run of it takes its next step.
+    await recorder.settled()
+    for (const f of finished) deps.observer?.stepFinished?.(f.kind, f.how)
+    active = stillActive
   }
-  release.push(...active)
-  return { handOff, release, releaseAt }
+  out.release.push(...active)
+  return out
+}
+
+/** The step as it is while this attempt executes (what its handler and its outcome's writes see). */
+function executingRow(e: Entry, now: Date): StepRow {
+  const { step } = e
+  if (e.how === 'resume') return step
+  // As beginMany wrote it: a first start is stamped with the round's `now`, so
+  // a `core.wait {seconds}` counts from the same instant for the whole batch.
+  return { ...step, status: 'running', attempts: step.attempts + 1, startedAt: step.startedAt ?? now }
+}
+
+/** Execute one step under its timeout; its lines are kept apart until its outcome is written. */
+async function execute(deps: EngineDeps, e: Entry, step: StepRow): Promise<Executed> {
+  const lines = new BufferedWriter(deps.db, deps.hardStop)
+  const resumed = e.how === 'resume'
+  try {
+    const kind = deps.registry.get(step.kind)
+    if (!kind) throw new Error(`unknown step kind "${step.kind}"`)
+    const value = await withTimeout(step.timeoutMs, deps.hardStop, (signal) =>
+      kind.execute(stepContext(deps, lines, e.run, step, e.run.definitionTitle, resumed, signal)),
+    )
+    return { settled: { ok: true, value }, lines: lines.takeLines() }
+  } catch (error) {
+    return { settled: { ok: false, error }, lines: lines.takeLines() }
+  }
+}
+
+/**
+ * A run the round lets go (its step failed, or outlasted the round) goes on
+ * alone as soon as its step answers: the step's lines and outcome are written
+ * at once, then the per-run engine takes the run on from there.
+ */
+async function finishAlone(
+  deps: EngineDeps,
+  e: Entry,
+  step: StepRow,
+  settled: Settled<StepOutcome>,
+  lines: NewLog[],
+): Promise<RunAnswer> {
+  if (lines.length > 0) await logs.appendMany(deps.db, lines)
+  const verdict = await concludeStep(
+    deps,
+    immediateWriter(deps.db, deps.hardStop),
+    e.run,
+    step,
+    settled,
+    e.status,
+  )
+  if ('stop' in verdict) return { stop: true }
+  if (!verdict.next) return { wakeAt: verdict.wakeAt }
+  return advanceRun(deps, e.run)
+}
+
+/**
+ * A continuation the runner awaits only once the batch returns: marked as
+ * handled meanwhile (its error reaches the runner, which logs it and releases
+ * the run, when it awaits it).
+ */
+function detached<T>(work: Promise<T>): Promise<T> {
+  work.catch(() => {})
+  return work
 }

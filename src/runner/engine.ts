@@ -12,6 +12,7 @@
  * released with `wake_at` set to when it next needs attention.
  */
 import { type Db, isDbUnavailable } from '../../sql/db.ts'
+import type { NewLog } from '../../sql/eventRunLogs.ts'
 import type { RunListRow, RunRow } from '../../sql/eventRuns/index.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
 import type { StepRow, StepSpec } from '../../sql/eventSteps/index.ts'
@@ -29,6 +30,7 @@ import {
   type StepVerdict,
 } from './executor/decide.ts'
 import { handleFailure } from './executor/failure.ts'
+import type { Settled } from './executor/round.ts'
 import { immediateWriter, recordOutcome, type StepWriter } from './executor/writer.ts'
 import { expandProgram, type Program } from './program.ts'
 import type { StepRegistry } from './steps/registry.ts'
@@ -58,6 +60,8 @@ export interface EngineDeps {
   settings: StepSettings
   /** Steps executed per run per claim before the run is given back. @default 25 */
   maxStepsPerClaim?: number
+  /** Steps a batch executes at once (its inline kinds apart, which finish at once). @default 8 */
+  stepConcurrency?: number
   observer?: RunnerObserver
   /** True once the runner is stopping: finish the current step, take no next one. */
   stopping: () => boolean
@@ -135,14 +139,14 @@ export async function expandStartingRuns(
   return fresh
 }
 
+/** When a run held under a lease next needs the runner (`wakeAt`), or `stop`: release it as it is. */
+export type RunAnswer = { wakeAt: Date | null } | { stop: true }
+
 /**
  * Advance one claimed run. Answers when the run next needs attention (`wakeAt`
  * for the release) or `stop` when it should be released as it is.
  */
-export async function advanceRun(
-  deps: EngineDeps,
-  run: ClaimedRun,
-): Promise<{ wakeAt: Date | null } | { stop: true }> {
+export async function advanceRun(deps: EngineDeps, run: ClaimedRun): Promise<RunAnswer> {
   const budget = deps.maxStepsPerClaim ?? 25
   const writer = immediateWriter(deps.db, deps.hardStop)
   let phase = run.currentPhase
@@ -206,30 +210,47 @@ async function executeStep(
 
   const kind = deps.registry.get(step.kind)
   const title = run.definitionTitle
-  let outcome: StepOutcome
+  let settled: Settled<StepOutcome>
   try {
     if (!kind) throw new StepFailure(`unknown step kind "${step.kind}"`, { retryable: false })
     if (run.rehearsal && kind.sideEffects) {
       const ctx = stepContext(deps, writer, run, current, title, resumed, deps.hardStop)
       const intent = kind.describe?.(ctx) ?? `${step.kind} ${JSON.stringify(ctx.params)}`
       await ctx.log('info', `rehearsal: would ${intent}`)
-      outcome = { type: 'completed', result: { rehearsal: true } }
+      settled = { ok: true, value: { type: 'completed', result: { rehearsal: true } } }
     } else {
-      outcome = await withTimeout(step.timeoutMs, deps.hardStop, (signal) =>
+      const value = await withTimeout(step.timeoutMs, deps.hardStop, (signal) =>
         kind.execute(stepContext(deps, writer, run, current, title, resumed, signal)),
       )
+      settled = { ok: true, value }
     }
-  } catch (err) {
-    return handleFailure(deps, run, current, err, runStatus)
+  } catch (error) {
+    settled = { ok: false, error }
   }
+  return concludeStep(deps, writer, run, current, settled, runStatus)
+}
 
-  const write = outcomeWrite(outcome)
+/**
+ * Write what an executed attempt of `step` (as it was while executing) came
+ * to, and answer what its run does next. Shared by the per-run engine and a
+ * batch's stragglers (batch.ts), which finish alone.
+ */
+export async function concludeStep(
+  deps: EngineDeps,
+  writer: StepWriter,
+  run: ClaimedRun,
+  step: StepRow,
+  settled: Settled<StepOutcome>,
+  runStatus: RunStatus,
+): Promise<StepVerdict> {
+  if (!settled.ok) return handleFailure(deps, run, step, settled.error, runStatus)
+  const write = outcomeWrite(settled.value)
   switch (write.write) {
     case 'complete': {
       const done = await writer.complete(step.id, write.result)
       deps.observer?.stepFinished?.(step.kind, 'completed')
       // A retry backoff degraded the run; success clears it unless a step failed for good.
-      if (done && attempt > 1 && step.lastError) await restoreHealth(deps, run.id)
+      if (done && step.attempts > 1 && step.lastError) await restoreHealth(deps, run.id)
       return { next: true }
     }
     case 'sleep':
@@ -239,16 +260,16 @@ async function executeStep(
     case 'park': {
       await recordOutcome(deps.hardStop, () => steps.park(deps.db, step.id, write.until))
       deps.observer?.stepFinished?.(step.kind, 'park')
-      const prompt = typeof step.params?.prompt === 'string' ? `: ${step.params.prompt}` : ''
-      await writer.log({
-        runId: run.id,
-        stepId: step.id,
-        level: 'info',
-        message: `waiting on a person${prompt}`,
-      })
+      await writer.log(parkedLine(run.id, step))
       return { next: false, wakeAt: write.until }
     }
   }
+}
+
+/** The log line a run gets when a step parks it on a person. */
+export function parkedLine(runId: number, step: Pick<StepRow, 'id' | 'params'>): NewLog {
+  const prompt = typeof step.params?.prompt === 'string' ? `: ${step.params.prompt}` : ''
+  return { runId, stepId: step.id, level: 'info', message: `waiting on a person${prompt}` }
 }
 
 async function restoreHealth(deps: EngineDeps, runId: number): Promise<void> {

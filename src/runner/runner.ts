@@ -33,6 +33,7 @@ import {
   type ClaimedRun,
   type EngineDeps,
   expandStartingRuns,
+  type RunAnswer,
   type RunnerObserver,
 } from './engine.ts'
 import { Housekeeping } from './housekeeping.ts'
@@ -89,7 +90,10 @@ export interface RunnerOptions {
    * at 200, 0.011 and about 45 µs at 1000. @default 1000
    */
   batchSize?: number
-  /** Runs advanced at once (each uses one pooled connection at a time). @default 8 */
+  /**
+   * Runs advanced one by one at once (each uses one pooled connection at a
+   * time), and steps a batch executes at once (webhooks in flight, say). @default 8
+   */
   parallelism?: number
   /**
    * Start transactions in flight at once while a backlog of due runs drains
@@ -402,14 +406,15 @@ export class Runner {
       )
       throw err
     }
-    // Inline steps of the whole batch go together; the rest run one by one.
+    // The whole batch goes together, step by step; what it leaves runs one by one.
     let handOff: ClaimedRun[]
+    let stragglers: { run: ClaimedRun; done: Promise<RunAnswer> }[] = []
     try {
       const batch = await advanceBatch(engine, ready)
       handOff = batch.handOff
+      stragglers = batch.stragglers
       await runs.releaseClaims(db, batch.release, this.instanceId, clock.now())
-      for (const { id, wakeAt } of batch.releaseAt)
-        await runs.releaseClaim(db, id, this.instanceId, { wakeAt })
+      await runs.releaseClaimsAt(db, batch.releaseAt, this.instanceId)
     } catch (err) {
       // Nothing of this batch will be advanced now: give every claim back rather
       // than leave the runs waiting out their leases.
@@ -419,14 +424,20 @@ export class Runner {
       )
       throw err
     }
-    await this.forEachLimited(handOff, (run) => this.advanceClaimed(engine, run))
+    // Stragglers are under way already (their steps are executing): each is
+    // released when it is done, beside the runs advanced one by one.
+    await Promise.all([
+      ...stragglers.map(({ run, done }) => this.advanceClaimed(run, () => done)),
+      this.forEachLimited(handOff, (run) => this.advanceClaimed(run, () => advanceRun(engine, run))),
+    ])
   }
 
-  private async advanceClaimed(engine: EngineDeps, run: ClaimedRun): Promise<void> {
+  /** Advance one claimed run with `work`, then release it, due when `work` says (or soon, if it failed). */
+  private async advanceClaimed(run: ClaimedRun, work: () => Promise<RunAnswer>): Promise<void> {
     const { db, clock, logger } = this.opts
     let wakeAt: Date | null = clock.now()
     try {
-      const answer = await advanceRun(engine, run)
+      const answer = await work()
       wakeAt = 'stop' in answer ? clock.now() : answer.wakeAt
     } catch (err) {
       this.opts.observer?.tickError?.()
@@ -476,6 +487,7 @@ export class Runner {
       leaseMs: this.opts.leaseMs,
       settings: this.opts.settings,
       maxStepsPerClaim: this.opts.maxStepsPerClaim,
+      stepConcurrency: this.opts.parallelism,
       observer: this.opts.observer,
       stopping: () => this.windingDown,
       hardStop: this.hardStop.signal,

@@ -250,7 +250,7 @@ export function customKind(
   return {
     kind,
     sideEffects: opts.sideEffects ?? false,
-    // inline kinds go through the runner's batch path (src/runner/batch.ts)
+    // an inline kind's steps take no concurrency slot in a batch (src/runner/batch.ts)
     inline: opts.inline ?? false,
     validate: () => [],
     async execute(ctx) {

@@ -61,18 +61,23 @@ export function isResume(step: StepRow): boolean {
 }
 
 /**
- * True when a step may take a path that executes many runs' steps together
- * (batch.ts): an inline kind, a first attempt with nothing pending on it, and
- * not a rehearsal of a kind with side effects (the per-run engine logs its
- * intent instead).
+ * How a step may be entered on the path that executes many runs' steps
+ * together (batch.ts): `begin` for a first attempt with nothing pending on it,
+ * `resume` for a step whose timer (or cue timeout) came due, or null for the
+ * per-run engine: a retry (its run's health is restored on success), an
+ * unknown kind (failed there with its reason), and a rehearsal of a kind with
+ * side effects (the per-run engine logs its intent instead). The caller has
+ * already checked that the step is due ({@link notYet}).
  */
-export function takesInlinePath(
+export function batchEntry(
   step: StepRow,
-  kind: { inline?: boolean; sideEffects?: boolean } | undefined,
+  kind: { sideEffects?: boolean } | undefined,
   rehearsal: boolean,
-): boolean {
-  const fresh = step.status === 'pending' && step.attempts === 0 && !step.wakeAt && !step.claimExpiresAt
-  return kind?.inline === true && fresh && !(rehearsal && kind.sideEffects === true)
+): 'begin' | 'resume' | null {
+  if (kind === undefined || (rehearsal && kind.sideEffects === true) || step.lastError !== null) return null
+  if (step.status === 'pending' && step.attempts === 0 && !step.wakeAt && !step.claimExpiresAt) return 'begin'
+  if (isResume(step) && step.attempts === 1) return 'resume'
+  return null
 }
 
 /** What a step's answer writes. */

@@ -94,7 +94,8 @@ function groupBy<K>(pairs: readonly [K, number][]): Map<K, number[]> {
 /**
  * Writes collected and made set-wise by {@link BufferedWriter.flush}: one
  * statement per (move, phase) group, one INSERT of log lines, one UPDATE of
- * completed steps (a step that answered a result gets its own).
+ * completed steps, one of steps completed with a result and one of steps set
+ * aside on a timer or a person (each a few hundred rows at most).
  */
 export class BufferedWriter implements StepWriter {
   private endingMoves: [string, number][] = []
@@ -103,6 +104,7 @@ export class BufferedWriter implements StepWriter {
   private lines: NewLog[] = []
   private completed: number[] = []
   private answered: { id: number; result: unknown }[] = []
+  private setAside: { id: number; until: Date | null; parked: boolean }[] = []
 
   constructor(
     private readonly db: Queryable,
@@ -127,6 +129,24 @@ export class BufferedWriter implements StepWriter {
     this.lines.push(line)
   }
 
+  /** A step answered `sleep` (a timer, due at `until`) or `park` (on a person; `until` is its timeout). */
+  setAsideStep(stepId: number, until: Date | null, parked: boolean): void {
+    this.setAside.push({ id: stepId, until, parked })
+  }
+
+  /** True when nothing is collected. */
+  isEmpty(): boolean {
+    return (
+      this.finished.length === 0 &&
+      this.endingMoves.length === 0 &&
+      this.phaseMoves.length === 0 &&
+      this.lines.length === 0 &&
+      this.completed.length === 0 &&
+      this.answered.length === 0 &&
+      this.setAside.length === 0
+    )
+  }
+
   /** Lines collected so far, taken out of the buffer (for a caller that writes them itself). */
   takeLines(): NewLog[] {
     const lines = this.lines
@@ -138,7 +158,7 @@ export class BufferedWriter implements StepWriter {
    * Write what was collected, in the order the per-run path would: runs
    * finished, phases moved, log lines, then completions (retried through a
    * database outage: the lines are written, and a lost completion would run
-   * the steps and log them again).
+   * the steps and log them again; a lost sleep would run them again as well).
    */
   async flush(): Promise<void> {
     const { db } = this
@@ -150,16 +170,67 @@ export class BufferedWriter implements StepWriter {
     if (this.lines.length > 0) await logs.appendMany(db, this.lines)
     const completed = this.completed
     const answered = this.answered
-    if (completed.length > 0 || answered.length > 0)
+    const setAside = this.setAside
+    if (completed.length > 0 || answered.length > 0 || setAside.length > 0)
       await recordOutcome(this.hardStop, async () => {
         await steps.completeMany(db, completed)
-        for (const { id, result } of answered) await steps.complete(db, id, result)
+        await steps.completeManyWithResults(db, answered)
+        await steps.setAsideMany(db, setAside)
       })
+    this.setAside = []
     this.finished = []
     this.endingMoves = []
     this.phaseMoves = []
     this.lines = []
     this.completed = []
     this.answered = []
+  }
+}
+
+/**
+ * Writes that arrive one by one (a round's steps settling in their own time),
+ * made set-wise as they come, like a database's group commit: while one flush
+ * is under way, whatever arrives is collected and written by the next. Under
+ * load each flush carries many rows; when it is quiet, an outcome is written
+ * as soon as it is known. Either way a step's outcome is not held back until
+ * the slowest step of its round answers (a crash then would run it again).
+ */
+export class GroupWriter {
+  private buffer: BufferedWriter
+  private draining: Promise<void> | null = null
+  private failure: unknown = null
+
+  constructor(
+    private readonly db: Queryable,
+    private readonly hardStop: AbortSignal,
+  ) {
+    this.buffer = new BufferedWriter(db, hardStop)
+  }
+
+  /** Collect writes for the next flush (BufferedWriter's methods collect at once), and start it unless one is under way. */
+  add(collect: (writer: BufferedWriter) => void): void {
+    collect(this.buffer)
+    this.draining ??= this.drain()
+  }
+
+  private async drain(): Promise<void> {
+    try {
+      while (!this.buffer.isEmpty()) {
+        const batch = this.buffer
+        this.buffer = new BufferedWriter(this.db, this.hardStop)
+        await batch.flush()
+      }
+    } catch (err) {
+      // Kept for settled(), which the caller awaits before it goes on.
+      this.failure ??= err
+    } finally {
+      this.draining = null
+    }
+  }
+
+  /** Wait until everything added so far is written; throws the first flush's error, if one failed. */
+  async settled(): Promise<void> {
+    while (this.draining) await this.draining
+    if (this.failure !== null) throw this.failure
   }
 }

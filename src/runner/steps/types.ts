@@ -96,8 +96,9 @@ export interface StepKind<P = Record<string, unknown>> {
   sideEffects: boolean
   /**
    * True when an attempt finishes at once and touches nothing but `ctx.log`
-   * (`core.log`). The runner may then execute it for a whole batch of runs
-   * together and write their log lines in one statement. @default false
+   * (`core.log`). The runner executes every kind's steps for a batch of runs
+   * together, at most `RUNNER_PARALLELISM` at once; an inline kind's take no
+   * such slot. @default false
    */
   inline?: boolean
   /**

@@ -1,0 +1,276 @@
+/**
+ * The batch path for every kind of step (src/runner/batch.ts): a show of many
+ * runs (announce, wait, call out, wrap up) advances in rounds of set-wise
+ * statements, not a dozen per run; a slow webhook does not hold its round; a
+ * cancel lands between two rounds; cues park set-wise and wake at their
+ * timeouts.
+ */
+import { expect, it } from 'vitest'
+import type { Db } from '../sql/db.ts'
+import * as runsSql from '../sql/eventRuns/index.ts'
+import { cancelRun, startRun } from '../src/operations/runControls.ts'
+import { systemClock } from '../src/runner/clock.ts'
+import { Runner } from '../src/runner/runner.ts'
+import { parseAllowList } from '../src/runner/steps/allowList.ts'
+import { useTestDb, wrapStatements } from './helpers/db.ts'
+import {
+  controlDeps,
+  defineEvent,
+  logLines,
+  makeRegistry,
+  program,
+  type RunnerTestEnv,
+  runOf,
+  statusCounts,
+  stepsOf,
+  TestClock,
+  useReceiver,
+  waitFor,
+} from './helpers/runnerHarness.ts'
+
+const t = useTestDb()
+const receiver = useReceiver({ resetEach: true })
+const quiet = { info() {}, debug() {}, warn() {}, error() {} }
+
+/** `count` runs of `def`, due now (as a schedule would make them), scopes s0…; their ids. */
+async function dueRuns(
+  def: { id: number; currentVersionId: number | null },
+  count: number,
+): Promise<number[]> {
+  const base = Date.now() - 500
+  await runsSql.materialiseMany(
+    t.db,
+    Array.from({ length: count }, (_, i) => ({
+      definitionId: def.id,
+      versionId: def.currentVersionId as number,
+      scope: `s${i}`,
+      scheduledFor: new Date(base + i),
+      timezone: 'UTC',
+      concurrencyKey: null,
+      startedBy: 'test',
+    })),
+  )
+  const rows = await t.db.query<{ id: number }>(
+    'SELECT id FROM event_runs WHERE definition_id = ? ORDER BY scheduled_for',
+    [def.id],
+  )
+  return rows.map((r) => Number(r.id))
+}
+
+/** `db` counting the UPDATEs of step rows it sends, outside transactions and in them. */
+function countingStepUpdates(db: Db): { db: Db; count: () => number } {
+  let n = 0
+  const counting: Parameters<typeof wrapStatements>[2] = (real) => (sql, args) => {
+    if (/^\s*UPDATE event_run_steps/.test(sql)) n++
+    return real(sql, args)
+  }
+  const wrapped = wrapStatements(wrapStatements(db, 'run', counting), 'runQuery', counting)
+  return { db: wrapped, count: () => n }
+}
+
+function liveRunner(db: Db, instanceId: string): Runner {
+  return new Runner({
+    db,
+    registry: makeRegistry(),
+    instanceId,
+    tickMs: 50,
+    logger: quiet,
+    settings: { webhookAllow: parseAllowList(`${receiver.url}/hooks/`).prefixes },
+  })
+}
+
+it('a show for 200 runs advances in set-wise rounds: each webhook once, a few step UPDATEs in all', async () => {
+  const RUNS = 200
+  const env: RunnerTestEnv = { db: t.db, registry: makeRegistry(), clock: systemClock }
+  const def = await defineEvent(env, {
+    graceSeconds: 3600,
+    program: program([
+      'show',
+      [
+        { kind: 'core.log', params: { message: 'doors open in {{run.scope}}' } },
+        { kind: 'core.wait', params: { seconds: 1 } },
+        { kind: 'core.webhook', params: { url: `${receiver.url}/hooks/announce` } },
+        { kind: 'core.log', params: { message: 'announced' } },
+      ],
+    ]),
+  })
+  const ids = await dueRuns(def, RUNS)
+  const counted = countingStepUpdates(t.db)
+  const runner = liveRunner(counted.db, 'show')
+  runner.start()
+  try {
+    await waitFor(async () => (await statusCounts(t.db, def.id)).completed === RUNS, {
+      timeoutMs: 30_000,
+      intervalMs: 50,
+      what: 'every run of the show to complete',
+    })
+  } finally {
+    await runner.stop()
+  }
+  const perKey = receiver.countsByKey()
+  expect(perKey.size).toBe(RUNS)
+  expect([...perKey.values()].every((n) => n === 1)).toBe(true)
+  // Run by run this was 8 step UPDATEs per run (begin and sleep, resume and
+  // complete, begin and complete twice); set-wise it is a few per round, and
+  // outcomes that settle one by one are grouped while the last group is written.
+  expect(counted.count()).toBeLessThan(RUNS)
+
+  // What each step answered is kept with it, each its own.
+  const steps = await stepsOf(t.db, ids[7] as number)
+  expect(steps.map((s) => [s.kind, s.status, s.attempts])).toEqual([
+    ['core.log', 'completed', 1],
+    ['core.wait', 'completed', 1],
+    ['core.webhook', 'completed', 1],
+    ['core.log', 'completed', 1],
+  ])
+  expect(steps[1]?.result).toMatchObject({ wakeAt: expect.any(String) })
+  expect(steps[2]?.result).toMatchObject({ status: 200 })
+  expect(await logLines(t.db, ids[7] as number)).toEqual(
+    expect.arrayContaining(['doors open in s7', 'announced']),
+  )
+  const leftovers = await t.db.query<{ n: number }>(
+    'SELECT COUNT(*) AS n FROM event_runs WHERE definition_id = ? AND claimed_by IS NOT NULL',
+    [def.id],
+  )
+  expect(Number(leftovers[0]?.n)).toBe(0)
+})
+
+it('a webhook far slower than its round goes on alone: the rest of its batch finishes meanwhile', async () => {
+  const RUNS = 12
+  // The first call of this test is held (the receiver numbers calls across tests).
+  let first: number | null = null
+  receiver.route('/hooks/', (call) => {
+    first ??= call.seq
+    return call.seq === first ? { hold: true } : { status: 200 }
+  })
+  const env: RunnerTestEnv = { db: t.db, registry: makeRegistry(), clock: systemClock }
+  const def = await defineEvent(env, {
+    graceSeconds: 3600,
+    program: program([
+      'show',
+      [
+        { kind: 'core.webhook', params: { url: `${receiver.url}/hooks/go` } },
+        { kind: 'core.log', params: { message: 'after' } },
+      ],
+    ]),
+  })
+  await dueRuns(def, RUNS)
+  const runner = liveRunner(t.db, 'straggler')
+  runner.start()
+  try {
+    await waitFor(
+      async () =>
+        receiver.pending().length === 1 && (await statusCounts(t.db, def.id)).completed === RUNS - 1,
+      { timeoutMs: 10_000, intervalMs: 20, what: 'every run but the held one to complete' },
+    )
+    const held = receiver.pending()[0]?.key as string
+    const heldRun = Number(held.split('-')[0])
+    expect(await runOf(t.db, heldRun)).toMatchObject({ status: 'running', claimedBy: 'straggler' })
+    receiver.releaseHeld()
+    await waitFor(async () => (await statusCounts(t.db, def.id)).completed === RUNS, {
+      timeoutMs: 10_000,
+      intervalMs: 20,
+      what: 'the held run to complete once answered',
+    })
+    expect((await stepsOf(t.db, heldRun)).map((s) => [s.status, s.attempts])).toEqual([
+      ['completed', 1],
+      ['completed', 1],
+    ])
+  } finally {
+    await runner.stop()
+  }
+  expect([...receiver.countsByKey().values()].every((n) => n === 1)).toBe(true)
+})
+
+it('a run cancelled while its round’s webhooks are in flight stops there; the others go on', async () => {
+  const RUNS = 5
+  receiver.route('/hooks/', () => ({ hold: true }))
+  const env: RunnerTestEnv = { db: t.db, registry: makeRegistry(), clock: systemClock }
+  const def = await defineEvent(env, {
+    graceSeconds: 3600,
+    program: program([
+      'show',
+      [
+        { kind: 'core.webhook', params: { url: `${receiver.url}/hooks/go` } },
+        { kind: 'core.log', params: { message: 'after' } },
+      ],
+    ]),
+  })
+  const ids = await dueRuns(def, RUNS)
+  const runner = liveRunner(t.db, 'cancel')
+  runner.start()
+  try {
+    await waitFor(() => receiver.pending().length === RUNS, {
+      timeoutMs: 10_000,
+      intervalMs: 20,
+      what: 'every webhook to be in flight',
+    })
+    const victim = ids[2] as number
+    expect((await cancelRun(controlDeps(env), victim, 'op#1')).applied).toBe(true)
+    receiver.releaseHeld()
+    await waitFor(async () => (await statusCounts(t.db, def.id)).completed === RUNS - 1, {
+      timeoutMs: 10_000,
+      intervalMs: 20,
+      what: 'the other runs to complete',
+    })
+    expect(await runOf(t.db, victim)).toMatchObject({ status: 'cancelled', claimedBy: null })
+    expect((await stepsOf(t.db, victim)).map((s) => s.status)).toEqual(['cancelled', 'cancelled'])
+    expect(await logLines(t.db, victim)).not.toContain('after')
+  } finally {
+    await runner.stop()
+  }
+})
+
+it('cues of a whole batch park together, each logged and woken at its own timeout', async () => {
+  const clock = new TestClock()
+  const env: RunnerTestEnv = { db: t.db, registry: makeRegistry(), clock }
+  const def = await defineEvent(env, {
+    program: program([
+      'show',
+      [
+        {
+          kind: 'core.cue',
+          params: { prompt: 'Lights in {{run.scope}}', timeoutSeconds: 60, onTimeout: 'continue' },
+        },
+        { kind: 'core.log', params: { message: 'after the cue' } },
+      ],
+    ]),
+  })
+  // Runs a person started.
+  const starts: number[] = []
+  for (let i = 0; i < 3; i++) {
+    starts.push(
+      (await startRun(controlDeps(env), { definitionId: def.id, scope: `hall${i}`, actor: 'op#1' })).id,
+    )
+  }
+  const counted = countingStepUpdates(t.db)
+  const runner = new Runner({
+    db: counted.db,
+    registry: env.registry,
+    clock,
+    instanceId: 'cues',
+    logger: quiet,
+  })
+  await runner.tick()
+  for (const id of starts) {
+    const [cue] = await stepsOf(t.db, id)
+    expect(cue).toMatchObject({ status: 'running', parked: true, claimedBy: null })
+    expect(cue?.wakeAt?.getTime()).toBe(clock.now().getTime() + 60_000)
+    expect(await runOf(t.db, id)).toMatchObject({ status: 'running', claimedBy: null })
+    expect((await runOf(t.db, id)).wakeAt?.getTime()).toBe(clock.now().getTime() + 60_000)
+    expect(await logLines(t.db, id)).toContain('waiting on a person: Lights in {{run.scope}}')
+  }
+  // Begun together and set aside together.
+  expect(counted.count()).toBeLessThanOrEqual(3)
+
+  // The timeouts come due together: resumed and continued set-wise, then the log step.
+  clock.advance(60_000)
+  await runner.tick()
+  for (const id of starts) {
+    expect((await stepsOf(t.db, id)).map((s) => [s.status, s.attempts])).toEqual([
+      ['completed', 1],
+      ['completed', 1],
+    ])
+    expect(await runOf(t.db, id)).toMatchObject({ status: 'completed' })
+  }
+})
