@@ -5,7 +5,7 @@
  * (extra fields and optional extra arguments are allowed: extend, never rename).
  */
 import { readFileSync } from 'node:fs'
-import { dirname, join, resolve } from 'node:path'
+import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import {
   astFromValue,

@@ -243,6 +243,24 @@ describe('core.webhook against a real receiver', () => {
     expect(err.message).toMatch(/ECONNREFUSED/)
   })
 
+  it('reuses a kept-alive connection across attempts to one receiver, and opens a new one when it is gone', async () => {
+    const hook = await receiver()
+    const server = servers.at(-1) as Server
+    let connections = 0
+    server.on('connection', () => connections++)
+    for (let i = 0; i < 20; i++) await call({ url: `${hook.origin}/again` }, [hook.origin])
+    expect(hook.received).toHaveLength(20)
+    // One, or two when an answer's last bytes were still being read as the next attempt began.
+    expect(connections).toBeLessThanOrEqual(2)
+    // The receiver drops its connections (a restart): the next attempt connects afresh and succeeds.
+    const before = connections
+    server.closeAllConnections()
+    await new Promise((resolve) => setTimeout(resolve, 50))
+    await call({ url: `${hook.origin}/again` }, [hook.origin])
+    expect(hook.received).toHaveLength(21)
+    expect(connections).toBe(before + 1)
+  })
+
   it('keeps only the first 2 KiB of the response', async () => {
     const hook = await receiver((_req, res) => res.end('é'.repeat(3000)))
     const outcome = await call({ url: `${hook.origin}/big` }, [hook.origin])

@@ -182,13 +182,17 @@ type LookupCallback = (
   family?: number,
 ) => void
 
+/** Marks the error a guarded lookup refuses with; its value is the reason shown. */
+const REFUSED = Symbol('webhook address refused')
+
 /**
- * A connection pool for one attempt whose DNS lookup refuses internal
- * addresses the allow-list does not name; `refusal()` says why it refused.
+ * A connection pool whose DNS lookup refuses internal addresses the allow-list
+ * does not name. The check is made when a connection is made, on the address
+ * dialled; a kept-alive connection was checked when it was opened, and a
+ * hostname that now resolves elsewhere gets a new connection, checked again.
  */
-function guardedAgent(allow: readonly string[]): { agent: Agent; refusal: () => string | null } {
+function guardedAgent(allow: readonly string[]): Agent {
   const allowedInternal = allowedInternalAddresses(allow)
-  let refused: string | null = null
   const lookup = (
     hostname: string,
     options: { all?: boolean; family?: number },
@@ -199,8 +203,8 @@ function guardedAgent(allow: readonly string[]): { agent: Agent; refusal: () => 
       for (const a of addresses) {
         const kind = internalAddressKind(a.address)
         if (kind && !allowedInternal.has(a.address.toLowerCase())) {
-          refused = `${hostname} resolves to ${a.address}, ${kind}; only an allow-list entry naming that IP address allows it`
-          return callback(Object.assign(new Error(refused), { code: 'EACCES' }), [])
+          const reason = `${hostname} resolves to ${a.address}, ${kind}; only an allow-list entry naming that IP address allows it`
+          return callback(Object.assign(new Error(reason), { code: 'EACCES', [REFUSED]: reason }), [])
         }
       }
       if (options.all) return callback(null, addresses)
@@ -210,26 +214,54 @@ function guardedAgent(allow: readonly string[]): { agent: Agent; refusal: () => 
       callback(null, first.address, first.family)
     })
   }
-  const agent = new Agent({ connect: { lookup } as Record<string, unknown> })
-  return { agent, refusal: () => refused }
+  return new Agent({ connect: { lookup } as Record<string, unknown> })
+}
+
+/** The refusal a guarded lookup made, found along the error's causes; null when it was not one. */
+function refusalOf(err: unknown): string | null {
+  let at: unknown = err
+  for (let depth = 0; depth < 8 && at !== null && typeof at === 'object'; depth++) {
+    const reason = (at as { [REFUSED]?: unknown })[REFUSED]
+    if (typeof reason === 'string') return reason
+    at = (at as { cause?: unknown }).cause
+  }
+  return null
+}
+
+/**
+ * One pool per allow-list, kept for the process: a burst of webhooks to one
+ * receiver reuses its connections instead of opening (and closing) one per
+ * attempt. Few lists ever exist (one per process's settings, a few in tests).
+ */
+const agents = new Map<string, Agent>()
+const MAX_AGENTS = 16
+
+function agentFor(allow: readonly string[]): Agent {
+  const key = allow.join('\n')
+  let agent = agents.get(key)
+  if (agent === undefined) {
+    if (agents.size >= MAX_AGENTS) {
+      const [oldestKey, oldest] = agents.entries().next().value as [string, Agent]
+      agents.delete(oldestKey)
+      // Requests under way on it finish first; close() waits for them.
+      oldest.close().catch(() => {})
+    }
+    agent = guardedAgent(allow)
+    agents.set(key, agent)
+  }
+  return agent
 }
 
 /** Perform one attempt, following (and re-checking) redirects. */
 async function send(ctx: StepContext<WebhookParams>, params: unknown): Promise<WebhookResult> {
   const p = parseParams(schema, params, 'core.webhook')
-  const { agent, refusal } = guardedAgent(ctx.settings.webhookAllow)
-  try {
-    return await sendWith(ctx, p, agent, refusal)
-  } finally {
-    agent.destroy().catch(() => {})
-  }
+  return sendWith(ctx, p, agentFor(ctx.settings.webhookAllow))
 }
 
 async function sendWith(
   ctx: StepContext<WebhookParams>,
   p: WebhookParams,
   agent: Agent,
-  dnsRefusal: () => string | null,
 ): Promise<WebhookResult> {
   const allow = ctx.settings.webhookAllow
   let url = p.url
@@ -302,7 +334,7 @@ async function sendWith(
       text = await readPrefix(res, RESPONSE_BODY_BYTES)
     } catch (err) {
       if (err instanceof StepFailure) throw err
-      const refused = dnsRefusal()
+      const refused = refusalOf(err)
       if (refused) {
         const what = redirects === 0 ? 'webhook refused' : `webhook redirect ${redirects} refused`
         throw new StepFailure(`${what}: ${shownUrl(target)}: ${refused}`, { retryable: false })
