@@ -12,6 +12,7 @@ import { cancelRun, startRun } from '../src/operations/runControls.ts'
 import { systemClock } from '../src/runner/clock.ts'
 import { Runner } from '../src/runner/runner.ts'
 import { parseAllowList } from '../src/runner/steps/allowList.ts'
+import type { AnyStepKind } from '../src/runner/steps/registry.ts'
 import { useTestDb, wrapStatements } from './helpers/db.ts'
 import {
   controlDeps,
@@ -272,5 +273,51 @@ it('cues of a whole batch park together, each logged and woken at its own timeou
       ['completed', 1],
     ])
     expect(await runOf(t.db, id)).toMatchObject({ status: 'completed' })
+  }
+})
+
+it('a step’s log lines are written while it runs, not held until its round ends', async () => {
+  let open: () => void = () => {}
+  const gate = new Promise<void>((resolve) => {
+    open = resolve
+  })
+  const slow: AnyStepKind = {
+    kind: 'test.slow',
+    sideEffects: false,
+    validate: () => [],
+    async execute(ctx) {
+      await ctx.log('info', `working on ${ctx.run.scope}`)
+      await gate
+      return { type: 'completed' }
+    },
+  }
+  const registry = makeRegistry([slow])
+  const env: RunnerTestEnv = { db: t.db, registry, clock: systemClock }
+  const def = await defineEvent(env, {
+    graceSeconds: 3600,
+    program: program(['show', [{ kind: 'test.slow', params: {} }]]),
+  })
+  const ids = await dueRuns(def, 3)
+  const runner = new Runner({ db: t.db, registry, instanceId: 'lines', tickMs: 50, logger: quiet })
+  runner.start()
+  try {
+    await waitFor(
+      async () => {
+        for (const id of ids)
+          if (!(await logLines(t.db, id)).some((l) => l.startsWith('working on'))) return false
+        return true
+      },
+      { timeoutMs: 10_000, intervalMs: 20, what: 'every run’s line while its step still runs' },
+    )
+    expect(await statusCounts(t.db, def.id)).toEqual({ running: 3 })
+    open()
+    await waitFor(async () => (await statusCounts(t.db, def.id)).completed === 3, {
+      timeoutMs: 10_000,
+      intervalMs: 20,
+      what: 'the runs to complete',
+    })
+  } finally {
+    open()
+    await runner.stop()
   }
 })

@@ -9,10 +9,10 @@
  * the runs with none left, set aside the ones whose step is not due yet, move
  * phases, renew the runs' leases when a step may outlast them, begin (or, for
  * a timer that came due, resume) every step set-wise, execute them (at most
- * `stepConcurrency` at once; see executor/round.ts), then write their
- * outcomes set-wise: completions, timers and parked cues, log lines. Runs
- * whose step completed take the next round; the others are released, each
- * due when it next needs the runner.
+ * `stepConcurrency` at once; see executor/round.ts), writing their outcomes
+ * and log lines set-wise as they come (executor/writer.ts `GroupWriter`):
+ * completions, timers and parked cues. Runs whose step completed take the
+ * next round; the others are released, each due when it next needs the runner.
  *
  * The guards, phase moves and outcome rules are the per-run path's
  * (executor/decide.ts), written set-wise (executor/writer.ts): steps begin
@@ -20,12 +20,12 @@
  * only from `running`, and runs finish through the guarded
  * `running | ending → completed` transition. What the batch leaves to the
  * per-run engine: retries (their success restores the run's health), unknown
- * kinds, rehearsals of side effects, steps another owner is executing, and a
- * round's stragglers, which finish alone as soon as their step answers.
+ * kinds, rehearsals of side effects, steps another owner is executing, and
+ * the runs a round lets go: a failed attempt, and a straggler, each finished
+ * alone as soon as its step answers.
  */
 
 import { isDbUnavailable } from '../../sql/db.ts'
-import type { NewLog } from '../../sql/eventRunLogs.ts'
 import * as logs from '../../sql/eventRunLogs.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
 import type { StepRow } from '../../sql/eventSteps/index.ts'
@@ -42,7 +42,13 @@ import {
 import { stepContext, withTimeout } from './executor/context.ts'
 import { batchEntry, isAdvancing, notYet, outcomeWrite, phaseMove } from './executor/decide.ts'
 import { executeRound, type Settled } from './executor/round.ts'
-import { BufferedWriter, GroupWriter, immediateWriter, recordOutcome } from './executor/writer.ts'
+import {
+  BufferedWriter,
+  GroupWriter,
+  immediateWriter,
+  recordOutcome,
+  type StepWriter,
+} from './executor/writer.ts'
 import type { StepOutcome } from './steps/types.ts'
 
 export interface BatchOutcome {
@@ -67,12 +73,6 @@ interface Entry {
   /** The run's status when the round read it. */
   status: RunStatus
   how: 'begin' | 'resume'
-}
-
-/** One executed step: its answer (or error) and the lines it logged. */
-interface Executed {
-  settled: Settled<StepOutcome>
-  lines: NewLog[]
 }
 
 export async function advanceBatch(deps: EngineDeps, claimed: readonly ClaimedRun[]): Promise<BatchOutcome> {
@@ -187,24 +187,29 @@ export async function advanceBatch(deps: EngineDeps, claimed: readonly ClaimedRu
     }
 
     const executing = entries.map((e) => executingRow(e, now))
-    // Outcomes are written as they come, set-wise (GroupWriter); a failed
-    // attempt goes on alone at once (executor/failure.ts writes it run by run).
+    // Outcomes and log lines are written as they come, set-wise (GroupWriter);
+    // a failed attempt goes on alone at once (executor/failure.ts writes it run by run).
     const recorder = new GroupWriter(db, deps.hardStop)
+    let roundOpen = true
+    // A step's lines are written while it runs, as on the per-run path: with
+    // the round's writes while the round lasts, at once by a straggler.
+    const lines: Pick<StepWriter, 'log'> = {
+      async log(line) {
+        if (roundOpen) recorder.add((w) => void w.log(line))
+        else await logs.append(db, line)
+      },
+    }
     const stillActive: number[] = []
     const finished: { kind: string; how: 'completed' | 'sleep' | 'park' }[] = []
-    const record = (i: number, done: Settled<Executed>) => {
+    const record = (i: number, settled: Settled<StepOutcome>) => {
       const e = entries[i] as Entry
       const step = executing[i] as StepRow
-      // execute() catches everything the step throws; a rejection here would be a fault of this code.
-      const { settled, lines } = done.ok ? done.value : { settled: done, lines: [] }
       if (!settled.ok) {
-        out.stragglers.push({ run: e.run, done: detached(finishAlone(deps, e, step, settled, lines)) })
+        out.stragglers.push({ run: e.run, done: detached(finishAlone(deps, e, step, settled)) })
         return
       }
       const write = outcomeWrite(settled.value)
       recorder.add((w) => {
-        // The lines first, as the per-run path writes them while the step runs.
-        for (const line of lines) void w.log(line)
         if (write.write === 'complete') void w.complete(step.id, write.result)
         else w.setAsideStep(step.id, write.until, write.write === 'park')
         if (write.write === 'park') void w.log(parkedLine(e.run.id, step))
@@ -220,17 +225,16 @@ export async function advanceBatch(deps: EngineDeps, claimed: readonly ClaimedRu
     const outcomes = await executeRound(
       entries.map((e, i) => ({
         unlimited: registry.get(e.step.kind)?.inline === true,
-        run: () => execute(deps, e, executing[i] as StepRow),
+        run: () => execute(deps, lines, e, executing[i] as StepRow),
       })),
       deps.stepConcurrency ?? 8,
-      { onSettled: record },
+      { onSettled: (i, done) => record(i, done.ok ? done.value : done) },
     )
+    roundOpen = false
     for (const [i, pending] of outcomes.pending) {
       const e = entries[i] as Entry
       const step = executing[i] as StepRow
-      const done = pending.then((r) =>
-        r.ok ? finishAlone(deps, e, step, r.value.settled, r.value.lines) : finishAlone(deps, e, step, r, []),
-      )
+      const done = pending.then((r) => finishAlone(deps, e, step, r.ok ? r.value : r))
       out.stragglers.push({ run: e.run, done: detached(done) })
     }
     // Every outcome of the round is written before any run of it takes its next step.
@@ -251,35 +255,36 @@ function executingRow(e: Entry, now: Date): StepRow {
   return { ...step, status: 'running', attempts: step.attempts + 1, startedAt: step.startedAt ?? now }
 }
 
-/** Execute one step under its timeout; its lines are kept apart until its outcome is written. */
-async function execute(deps: EngineDeps, e: Entry, step: StepRow): Promise<Executed> {
-  const lines = new BufferedWriter(deps.db, deps.hardStop)
-  const resumed = e.how === 'resume'
+/** Execute one step under its timeout; its lines go to `lines`. Never rejects: an error is the attempt's. */
+async function execute(
+  deps: EngineDeps,
+  lines: Pick<StepWriter, 'log'>,
+  e: Entry,
+  step: StepRow,
+): Promise<Settled<StepOutcome>> {
   try {
     const kind = deps.registry.get(step.kind)
     if (!kind) throw new Error(`unknown step kind "${step.kind}"`)
     const value = await withTimeout(step.timeoutMs, deps.hardStop, (signal) =>
-      kind.execute(stepContext(deps, lines, e.run, step, e.run.definitionTitle, resumed, signal)),
+      kind.execute(stepContext(deps, lines, e.run, step, e.run.definitionTitle, e.how === 'resume', signal)),
     )
-    return { settled: { ok: true, value }, lines: lines.takeLines() }
+    return { ok: true, value }
   } catch (error) {
-    return { settled: { ok: false, error }, lines: lines.takeLines() }
+    return { ok: false, error }
   }
 }
 
 /**
  * A run the round lets go (its step failed, or outlasted the round) goes on
- * alone as soon as its step answers: the step's lines and outcome are written
- * at once, then the per-run engine takes the run on from there.
+ * alone as soon as its step answers: the outcome is written at once, then the
+ * per-run engine takes the run on from there.
  */
 async function finishAlone(
   deps: EngineDeps,
   e: Entry,
   step: StepRow,
   settled: Settled<StepOutcome>,
-  lines: NewLog[],
 ): Promise<RunAnswer> {
-  if (lines.length > 0) await logs.appendMany(deps.db, lines)
   const verdict = await concludeStep(
     deps,
     immediateWriter(deps.db, deps.hardStop),

@@ -19,7 +19,7 @@ export interface ContextDeps {
 
 export function stepContext(
   deps: ContextDeps,
-  writer: StepWriter,
+  writer: Pick<StepWriter, 'log'>,
   run: RunRow,
   step: StepRow,
   title: string,
