@@ -84,28 +84,27 @@ describe('guards before a step is entered', () => {
     expect(isResume(step({ status: 'running', wakeAt: earlier }))).toBe(true)
     expect(isResume(step())).toBe(false)
   })
-  it('a batch begins first attempts and resumes due timers; retries, unknown kinds and rehearsed side effects go run by run', () => {
+  it('a batch begins pending steps and resumes due timers; unknown kinds, rehearsed side effects and crashed attempts go run by run', () => {
     const kind = { sideEffects: false }
     expect(batchEntry(step(), kind, false)).toBe('begin')
     expect(batchEntry(step(), { sideEffects: true }, false)).toBe('begin')
     expect(batchEntry(step(), undefined, false)).toBeNull()
     expect(batchEntry(step(), { sideEffects: true }, true)).toBeNull()
     expect(batchEntry(step(), kind, true)).toBe('begin')
-    // A retry, in or after its backoff.
-    expect(batchEntry(step({ attempts: 1, lastError: 'x' }), kind, false)).toBeNull()
-    expect(batchEntry(step({ attempts: 1, lastError: 'x', wakeAt: earlier }), kind, false)).toBeNull()
-    // An attempt taken back at a shutdown.
-    expect(
-      batchEntry(step({ attempts: 0, lastError: 'interrupted', wakeAt: earlier }), kind, false),
-    ).toBeNull()
-    // A timer or a cue's timeout that came due.
+    // A retry whose backoff is over, and an attempt given back at a shutdown.
+    expect(batchEntry(step({ attempts: 1, lastError: 'x' }), kind, false)).toBe('begin')
+    expect(batchEntry(step({ attempts: 1, lastError: 'x', wakeAt: earlier }), kind, false)).toBe('begin')
+    expect(batchEntry(step({ attempts: 0, lastError: 'interrupted', wakeAt: earlier }), kind, false)).toBe(
+      'begin',
+    )
+    // A timer or a cue's timeout that came due, on any attempt.
     expect(batchEntry(step({ status: 'running', attempts: 1, wakeAt: earlier }), kind, false)).toBe('resume')
     expect(
       batchEntry(step({ status: 'running', attempts: 1, parked: true, wakeAt: earlier }), kind, false),
     ).toBe('resume')
+    expect(batchEntry(step({ status: 'running', attempts: 2, wakeAt: earlier }), kind, false)).toBe('resume')
     // Executing after a crash (its lease gone): the per-run engine begins it again.
     expect(batchEntry(step({ status: 'running', attempts: 1 }), kind, false)).toBeNull()
-    expect(batchEntry(step({ status: 'running', attempts: 2, wakeAt: earlier }), kind, false)).toBeNull()
   })
 })
 

@@ -321,3 +321,72 @@ it('a step’s log lines are written while it runs, not held until its round end
     await runner.stop()
   }
 })
+
+it('a receiver down for a whole batch: its attempts fail together, wait out their backoff degraded, and retry set-wise', async () => {
+  const RUNS = 30
+  receiver.route('/hooks/flaky', (_call, n) => (n === 1 ? { status: 500, body: 'down' } : { status: 200 }))
+  receiver.route('/hooks/down', () => ({ status: 503 }))
+  const clock = new TestClock()
+  const env: RunnerTestEnv = { db: t.db, registry: makeRegistry(), clock }
+  const show = (url: string, extra: object) =>
+    defineEvent(env, {
+      program: program([
+        'show',
+        [
+          { kind: 'core.webhook', params: { url }, ...extra },
+          { kind: 'core.log', params: { message: 'after the webhook' } },
+        ],
+      ]),
+    })
+  const flaky = await show(`${receiver.url}/hooks/flaky`, { retry: { attempts: 3, backoffSeconds: 1 } })
+  // Failed for good at once, and the run goes on degraded.
+  const down = await show(`${receiver.url}/hooks/down`, { retry: { attempts: 1 }, onError: 'degrade' })
+  const ids: number[] = []
+  for (let i = 0; i < RUNS; i++)
+    ids.push((await startRun(controlDeps(env), { definitionId: flaky.id, scope: `s${i}`, actor: 'op#1' })).id)
+  const degraded = (await startRun(controlDeps(env), { definitionId: down.id, actor: 'op#1' })).id
+  const counted = countingStepUpdates(t.db)
+  const runner = new Runner({
+    db: counted.db,
+    registry: env.registry,
+    clock,
+    instanceId: 'retries',
+    logger: quiet,
+    settings: { webhookAllow: parseAllowList(`${receiver.url}/hooks/`).prefixes },
+  })
+
+  await runner.tick()
+  expect(receiver.calls).toHaveLength(RUNS + 1)
+  for (const id of ids) {
+    const [hook] = await stepsOf(t.db, id)
+    expect(hook).toMatchObject({ status: 'pending', attempts: 1, claimedBy: null })
+    expect(hook?.lastError).toMatch(/HTTP 500/)
+    expect(hook?.wakeAt?.getTime()).toBeGreaterThan(clock.now().getTime())
+    expect(await runOf(t.db, id)).toMatchObject({ status: 'running', health: 'degraded', claimedBy: null })
+    expect((await runOf(t.db, id)).wakeAt?.getTime()).toBe(hook?.wakeAt?.getTime())
+    expect(
+      (await logLines(t.db, id)).some((l) => /attempt 1 of 3 failed: .*HTTP 500.*retrying at/.test(l)),
+    ).toBe(true)
+  }
+  expect((await stepsOf(t.db, degraded)).map((s) => s.status)).toEqual(['failed', 'completed'])
+  expect(await runOf(t.db, degraded)).toMatchObject({ status: 'completed', health: 'degraded' })
+  expect(
+    (await logLines(t.db, degraded)).some((l) => /continuing degraded \(onError: degrade\)/.test(l)),
+  ).toBe(true)
+  // Begun together, failed together: not a few statements per run.
+  const firstTick = counted.count()
+  expect(firstTick).toBeLessThan(10)
+
+  clock.advance(2000)
+  await runner.tick()
+  for (const id of ids) {
+    expect((await stepsOf(t.db, id)).map((s) => [s.status, s.attempts])).toEqual([
+      ['completed', 2],
+      ['completed', 1],
+    ])
+    // The retry succeeded: the run is whole again.
+    expect(await runOf(t.db, id)).toMatchObject({ status: 'completed', health: 'ok' })
+  }
+  expect(counted.count() - firstTick).toBeLessThan(10)
+  expect([...receiver.countsByKey().entries()].filter(([, n]) => n === 2)).toHaveLength(RUNS)
+})

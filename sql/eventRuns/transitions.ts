@@ -168,6 +168,41 @@ export async function setHealth(db: Queryable, id: number, health: RunHealth): P
   return res.affectedRows === 1
 }
 
+/**
+ * Degrade the runs of steps whose failed attempt was written (a retry in its
+ * backoff, or a step failed for good): a step a person skipped meanwhile
+ * leaves its run as it was. Answers how many runs changed.
+ */
+export async function degradeForSteps(db: Queryable, stepIds: readonly number[]): Promise<number> {
+  if (stepIds.length === 0) return 0
+  const res = await db.runQuery(
+    `UPDATE event_runs r JOIN event_run_steps s ON s.run_id = r.id
+        SET r.health = 'degraded'
+      WHERE s.id IN (${placeholders(stepIds.length)}) AND r.health <> 'degraded'
+        AND s.last_error IS NOT NULL AND (s.status = 'failed' OR (s.status = 'pending' AND s.attempts > 0))`,
+    [...stepIds],
+  )
+  return res.affectedRows
+}
+
+/**
+ * A retried step succeeded: its runs are `ok` again, unless another of their
+ * steps failed for good or is itself waiting out a retry. Answers how many changed.
+ */
+export async function restoreHealthOf(db: Queryable, runIds: readonly number[]): Promise<number> {
+  if (runIds.length === 0) return 0
+  const res = await db.runQuery(
+    `UPDATE event_runs r SET r.health = 'ok'
+      WHERE r.id IN (${placeholders(runIds.length)}) AND r.health <> 'ok'
+        AND NOT EXISTS (
+          SELECT 1 FROM event_run_steps s
+           WHERE s.run_id = r.id
+             AND (s.status = 'failed' OR (s.status = 'pending' AND s.attempts > 0 AND s.last_error IS NOT NULL)))`,
+    [...runIds],
+  )
+  return res.affectedRows
+}
+
 /** Set `current_phase`, guarded on the current value like {@link setHealth}. */
 export async function setPhase(db: Queryable, id: number, phase: string): Promise<boolean> {
   return (await setPhaseMany(db, [id], phase)) === 1

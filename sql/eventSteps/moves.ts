@@ -105,9 +105,9 @@ export async function takeBackEntered(
 }
 
 /**
- * {@link begin} for many pending first attempts at once (inline kinds in a
- * batch); answers how many began. `now` stamps `started_at`, from the runner's
- * clock like {@link begin}.
+ * {@link begin} for many pending steps at once (a batch of runs): first
+ * attempts, and retries whose backoff has ended; answers how many began. `now`
+ * stamps `started_at`, from the runner's clock like {@link begin}.
  */
 export async function beginMany(
   db: Queryable,
@@ -121,8 +121,9 @@ export async function beginMany(
     `UPDATE event_run_steps
         SET status = 'running', attempts = attempts + 1, claimed_by = ?, claim_expires_at = ${LEASE_EXPIRY},
             started_at = COALESCE(started_at, ?), wake_at = NULL, parked = 0
-      WHERE id IN (${placeholders(ids.length)}) AND status = 'pending' AND wake_at IS NULL AND claim_expires_at IS NULL`,
-    [owner, leaseMicros(leaseUntil, now), now, ...ids],
+      WHERE id IN (${placeholders(ids.length)}) AND status = 'pending' AND (wake_at IS NULL OR wake_at <= ?)
+        AND ${leaseFree()}`,
+    [owner, leaseMicros(leaseUntil, now), now, ...ids, now],
   )
   return res.affectedRows
 }
@@ -289,6 +290,42 @@ export async function scheduleRetry(
     [error.slice(0, 1000), wakeAt, id],
   )
   return res.affectedRows === 1
+}
+
+/**
+ * {@link scheduleRetry} and {@link fail} for many steps at once (a batch's
+ * failed attempts), each with its own error (and, for a retry, its own wake
+ * time), guarded the same way. Answers how many moved.
+ */
+export async function failAttempts(
+  db: Queryable,
+  rows: readonly { id: number; error: string; retryAt: Date | null }[],
+): Promise<number> {
+  let moved = 0
+  for (const chunk of chunkCase(rows)) {
+    const error = caseOf(
+      'id',
+      chunk.map((r) => [r.id, r.error.slice(0, 1000)] as const),
+    )
+    const wake = caseOf(
+      'id',
+      chunk.map((r) => [r.id, r.retryAt] as const),
+    )
+    const retrying = chunk.filter((r) => r.retryAt !== null).map((r) => r.id)
+    const inRetry = retrying.length > 0 ? `id IN (${placeholders(retrying.length)})` : 'FALSE'
+    // Assigned left to right (MariaDB): `status` last, since the others read the old row.
+    const res = await db.runQuery(
+      `UPDATE event_run_steps
+          SET last_error = ${error.sql}, wake_at = ${wake.sql},
+              ended_at = IF(${inRetry}, ended_at, NOW(3)),
+              claimed_by = NULL, claim_expires_at = NULL, parked = 0,
+              status = IF(${inRetry}, 'pending', 'failed')
+        WHERE id IN (${placeholders(chunk.length)}) AND status = 'running'`,
+      [...error.args, ...wake.args, ...retrying, ...retrying, ...chunk.map((r) => r.id)],
+    )
+    moved += res.affectedRows
+  }
+  return moved
 }
 
 /**

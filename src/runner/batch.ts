@@ -18,11 +18,13 @@
  * (executor/decide.ts), written set-wise (executor/writer.ts): steps begin
  * only from `pending` (resume only from a due timer), complete or set aside
  * only from `running`, and runs finish through the guarded
- * `running | ending → completed` transition. What the batch leaves to the
- * per-run engine: retries (their success restores the run's health), unknown
- * kinds, rehearsals of side effects, steps another owner is executing, and
- * the runs a round lets go: a failed attempt, and a straggler, each finished
- * alone as soon as its step answers.
+ * `running | ending → completed` transition; a failed attempt's retry (or
+ * failure for good under `onError: degrade`) is written with the outcomes, its
+ * run degraded, and a retry's success restores the run's health. What the
+ * batch leaves to the per-run engine: unknown kinds, rehearsals of side
+ * effects, steps another owner is executing, and the runs a round lets go: a
+ * step that fails its run, an attempt cut short by a shutdown, and a
+ * straggler, each finished alone as soon as its step answers.
  */
 
 import { isDbUnavailable } from '../../sql/db.ts'
@@ -40,7 +42,8 @@ import {
   type RunAnswer,
 } from './engine.ts'
 import { stepContext, withTimeout } from './executor/context.ts'
-import { batchEntry, isAdvancing, notYet, outcomeWrite, phaseMove } from './executor/decide.ts'
+import { batchEntry, failureWrite, isAdvancing, notYet, outcomeWrite, phaseMove } from './executor/decide.ts'
+import { degradeLine, retryLine } from './executor/failure.ts'
 import { executeRound, type Settled } from './executor/round.ts'
 import {
   BufferedWriter,
@@ -155,6 +158,10 @@ export async function advanceBatch(deps: EngineDeps, claimed: readonly ClaimedRu
     }
     const fresh = entries.filter((e) => e.how === 'begin').map((e) => e.step.id)
     const due = entries.filter((e) => e.how === 'resume').map((e) => e.step.id)
+    // Steps as a materialised program left them, put back set-wise; any other begun step row by row.
+    const pristine = (st: StepRow) => st.attempts === 0 && !st.lastError && !st.wakeAt && !st.startedAt
+    const begunFirst = entries.filter((e) => e.how === 'begin' && pristine(e.step)).map((e) => e.step.id)
+    const begunAgain = entries.filter((e) => e.how === 'begin' && !pristine(e.step)).map((e) => e.step)
     let entered: number
     try {
       entered =
@@ -166,7 +173,10 @@ export async function advanceBatch(deps: EngineDeps, claimed: readonly ClaimedRu
       // steps are put back as they were (no lease, no attempt counted), as the
       // per-run engine does for one step.
       if (isDbUnavailable(err))
-        await recordOutcome(deps.hardStop, () => steps.takeBackEntered(db, fresh, due, deps.owner))
+        await recordOutcome(deps.hardStop, async () => {
+          await steps.takeBackEntered(db, begunFirst, due, deps.owner)
+          for (const before of begunAgain) await steps.takeBackBegin(db, before, deps.owner)
+        })
       throw err
     }
     if (entered !== entries.length) {
@@ -200,12 +210,12 @@ export async function advanceBatch(deps: EngineDeps, claimed: readonly ClaimedRu
       },
     }
     const stillActive: number[] = []
-    const finished: { kind: string; how: 'completed' | 'sleep' | 'park' }[] = []
+    const finished: { kind: string; how: 'completed' | 'sleep' | 'park' | 'retry' | 'failed' }[] = []
     const record = (i: number, settled: Settled<StepOutcome>) => {
       const e = entries[i] as Entry
       const step = executing[i] as StepRow
       if (!settled.ok) {
-        out.stragglers.push({ run: e.run, done: detached(finishAlone(deps, e, step, settled)) })
+        recordFailure(e, step, settled.error)
         return
       }
       const write = outcomeWrite(settled.value)
@@ -213,6 +223,8 @@ export async function advanceBatch(deps: EngineDeps, claimed: readonly ClaimedRu
         if (write.write === 'complete') void w.complete(step.id, write.result)
         else w.setAsideStep(step.id, write.until, write.write === 'park')
         if (write.write === 'park') void w.log(parkedLine(e.run.id, step))
+        // A retry that succeeded: the run is no longer degraded for it.
+        if (write.write === 'complete' && step.attempts > 1 && step.lastError) w.restoreHealth(e.run.id)
       })
       if (write.write === 'complete') {
         finished.push({ kind: step.kind, how: 'completed' })
@@ -220,6 +232,30 @@ export async function advanceBatch(deps: EngineDeps, claimed: readonly ClaimedRu
       } else {
         finished.push({ kind: step.kind, how: write.write })
         out.releaseAt.push({ id: e.run.id, wakeAt: write.until })
+      }
+    }
+    // A failed attempt with a retry left, or failed for good under `onError:
+    // degrade`, is written with the round's outcomes (a receiver down at the
+    // top of the hour fails a whole batch at once). Failing the run, and an
+    // attempt cut short by a shutdown, go on alone (executor/failure.ts).
+    const recordFailure = (e: Entry, step: StepRow, error: unknown) => {
+      const decided = failureWrite(step, error, deps.clock.now(), deps.hardStop.aborted)
+      if (decided.write === 'retry') {
+        recorder.add((w) => {
+          void w.log(retryLine(e.run.id, step, decided.message, decided.wakeAt))
+          w.failAttempt(step.id, decided.message, decided.wakeAt)
+        })
+        finished.push({ kind: step.kind, how: 'retry' })
+        out.releaseAt.push({ id: e.run.id, wakeAt: decided.wakeAt })
+      } else if (decided.write === 'degrade') {
+        recorder.add((w) => {
+          void w.log(degradeLine(e.run.id, step, decided.message))
+          w.failAttempt(step.id, decided.message, null)
+        })
+        finished.push({ kind: step.kind, how: 'failed' })
+        stillActive.push(e.run.id)
+      } else {
+        out.stragglers.push({ run: e.run, done: detached(finishAlone(deps, e, step, { ok: false, error })) })
       }
     }
     const outcomes = await executeRound(

@@ -62,21 +62,22 @@ export function isResume(step: StepRow): boolean {
 
 /**
  * How a step may be entered on the path that executes many runs' steps
- * together (batch.ts): `begin` for a first attempt with nothing pending on it,
- * `resume` for a step whose timer (or cue timeout) came due, or null for the
- * per-run engine: a retry (its run's health is restored on success), an
- * unknown kind (failed there with its reason), and a rehearsal of a kind with
- * side effects (the per-run engine logs its intent instead). The caller has
- * already checked that the step is due ({@link notYet}).
+ * together (batch.ts): `begin` for a pending step (a first attempt, a retry
+ * whose backoff is over, an attempt given back at a shutdown), `resume` for a
+ * step whose timer (or cue timeout) came due, or null for the per-run engine:
+ * an unknown kind (failed there with its reason), a rehearsal of a kind with
+ * side effects (the per-run engine logs its intent instead), and a step left
+ * executing by an owner whose lease ran out. The caller has already checked
+ * that the step is due ({@link notYet}).
  */
 export function batchEntry(
   step: StepRow,
   kind: { sideEffects?: boolean } | undefined,
   rehearsal: boolean,
 ): 'begin' | 'resume' | null {
-  if (kind === undefined || (rehearsal && kind.sideEffects === true) || step.lastError !== null) return null
-  if (step.status === 'pending' && step.attempts === 0 && !step.wakeAt && !step.claimExpiresAt) return 'begin'
-  if (isResume(step) && step.attempts === 1) return 'resume'
+  if (kind === undefined || (rehearsal && kind.sideEffects === true)) return null
+  if (step.status === 'pending' && !step.claimExpiresAt) return 'begin'
+  if (isResume(step)) return 'resume'
   return null
 }
 

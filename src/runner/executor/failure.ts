@@ -5,6 +5,7 @@
  * batch one included, writes them here, one run at a time, at once.
  */
 import type { Db } from '../../../sql/db.ts'
+import type { NewLog } from '../../../sql/eventRunLogs.ts'
 import * as logs from '../../../sql/eventRunLogs.ts'
 import type { RunRow } from '../../../sql/eventRuns/index.ts'
 import * as runs from '../../../sql/eventRuns/index.ts'
@@ -57,12 +58,7 @@ export async function handleFailure(
       if (!(await recordOutcome(deps.hardStop, () => steps.scheduleRetry(deps.db, step.id, message, wakeAt))))
         return { next: true }
       await runs.setHealth(deps.db, run.id, 'degraded')
-      await logs.append(deps.db, {
-        runId: run.id,
-        stepId: step.id,
-        level: 'warn',
-        message: `${step.kind} attempt ${step.attempts} of ${step.maxAttempts} failed: ${message}; retrying at ${wakeAt.toISOString()}`,
-      })
+      await logs.append(deps.db, retryLine(run.id, step, message, wakeAt))
       deps.observer?.stepFinished?.(step.kind, 'retry')
       return { next: false, wakeAt }
     }
@@ -71,12 +67,7 @@ export async function handleFailure(
       deps.observer?.stepFinished?.(step.kind, 'failed')
       if (!failed) return { next: true } // a person skipped or cancelled it meanwhile
       await runs.setHealth(deps.db, run.id, 'degraded')
-      await logs.append(deps.db, {
-        runId: run.id,
-        stepId: step.id,
-        level: 'warn',
-        message: `${step.kind} failed after ${step.attempts} attempt(s): ${message}; continuing degraded (onError: degrade)`,
-      })
+      await logs.append(deps.db, degradeLine(run.id, step, message))
       return { next: true }
     }
     case 'fail': {
@@ -103,5 +94,25 @@ export async function handleFailure(
       }
       return { next: false, stop: true }
     }
+  }
+}
+
+/** The run's log line for a failed attempt that will be retried at `wakeAt`. */
+export function retryLine(runId: number, step: StepRow, message: string, wakeAt: Date): NewLog {
+  return {
+    runId,
+    stepId: step.id,
+    level: 'warn',
+    message: `${step.kind} attempt ${step.attempts} of ${step.maxAttempts} failed: ${message}; retrying at ${wakeAt.toISOString()}`,
+  }
+}
+
+/** The run's log line for a step failed for good under `onError: degrade`. */
+export function degradeLine(runId: number, step: StepRow, message: string): NewLog {
+  return {
+    runId,
+    stepId: step.id,
+    level: 'warn',
+    message: `${step.kind} failed after ${step.attempts} attempt(s): ${message}; continuing degraded (onError: degrade)`,
   }
 }

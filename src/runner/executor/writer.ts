@@ -105,6 +105,8 @@ export class BufferedWriter implements StepWriter {
   private completed: number[] = []
   private answered: { id: number; result: unknown }[] = []
   private setAside: { id: number; until: Date | null; parked: boolean }[] = []
+  private failedAttempts: { id: number; error: string; retryAt: Date | null }[] = []
+  private restored: number[] = []
 
   constructor(
     private readonly db: Queryable,
@@ -134,6 +136,19 @@ export class BufferedWriter implements StepWriter {
     this.setAside.push({ id: stepId, until, parked })
   }
 
+  /**
+   * A failed attempt: retried at `retryAt`, or failed for good when null (the
+   * run goes on degraded); either way its run is degraded once it is written.
+   */
+  failAttempt(stepId: number, error: string, retryAt: Date | null): void {
+    this.failedAttempts.push({ id: stepId, error, retryAt })
+  }
+
+  /** A retried step of this run succeeded: the run is `ok` again unless another step keeps it degraded. */
+  restoreHealth(runId: number): void {
+    this.restored.push(runId)
+  }
+
   /** True when nothing is collected. */
   isEmpty(): boolean {
     return (
@@ -143,7 +158,9 @@ export class BufferedWriter implements StepWriter {
       this.lines.length === 0 &&
       this.completed.length === 0 &&
       this.answered.length === 0 &&
-      this.setAside.length === 0
+      this.setAside.length === 0 &&
+      this.failedAttempts.length === 0 &&
+      this.restored.length === 0
     )
   }
 
@@ -171,13 +188,23 @@ export class BufferedWriter implements StepWriter {
     const completed = this.completed
     const answered = this.answered
     const setAside = this.setAside
-    if (completed.length > 0 || answered.length > 0 || setAside.length > 0)
+    const failed = this.failedAttempts
+    if (completed.length > 0 || answered.length > 0 || setAside.length > 0 || failed.length > 0)
       await recordOutcome(this.hardStop, async () => {
         await steps.completeMany(db, completed)
         await steps.completeManyWithResults(db, answered)
         await steps.setAsideMany(db, setAside)
+        await steps.failAttempts(db, failed)
       })
+    // The runs' health follows what their steps' rows now say.
+    await runs.degradeForSteps(
+      db,
+      failed.map((f) => f.id),
+    )
+    await runs.restoreHealthOf(db, this.restored)
     this.setAside = []
+    this.failedAttempts = []
+    this.restored = []
     this.finished = []
     this.endingMoves = []
     this.phaseMoves = []
