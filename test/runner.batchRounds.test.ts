@@ -6,7 +6,7 @@
  * timeouts.
  */
 import { expect, it } from 'vitest'
-import type { Db } from '../sql/db.ts'
+import { DatabaseError, type Db } from '../sql/db.ts'
 import * as runsSql from '../sql/eventRuns/index.ts'
 import { cancelRun, startRun } from '../src/operations/runControls.ts'
 import { systemClock } from '../src/runner/clock.ts'
@@ -389,4 +389,71 @@ it('a receiver down for a whole batch: its attempts fail together, wait out thei
   }
   expect(counted.count() - firstTick).toBeLessThan(10)
   expect([...receiver.countsByKey().entries()].filter(([, n]) => n === 2)).toHaveLength(RUNS)
+})
+
+it('a batch that fails part-way gives its claims back, and a run gone on alone still finishes and is released', async () => {
+  let first: number | null = null
+  receiver.route('/hooks/', (call) => {
+    first ??= call.seq
+    return call.seq === first ? { hold: true } : { status: 200 }
+  })
+  const env: RunnerTestEnv = { db: t.db, registry: makeRegistry(), clock: systemClock }
+  const def = await defineEvent(env, {
+    graceSeconds: 3600,
+    program: program([
+      'show',
+      [
+        { kind: 'core.webhook', params: { url: `${receiver.url}/hooks/go` } },
+        { kind: 'core.log', params: { message: 'after' } },
+      ],
+    ]),
+  })
+  const ids = await dueRuns(def, 3)
+  // The database refuses the round after the webhooks (its log lines), once.
+  let faults = 0
+  const faulty = wrapStatements(t.db, 'runQuery', (real) => async (sql, args) => {
+    if (faults === 0 && /^\s*INSERT INTO event_run_logs/.test(sql)) {
+      faults++
+      throw new DatabaseError(
+        'The database refused a write (injected fault).',
+        Object.assign(new Error('injected'), { errno: 1406, code: 'ER_DATA_TOO_LONG' }),
+      )
+    }
+    return real(sql, args)
+  })
+  const runner = new Runner({
+    db: faulty,
+    registry: env.registry,
+    instanceId: 'part-way',
+    logger: quiet,
+    settings: { webhookAllow: parseAllowList(`${receiver.url}/hooks/`).prefixes },
+  })
+  const tick = runner.tick()
+  const outcome = tick.then(
+    () => null,
+    (err: unknown) => err,
+  )
+  await waitFor(() => faults === 1 && receiver.pending().length === 1, {
+    timeoutMs: 10_000,
+    intervalMs: 10,
+    what: 'the batch to fail while one webhook is held',
+  })
+  const held = Number(String(receiver.pending()[0]?.key ?? '').split('-')[0])
+  // The runs the failed batch held are given back at once; the one gone on alone is still its own.
+  await waitFor(
+    async () => {
+      const claimed = await t.db.query<{ id: number }>(
+        'SELECT id FROM event_runs WHERE definition_id = ? AND claimed_by IS NOT NULL',
+        [def.id],
+      )
+      return claimed.length === 1 && Number(claimed[0]?.id) === held
+    },
+    { timeoutMs: 10_000, intervalMs: 10, what: 'every claim but the held run’s to be given back' },
+  )
+  receiver.releaseHeld()
+  expect(await outcome).toBeInstanceOf(DatabaseError)
+  expect(await runOf(t.db, held)).toMatchObject({ status: 'completed', claimedBy: null })
+  expect(await logLines(t.db, held)).toContain('after')
+  for (const id of ids.filter((id) => id !== held))
+    expect(await runOf(t.db, id)).toMatchObject({ status: 'running', claimedBy: null })
 })

@@ -61,12 +61,15 @@ export interface BatchOutcome {
   release: number[]
   /** Runs to release due at a given time (a timer, a cue's timeout, a retry; null: when a person acts). */
   releaseAt: { id: number; wakeAt: Date | null }[]
-  /**
-   * Runs whose step outlasted the rest of its round. Each goes on alone as
-   * soon as its step answers; `done` says when to release it.
-   */
-  stragglers: { run: ClaimedRun; done: Promise<RunAnswer> }[]
 }
+
+/**
+ * Told of each run the batch lets go on alone (its step failed the run, was
+ * cut short, or outlasted its round), as soon as it is let go: `done` settles
+ * when the run has gone as far as it can, saying when to release it. The
+ * batch no longer answers for it, whatever becomes of the rest of the batch.
+ */
+export type OnAlone = (run: ClaimedRun, done: Promise<RunAnswer>) => void
 
 /** One run's step in a round. */
 interface Entry {
@@ -78,10 +81,14 @@ interface Entry {
   how: 'begin' | 'resume'
 }
 
-export async function advanceBatch(deps: EngineDeps, claimed: readonly ClaimedRun[]): Promise<BatchOutcome> {
+export async function advanceBatch(
+  deps: EngineDeps,
+  claimed: readonly ClaimedRun[],
+  onAlone: OnAlone,
+): Promise<BatchOutcome> {
   const { db, registry } = deps
   const byId = new Map(claimed.map((r) => [r.id, r]))
-  const out: BatchOutcome = { handOff: [], release: [], releaseAt: [], stragglers: [] }
+  const out: BatchOutcome = { handOff: [], release: [], releaseAt: [] }
   let active = claimed.map((r) => r.id)
   const budget = deps.maxStepsPerClaim ?? 25
   // When the claims run out, on the runner's clock, at the earliest: the
@@ -255,7 +262,7 @@ export async function advanceBatch(deps: EngineDeps, claimed: readonly ClaimedRu
         finished.push({ kind: step.kind, how: 'failed' })
         stillActive.push(e.run.id)
       } else {
-        out.stragglers.push({ run: e.run, done: detached(finishAlone(deps, e, step, { ok: false, error })) })
+        onAlone(e.run, finishAlone(deps, e, step, { ok: false, error }))
       }
     }
     const outcomes = await executeRound(
@@ -271,7 +278,7 @@ export async function advanceBatch(deps: EngineDeps, claimed: readonly ClaimedRu
       const e = entries[i] as Entry
       const step = executing[i] as StepRow
       const done = pending.then((r) => finishAlone(deps, e, step, r.ok ? r.value : r))
-      out.stragglers.push({ run: e.run, done: detached(done) })
+      onAlone(e.run, done)
     }
     // Every outcome of the round is written before any run of it takes its next step.
     await recorder.settled()
@@ -332,14 +339,4 @@ async function finishAlone(
   if ('stop' in verdict) return { stop: true }
   if (!verdict.next) return { wakeAt: verdict.wakeAt }
   return advanceRun(deps, e.run)
-}
-
-/**
- * A continuation the runner awaits only once the batch returns: marked as
- * handled meanwhile (its error reaches the runner, which logs it and releases
- * the run, when it awaits it).
- */
-function detached<T>(work: Promise<T>): Promise<T> {
-  work.catch(() => {})
-  return work
 }

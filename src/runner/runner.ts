@@ -406,28 +406,34 @@ export class Runner {
       )
       throw err
     }
-    // The whole batch goes together, step by step; what it leaves runs one by one.
+    // The whole batch goes together, step by step; what it leaves runs one by
+    // one. A run it lets go on alone (its step is still executing, or failed
+    // the run) is released by its own continuation, whatever becomes of the rest.
+    const alone: Promise<void>[] = []
+    const aloneIds = new Set<number>()
+    const onAlone = (run: ClaimedRun, done: Promise<RunAnswer>) => {
+      aloneIds.add(run.id)
+      alone.push(this.advanceClaimed(run, () => done))
+    }
     let handOff: ClaimedRun[]
-    let stragglers: { run: ClaimedRun; done: Promise<RunAnswer> }[] = []
     try {
-      const batch = await advanceBatch(engine, ready)
+      const batch = await advanceBatch(engine, ready, onAlone)
       handOff = batch.handOff
-      stragglers = batch.stragglers
       await runs.releaseClaims(db, batch.release, this.instanceId, clock.now())
       await runs.releaseClaimsAt(db, batch.releaseAt, this.instanceId)
     } catch (err) {
-      // Nothing of this batch will be advanced now: give every claim back rather
-      // than leave the runs waiting out their leases.
+      // Nothing more of this batch will be advanced now: give back every claim
+      // not in the hands of a continuation rather than leave the runs waiting
+      // out their leases, and let those continuations finish first.
       await this.releaseAll(
-        ready.map((r) => r.id),
+        ready.filter((r) => !aloneIds.has(r.id)).map((r) => r.id),
         clock.now(),
       )
+      await Promise.all(alone)
       throw err
     }
-    // Stragglers are under way already (their steps are executing): each is
-    // released when it is done, beside the runs advanced one by one.
     await Promise.all([
-      ...stragglers.map(({ run, done }) => this.advanceClaimed(run, () => done)),
+      ...alone,
       this.forEachLimited(handOff, (run) => this.advanceClaimed(run, () => advanceRun(engine, run))),
     ])
   }
