@@ -54,7 +54,7 @@ export interface Config {
   materialiseHorizonHours: number
   /** Runs per start transaction and per in-flight claim statement. @default 1000 */
   runnerBatchSize: number
-  /** Runs advanced at once, each on one pooled connection at a time. @default 8 */
+  /** Steps a batch of runs executes at once, and runs advanced one by one at once. @default 8 */
   runnerParallelism: number
   /** Start transactions in flight at once while a backlog of due runs drains. @default 2 */
   runnerStartConcurrency: number
