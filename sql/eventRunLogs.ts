@@ -57,37 +57,10 @@ export async function append(db: Queryable, entry: NewLog): Promise<void> {
   )
 }
 
-/**
- * Lines this many runs' steps share word for word (the same `core.log` of one
- * version, a batch of thousands) go in set-wise: one `INSERT … SELECT` over the
- * steps' ids carries the line once, instead of a VALUES row per run.
- */
-const SHARED_LINE_MIN_RUNS = 8
-/** Step ids per set-wise statement, at most. */
-const MAX_STEP_IDS_PER_STATEMENT = 2000
-
-/** Several lines in one statement (a batch of runs), each run's lines in the order given. */
+/** Several lines in one statement (a batch of runs). */
 export async function appendMany(db: Queryable, entries: readonly NewLog[]): Promise<void> {
   // Sized on the values as sent: each line's data is serialised once.
   const rows = entries.map(values)
-  const shared = sharedLines(entries, rows)
-  if (shared) {
-    for (const { line, stepIds } of shared) {
-      for (let from = 0; from < stepIds.length; from += MAX_STEP_IDS_PER_STATEMENT) {
-        const some = stepIds.slice(from, from + MAX_STEP_IDS_PER_STATEMENT)
-        // The order only matters between a run's own lines, and a group holds one line per run.
-        const res = await db.runQuery(
-          `INSERT INTO event_run_logs (run_id, step_id, level, message, actor, data)
-           SELECT s.run_id, s.id, ?, ?, ?, ? FROM event_run_steps s
-            WHERE s.id IN (${placeholders(some.length)}) ORDER BY s.id`,
-          [...line, ...some],
-        )
-        if (res.affectedRows !== some.length)
-          throw new Error(`wrote ${res.affectedRows} of ${some.length} log lines: a step is missing`)
-      }
-    }
-    return
-  }
   const variableBytes = (row: SqlValue[]) => String(row[3]).length + String(row[5]).length
   for (const chunk of chunkRows(rows, variableBytes)) {
     await db.runQuery(
@@ -96,45 +69,6 @@ export async function appendMany(db: Queryable, entries: readonly NewLog[]): Pro
       chunk.flat(),
     )
   }
-}
-
-/**
- * The lines grouped by their text (level, message, actor, data), when every
- * line belongs to a step, each group is shared by at least
- * {@link SHARED_LINE_MIN_RUNS} runs with one line each, and writing the groups
- * one after another keeps each run's lines in their order; otherwise null.
- */
-function sharedLines(
-  entries: readonly NewLog[],
-  rows: readonly SqlValue[][],
-): { line: SqlValue[]; stepIds: number[] }[] | null {
-  if (entries.length < SHARED_LINE_MIN_RUNS) return null
-  const groups = new Map<string, { index: number; line: SqlValue[]; stepIds: number[]; runs: Set<number> }>()
-  const lastGroupOfRun = new Map<number, number>()
-  for (let i = 0; i < entries.length; i++) {
-    const entry = entries[i] as NewLog
-    const row = rows[i] as SqlValue[]
-    if (entry.stepId === null || entry.stepId === undefined) return null
-    const line = row.slice(2)
-    const key = JSON.stringify(line)
-    let group = groups.get(key)
-    if (!group) {
-      group = { index: groups.size, line, stepIds: [], runs: new Set() }
-      groups.set(key, group)
-    }
-    // A run's later line in an earlier group would be written before its
-    // earlier line, and two of its lines in one group in step id order.
-    if ((lastGroupOfRun.get(entry.runId) ?? -1) > group.index || group.runs.has(entry.runId)) return null
-    lastGroupOfRun.set(entry.runId, group.index)
-    group.runs.add(entry.runId)
-    group.stepIds.push(entry.stepId)
-  }
-  const all = [...groups.values()]
-  for (const g of all) {
-    if (g.stepIds.length < SHARED_LINE_MIN_RUNS) return null
-    g.stepIds.sort((a, b) => a - b)
-  }
-  return all
 }
 
 /** A run's log, newest first, limit clamped to 1..500. */
