@@ -27,6 +27,7 @@
  */
 import { DatabaseError, DB_ERRNO, isDbErrno, isDbUnavailable, type Queryable } from '../../sql/db.ts'
 import * as definitions from '../../sql/eventDefinitions.ts'
+import type { NewLog } from '../../sql/eventRunLogs.ts'
 import * as logs from '../../sql/eventRunLogs.ts'
 import type { RunRow, StartedAs } from '../../sql/eventRuns/index.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
@@ -35,7 +36,7 @@ import * as steps from '../../sql/eventSteps/index.ts'
 import { type ClaimedRun, type EngineDeps, specsForVersion } from './engine.ts'
 import { stepContext, withTimeout } from './executor/context.ts'
 import { outcomeWrite, startedAs } from './executor/decide.ts'
-import { BufferedWriter } from './executor/writer.ts'
+import { BufferedWriter, type StepWriter } from './executor/writer.ts'
 import { withinGrace } from './grace.ts'
 import { STEP_DEFAULTS } from './program.ts'
 import { StepFailure } from './steps/types.ts'
@@ -330,8 +331,15 @@ async function startInTransaction(
       for (let i = 0; i < plan.pure; i++) {
         const spec = plan.specs[i] as StepSpec
         const step = stepRowOf(spec, stepIds[i] as number, plan.run.id, deps.owner, now, leaseUntil)
-        const attempt = new BufferedWriter(tx, deps.hardStop)
-        const outcome = await runPure(deps, attempt, plan, step, signal)
+        // This attempt's lines, kept only if it completes (a plain array: one per run of a batch of thousands).
+        const lines: NewLog[] = []
+        const outcome = await runPure(
+          deps,
+          { log: async (line) => void lines.push(line) },
+          plan,
+          step,
+          signal,
+        )
         if (!outcome) {
           // Not completed after all: this step and the pure ones after it go back
           // to `pending`, and the engine runs it with its retries.
@@ -339,7 +347,7 @@ async function startInTransaction(
           reopen.push(...stepIds.slice(i, plan.pure))
           break
         }
-        for (const line of attempt.takeLines()) await kept.log(line)
+        for (const line of lines) await kept.log(line)
         if (outcome.result !== undefined && outcome.result !== null)
           results.push({ id: step.id, result: outcome.result })
         finished.push(spec.kind)
@@ -398,7 +406,7 @@ async function startInTransaction(
 /** Run one pure step; its log lines go to `writer`. Null when the attempt failed, else its result. */
 async function runPure(
   deps: EngineDeps,
-  writer: BufferedWriter,
+  writer: Pick<StepWriter, 'log'>,
   plan: Plan,
   step: StepRow,
   signal: AbortSignal,

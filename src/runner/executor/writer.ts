@@ -164,13 +164,6 @@ export class BufferedWriter implements StepWriter {
     )
   }
 
-  /** Lines collected so far, taken out of the buffer (for a caller that writes them itself). */
-  takeLines(): NewLog[] {
-    const lines = this.lines
-    this.lines = []
-    return lines
-  }
-
   /**
    * Write what was collected, in the order the per-run path would: runs
    * finished, phases moved, log lines, then completions (retried through a
