@@ -11,7 +11,7 @@ import * as runs from '../../sql/eventRuns/index.ts'
 import * as heartbeats from '../../sql/runnerHeartbeats.ts'
 import type { RunnerObserver } from './engine.ts'
 import { materialiseAll } from './materialise.ts'
-import type { RunnerLogger } from './runner.ts'
+import type { RunnerLogger } from './options.ts'
 
 export interface HousekeepingDeps {
   db: Db

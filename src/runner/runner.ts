@@ -2,13 +2,15 @@
  * The Runner: one loop per process that drives every run from its schedule to a
  * terminal status. States: created → active → stopping → stopped.
  *
- * Each tick: reclaim expired leases → materialise (throttled; at once after a
- * definition changed) → mark missed runs → lease due in-flight runs → start
- * due key-less runs, a batch per transaction (start.ts) → claim due keyed runs
- * one by one, each with its key lock (keyedStart.ts) → advance what is held
- * (inline steps together in batch.ts, the rest run by run in engine.ts, both
- * through the step executor in executor/) → retention (throttled) →
- * heartbeat. The sweeps and their throttles live in housekeeping.ts.
+ * Each tick: materialise first if a definition changed → start due key-less
+ * runs, a batch per transaction (start.ts; first, so the sweeps never make a
+ * run late) → reclaim expired leases → mark missed runs → lease due in-flight
+ * runs → claim due keyed runs one by one, each with its key lock
+ * (keyedStart.ts) → advance what is held (a batch at a time in batch.ts, what
+ * it leaves run by run in engine.ts, both through the step executor in
+ * executor/) → materialise (throttled) → retention (throttled) → heartbeat.
+ * The sweeps and their throttles live in housekeeping.ts; the options and
+ * their defaults in options.ts.
  *
  * Be careful about which parts can throw. `tick()` may throw only database
  * errors from its sweeps; the loop catches them, counts them, logs them and
@@ -20,95 +22,21 @@
 import { randomUUID } from 'node:crypto'
 import { setMaxListeners } from 'node:events'
 import { hostname } from 'node:os'
-import type { Db } from '../../sql/db.ts'
 import { isDbUnavailable } from '../../sql/db.ts'
 import type { RunRow } from '../../sql/eventRuns/index.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
 import * as steps from '../../sql/eventSteps/index.ts'
 import * as heartbeats from '../../sql/runnerHeartbeats.ts'
 import { advanceBatch } from './batch.ts'
-import { type Clock, systemClock } from './clock.ts'
-import {
-  advanceRun,
-  type ClaimedRun,
-  type EngineDeps,
-  expandStartingRuns,
-  type RunAnswer,
-  type RunnerObserver,
-} from './engine.ts'
+import { advanceRun, type ClaimedRun, type EngineDeps, expandStartingRuns, type RunAnswer } from './engine.ts'
 import { Housekeeping } from './housekeeping.ts'
 import { KeyedStarter } from './keyedStart.ts'
-import { DEFAULT_MAX_RUNS_AHEAD } from './materialise.ts'
+import { type ResolvedOptions, type RunnerOptions, resolveOptions } from './options.ts'
 import { startKeylessDue } from './start.ts'
-import type { StepRegistry } from './steps/registry.ts'
-import type { StepSettings } from './steps/types.ts'
 
 export type RunnerState = 'created' | 'active' | 'stopping' | 'stopped'
+export type { RunnerLogger, RunnerOptions } from './options.ts'
 
-/** Minimal logger shape (pino's). */
-export interface RunnerLogger {
-  info(obj: object, msg?: string): void
-  warn(obj: object, msg?: string): void
-  error(obj: object, msg?: string): void
-  debug(obj: object, msg?: string): void
-}
-
-/** Options of {@link Runner}. */
-export interface RunnerOptions {
-  db: Db
-  registry: StepRegistry
-  /** Unique per process; shown as `claimedBy`. @default `${hostname}-${pid}-${random}` */
-  instanceId?: string
-  /** Milliseconds between ticks. @default 1000 */
-  tickMs?: number
-  /** Lease length for a claimed run. @default 30000 */
-  leaseMs?: number
-  /** Look-ahead for materialisation. @default 24 h */
-  horizonMs?: number
-  /**
-   * Runs kept ahead per (definition, scope), at most: a dense schedule keeps a
-   * rolling window this long, topped up when it has run half down.
-   * @default 1000
-   */
-  maxRunsAhead?: number
-  /** Minimum time between materialisation passes unless nudged. @default 60000 */
-  materialiseEveryMs?: number
-  /** Terminal runs' logs older than this are deleted. @default 30 days */
-  logRetentionMs?: number
-  /**
-   * Terminal runs that ended longer ago than this are deleted with their steps
-   * and logs; 0 keeps every run. @default 90 days
-   */
-  runRetentionMs?: number
-  /** Minimum time between retention sweeps. @default 1 h */
-  retentionEveryMs?: number
-  /**
-   * Runs per start transaction, and in-flight runs leased per claim statement.
-   * A tick runs up to 10 start transactions while a backlog lasts, then ticks
-   * again at once. Larger batches are fewer, larger statements: 20,000 runs due
-   * at one instant took 0.05 statements and about 80 µs of database CPU per run
-   * at 200, 0.011 and about 45 µs at 1000. @default 1000
-   */
-  batchSize?: number
-  /**
-   * Runs advanced one by one at once (each uses one pooled connection at a
-   * time), and steps a batch executes at once (webhooks in flight, say). @default 8
-   */
-  parallelism?: number
-  /**
-   * Start transactions in flight at once while a backlog of due runs drains
-   * (each holds one pooled connection; one batch at a time otherwise). @default 2
-   */
-  startConcurrency?: number
-  /** Steps per run per claim before it is given back. @default 25 */
-  maxStepsPerClaim?: number
-  settings?: StepSettings
-  clock?: Clock
-  logger?: RunnerLogger
-  observer?: RunnerObserver
-}
-
-const noopLogger: RunnerLogger = { info() {}, warn() {}, error() {}, debug() {} }
 /**
  * Cap on the wait after failed ticks. Short enough that a runner notices a
  * restarted database within seconds, long enough not to hammer one that is down.
@@ -121,9 +49,7 @@ export class Runner {
   private loopPromise: Promise<void> | null = null
   private sleepAbort: AbortController | null = null
   private readonly hardStop = new AbortController()
-  private readonly opts: Required<Omit<RunnerOptions, 'observer' | 'instanceId'>> & {
-    observer?: RunnerObserver
-  }
+  private readonly opts: ResolvedOptions
   private readonly housekeeping: Housekeeping
   private readonly keyed: KeyedStarter
   private consecutiveErrors = 0
@@ -135,26 +61,7 @@ export class Runner {
     // Every in-flight step listens on the hard-stop signal; there may be many.
     setMaxListeners(0, this.hardStop.signal)
     this.instanceId = options.instanceId ?? `${hostname()}-${process.pid}-${randomUUID().slice(0, 4)}`
-    this.opts = {
-      db: options.db,
-      registry: options.registry,
-      tickMs: options.tickMs ?? 1000,
-      leaseMs: options.leaseMs ?? 30_000,
-      horizonMs: options.horizonMs ?? 24 * 3600_000,
-      maxRunsAhead: options.maxRunsAhead ?? DEFAULT_MAX_RUNS_AHEAD,
-      materialiseEveryMs: options.materialiseEveryMs ?? 60_000,
-      logRetentionMs: options.logRetentionMs ?? 30 * 24 * 3600_000,
-      runRetentionMs: options.runRetentionMs ?? 90 * 24 * 3600_000,
-      retentionEveryMs: options.retentionEveryMs ?? 3600_000,
-      batchSize: options.batchSize ?? 1000,
-      parallelism: options.parallelism ?? 8,
-      startConcurrency: Math.max(1, options.startConcurrency ?? 2),
-      maxStepsPerClaim: options.maxStepsPerClaim ?? 25,
-      settings: options.settings ?? { webhookAllow: [] },
-      clock: options.clock ?? systemClock,
-      logger: options.logger ?? noopLogger,
-      observer: options.observer,
-    }
+    this.opts = resolveOptions(options)
     const stopping = () => this.windingDown
     this.housekeeping = new Housekeeping({ ...this.opts, instanceId: this.instanceId, stopping })
     this.keyed = new KeyedStarter({ ...this.opts, instanceId: this.instanceId, stopping })
@@ -316,16 +223,46 @@ export class Runner {
   /** One pass. Public so tests can drive the runner tick by tick with an injected clock. */
   async tick(): Promise<void> {
     const { db, clock } = this.opts
-    // Lease expiry is judged on the database's clock (sql/leases.ts).
-    await runs.reclaimStale(db)
-    await steps.reclaimStale(db)
     // A definition changed: materialise first, its runs may be due now. The
     // periodic pass (and a dense schedule's refill) waits until the due runs
     // have started, so it never makes them late.
     const requested = this.housekeeping.materialiseRequestedNow
     if (requested) await this.housekeeping.materialiseIfDue(clock.now())
-    this.keyed.forget(await this.housekeeping.markMissed(clock.now()))
-    await this.advanceDue()
+    // Due in-flight runs are leased, then due key-less runs start, before the
+    // sweeps: the sleep was aimed at their time, and every statement ahead of
+    // them makes each that much later. The start leaves a run past its grace
+    // to the missed sweep, and a lease reclaimed by the sweep is taken at the
+    // next pass.
+    const claimFrom = Date.now()
+    const now = clock.now()
+    const leaseUntil = new Date(now.getTime() + this.opts.leaseMs)
+    const token = `${this.instanceId}:${++this.tickSeq}`
+    const claimed = await runs.claimTickBatch(
+      db,
+      this.instanceId,
+      `${token}:t`,
+      leaseUntil,
+      now,
+      this.opts.batchSize,
+    )
+    // A full claim means more in-flight runs are due (a burst of timers running
+    // out together): tick again at once rather than after TICK_MS.
+    if (claimed.length >= this.opts.batchSize && !this.windingDown) this.nudged = true
+    let started: ClaimedRun[] = []
+    try {
+      started = await this.startDue(token)
+      // Lease expiry is judged on the database's clock (sql/leases.ts).
+      await runs.reclaimStale(db)
+      await steps.reclaimStale(db)
+      this.keyed.forget(await this.housekeeping.markMissed(clock.now()))
+    } catch (err) {
+      await this.releaseAll(
+        [...claimed, ...started].map((r) => r.id),
+        clock.now(),
+      )
+      throw err
+    }
+    await this.advanceDue(claimed, started, { claimFrom, now, leaseUntil })
     if (!requested) {
       // Runs it made that are due already start on a pass at once; later ones are the sleep's aim.
       const made = await this.housekeeping.materialiseIfDue(clock.now())
@@ -338,45 +275,47 @@ export class Runner {
     this.lastTickAt = new Date()
   }
 
-  /** Claim what is due (batch claims for key-less runs, one by one for keyed ones) and advance it. */
-  private async advanceDue(): Promise<void> {
+  /** Start due key-less runs, a batch per transaction (start.ts); answers those left claimed for the rest of their program. */
+  private async startDue(token: string): Promise<ClaimedRun[]> {
+    const pass = await startKeylessDue(this.engineDeps(), {
+      token: `${token}:s`,
+      batchSize: this.opts.batchSize,
+      concurrency: this.opts.startConcurrency,
+      onFailed: (runId, reason) =>
+        this.opts.logger.error(
+          { runId, instance: this.instanceId, reason },
+          'a run could not be started; it failed',
+        ),
+      release: (ids) => this.releaseAll(ids, this.opts.clock.now()),
+    })
+    // A backlog is left: tick again at once rather than after the tick interval.
+    if (pass.backlog && !this.windingDown) this.nudged = true
+    return pass.handOff
+  }
+
+  /**
+   * Claim due keyed runs (one by one) and advance them with the in-flight runs
+   * leased and the runs the start handed over, all claimed since `claimFrom`.
+   */
+  private async advanceDue(
+    leased: RunRow[],
+    handedOver: ClaimedRun[],
+    at: { claimFrom: number; now: Date; leaseUntil: Date },
+  ): Promise<void> {
     const { db, clock, batchSize } = this.opts
-    const now = clock.now()
-    const leaseUntil = new Date(now.getTime() + this.opts.leaseMs)
-    const token = `${this.instanceId}:${++this.tickSeq}`
-    const claimFrom = Date.now()
-    let claimed: RunRow[] = []
-    claimed.push(
-      ...(await runs.claimTickBatch(db, this.instanceId, `${token}:t`, leaseUntil, now, batchSize)),
-    )
-    // A full claim means more in-flight runs are due (a burst of timers running
-    // out together): tick again at once rather than after TICK_MS.
-    if (claimed.length >= batchSize && !this.windingDown) this.nudged = true
-    let started: ClaimedRun[]
+    const { claimFrom, now, leaseUntil } = at
+    let started = handedOver
+    let claimed = [...leased]
+    // Keyed runs and runs under an overlap policy, one by one (keyedStart.ts).
     try {
-      const pass = await startKeylessDue(this.engineDeps(), {
-        token: `${token}:s`,
-        batchSize,
-        concurrency: this.opts.startConcurrency,
-        onFailed: (runId, reason) =>
-          this.opts.logger.error(
-            { runId, instance: this.instanceId, reason },
-            'a run could not be started; it failed',
-          ),
-        release: (ids) => this.releaseAll(ids, this.opts.clock.now()),
-      })
-      started = pass.handOff
-      // A backlog is left: tick again at once rather than after the tick interval.
-      if (pass.backlog && !this.windingDown) this.nudged = true
+      claimed.push(...(await this.keyed.claimDue(now, leaseUntil, batchSize)))
     } catch (err) {
       await this.releaseAll(
-        claimed.map((r) => r.id),
-        now,
+        [...claimed, ...started].map((r) => r.id),
+        clock.now(),
       )
       throw err
     }
-    // Keyed runs and runs under an overlap policy, one by one (keyedStart.ts).
-    claimed.push(...(await this.keyed.claimDue(now, leaseUntil, batchSize)))
     if (claimed.length === 0 && started.length === 0) return
     // The keyed loop can be long (a transaction per due keyed run). Past a third
     // of the lease, the claims taken at its start may have expired and been
