@@ -88,7 +88,7 @@ it('a show for 200 runs advances in set-wise rounds: each webhook once, a few st
     program: program([
       'show',
       [
-        { kind: 'core.log', params: { message: 'doors open in {{run.scope}}' } },
+        { kind: 'core.log', params: { message: 'doors open in {{run.scope}} ({{definition.slug}})' } },
         { kind: 'core.wait', params: { seconds: 1 } },
         { kind: 'core.webhook', params: { url: `${receiver.url}/hooks/announce` } },
         { kind: 'core.log', params: { message: 'announced' } },
@@ -127,7 +127,7 @@ it('a show for 200 runs advances in set-wise rounds: each webhook once, a few st
   expect(steps[1]?.result).toMatchObject({ wakeAt: expect.any(String) })
   expect(steps[2]?.result).toMatchObject({ status: 200 })
   expect(await logLines(t.db, ids[7] as number)).toEqual(
-    expect.arrayContaining(['doors open in s7', 'announced']),
+    expect.arrayContaining([`doors open in s7 (${def.slug})`, 'announced']),
   )
   const leftovers = await t.db.query<{ n: number }>(
     'SELECT COUNT(*) AS n FROM event_runs WHERE definition_id = ? AND claimed_by IS NOT NULL',
@@ -233,7 +233,7 @@ it('cues of a whole batch park together, each logged and woken at its own timeou
           kind: 'core.cue',
           params: { prompt: 'Lights in {{run.scope}}', timeoutSeconds: 60, onTimeout: 'continue' },
         },
-        { kind: 'core.log', params: { message: 'after the cue' } },
+        { kind: 'core.log', params: { message: 'after the cue in {{definition.slug}}' } },
       ],
     ]),
   })
@@ -253,13 +253,14 @@ it('cues of a whole batch park together, each logged and woken at its own timeou
     logger: quiet,
   })
   await runner.tick()
-  for (const id of starts) {
+  for (const [i, id] of starts.entries()) {
     const [cue] = await stepsOf(t.db, id)
     expect(cue).toMatchObject({ status: 'running', parked: true, claimedBy: null })
     expect(cue?.wakeAt?.getTime()).toBe(clock.now().getTime() + 60_000)
     expect(await runOf(t.db, id)).toMatchObject({ status: 'running', claimedBy: null })
     expect((await runOf(t.db, id)).wakeAt?.getTime()).toBe(clock.now().getTime() + 60_000)
-    expect(await logLines(t.db, id)).toContain('waiting on a person: Lights in {{run.scope}}')
+    // The prompt as the cue step saw it, its placeholders filled in.
+    expect(await logLines(t.db, id)).toContain(`waiting on a person: Lights in hall${i}`)
   }
   // Begun together and set aside together.
   expect(counted.count()).toBeLessThanOrEqual(3)
@@ -273,6 +274,7 @@ it('cues of a whole batch park together, each logged and woken at its own timeou
       ['completed', 1],
     ])
     expect(await runOf(t.db, id)).toMatchObject({ status: 'completed' })
+    expect(await logLines(t.db, id)).toContain(`after the cue in ${def.slug}`)
   }
 })
 

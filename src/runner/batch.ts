@@ -229,7 +229,7 @@ export async function advanceBatch(
       recorder.add((w) => {
         if (write.write === 'complete') void w.complete(step.id, write.result)
         else w.setAsideStep(step.id, write.until, write.write === 'park')
-        if (write.write === 'park') void w.log(parkedLine(e.run.id, step))
+        if (write.write === 'park') void w.log(parkedLine(e.run, step))
         // A retry that succeeded: the run is no longer degraded for it.
         if (write.write === 'complete' && step.attempts > 1 && step.lastError) w.restoreHealth(e.run.id)
       })
@@ -309,7 +309,17 @@ async function execute(
     const kind = deps.registry.get(step.kind)
     if (!kind) throw new Error(`unknown step kind "${step.kind}"`)
     const value = await withTimeout(step.timeoutMs, deps.hardStop, (signal) =>
-      kind.execute(stepContext(deps, lines, e.run, step, e.run.definitionTitle, e.how === 'resume', signal)),
+      kind.execute(
+        stepContext(
+          deps,
+          lines,
+          e.run,
+          step,
+          { title: e.run.definitionTitle, slug: e.run.definitionSlug },
+          e.how === 'resume',
+          signal,
+        ),
+      ),
     )
     return { ok: true, value }
   } catch (error) {

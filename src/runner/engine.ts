@@ -20,7 +20,7 @@ import * as steps from '../../sql/eventSteps/index.ts'
 import * as versions from '../../sql/eventVersions.ts'
 import type { RunStatus } from '../../sql/states.ts'
 import type { Clock } from './clock.ts'
-import { stepContext, withTimeout } from './executor/context.ts'
+import { stepContext, templateVars, withTimeout } from './executor/context.ts'
 import {
   isAdvancing,
   isResume,
@@ -35,6 +35,7 @@ import { immediateWriter, recordOutcome, type StepWriter } from './executor/writ
 import { expandProgram, type Program } from './program.ts'
 import type { StepRegistry } from './steps/registry.ts'
 import { StepFailure, type StepOutcome, type StepSettings } from './steps/types.ts'
+import { renderTemplate } from './template.ts'
 
 /** Hooks the server wires to metrics; every one is optional. */
 export interface RunnerObserver {
@@ -49,7 +50,7 @@ export interface RunnerObserver {
 }
 
 /** A run this instance holds a claim on, with what its steps' templates need. */
-export type ClaimedRun = RunRow & { definitionTitle: string }
+export type ClaimedRun = RunRow & { definitionTitle: string; definitionSlug: string }
 
 export interface EngineDeps {
   db: Db
@@ -209,18 +210,18 @@ async function executeStep(
   const current: StepRow = { ...step, attempts: attempt, status: 'running' }
 
   const kind = deps.registry.get(step.kind)
-  const title = run.definitionTitle
+  const definition = { title: run.definitionTitle, slug: run.definitionSlug }
   let settled: Settled<StepOutcome>
   try {
     if (!kind) throw new StepFailure(`unknown step kind "${step.kind}"`, { retryable: false })
     if (run.rehearsal && kind.sideEffects) {
-      const ctx = stepContext(deps, writer, run, current, title, resumed, deps.hardStop)
+      const ctx = stepContext(deps, writer, run, current, definition, resumed, deps.hardStop)
       const intent = kind.describe?.(ctx) ?? `${step.kind} ${JSON.stringify(ctx.params)}`
       await ctx.log('info', `rehearsal: would ${intent}`)
       settled = { ok: true, value: { type: 'completed', result: { rehearsal: true } } }
     } else {
       const value = await withTimeout(step.timeoutMs, deps.hardStop, (signal) =>
-        kind.execute(stepContext(deps, writer, run, current, title, resumed, signal)),
+        kind.execute(stepContext(deps, writer, run, current, definition, resumed, signal)),
       )
       settled = { ok: true, value }
     }
@@ -260,16 +261,18 @@ export async function concludeStep(
     case 'park': {
       await recordOutcome(deps.hardStop, () => steps.park(deps.db, step.id, write.until))
       deps.observer?.stepFinished?.(step.kind, 'park')
-      await writer.log(parkedLine(run.id, step))
+      await writer.log(parkedLine(run, step))
       return { next: false, wakeAt: write.until }
     }
   }
 }
 
-/** The log line a run gets when a step parks it on a person. */
-export function parkedLine(runId: number, step: Pick<StepRow, 'id' | 'params'>): NewLog {
-  const prompt = typeof step.params?.prompt === 'string' ? `: ${step.params.prompt}` : ''
-  return { runId, stepId: step.id, level: 'info', message: `waiting on a person${prompt}` }
+/** The log line a run gets when a step parks it on a person, its prompt rendered as the step saw it. */
+export function parkedLine(run: ClaimedRun, step: Pick<StepRow, 'id' | 'params'>): NewLog {
+  const raw = step.params?.prompt
+  const vars = templateVars(run, { title: run.definitionTitle, slug: run.definitionSlug })
+  const prompt = typeof raw === 'string' ? `: ${String(renderTemplate(raw, vars))}` : ''
+  return { runId: run.id, stepId: step.id, level: 'info', message: `waiting on a person${prompt}` }
 }
 
 async function restoreHealth(deps: EngineDeps, runId: number): Promise<void> {

@@ -233,7 +233,8 @@ async function failStart(deps: EngineDeps, runId: number, err: unknown): Promise
 /** One run's plan: its steps, how many lead with pure kinds, and how far they got. */
 interface Plan {
   run: RunRow
-  title: string
+  /** The definition's names, for the steps' templates. */
+  definition: { title: string; slug: string }
   specs: StepSpec[]
   /** Leading steps of pure kinds: inserted as completed, run in the transaction. */
   pure: number
@@ -300,7 +301,8 @@ async function startInTransaction(
     if (version === undefined || version instanceof StartRefused)
       throw version ?? new Error(`version ${run.versionId} was not expanded`)
     const { specs, pure } = version
-    return { run, title: defs.get(run.definitionId)?.title ?? '', specs, pure, reached: pure }
+    const def = defs.get(run.definitionId)
+    return { run, definition: { title: def?.title ?? '', slug: def?.slug ?? '' }, specs, pure, reached: pure }
   })
 
   const rows: StartedStep[] = plans.flatMap((p) =>
@@ -393,7 +395,8 @@ async function startInTransaction(
         wakeAt: as.leaseUntil,
         missedAt: null,
         startedAt: now,
-        definitionTitle: p.title,
+        definitionTitle: p.definition.title,
+        definitionSlug: p.definition.slug,
       })
     }
   }
@@ -414,7 +417,9 @@ async function runPure(
   const kind = deps.registry.get(step.kind)
   if (!kind) return null
   try {
-    const outcome = await kind.execute(stepContext(deps, writer, plan.run, step, plan.title, false, signal))
+    const outcome = await kind.execute(
+      stepContext(deps, writer, plan.run, step, plan.definition, false, signal),
+    )
     const write = outcome ? outcomeWrite(outcome) : undefined
     return write?.write === 'complete' ? { result: write.result } : null
   } catch {

@@ -24,6 +24,7 @@ export function makeStepContext<P = Record<string, unknown>>(
       id: 7,
       definitionId: 3,
       definitionTitle: 'Raid Night',
+      definitionSlug: 'raid-night',
       scope: '',
       scheduledFor: new Date('2025-06-01T18:00:00Z'),
       timezone: 'UTC',

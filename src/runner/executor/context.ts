@@ -8,7 +8,7 @@ import type { RunRow } from '../../../sql/eventRuns/index.ts'
 import type { StepRow } from '../../../sql/eventSteps/index.ts'
 import type { Clock } from '../clock.ts'
 import { type StepContext, StepFailure, type StepSettings } from '../steps/types.ts'
-import { renderTemplate } from '../template.ts'
+import { renderTemplate, type TemplateVars } from '../template.ts'
 import type { StepWriter } from './writer.ts'
 
 export interface ContextDeps {
@@ -17,25 +17,37 @@ export interface ContextDeps {
   settings: StepSettings
 }
 
+/** The run's definition, as its steps' templates name it. */
+export interface DefinitionNames {
+  title: string
+  slug: string
+}
+
+/** What `{{…}}` in a step's params (or a cue's prompt) may name, for this run. */
+export function templateVars(run: RunRow, definition: DefinitionNames): TemplateVars {
+  return {
+    run: { id: run.id, scope: run.scope, scheduledFor: run.scheduledFor.toISOString() },
+    params: run.params,
+    definition: { title: definition.title, slug: definition.slug },
+  }
+}
+
 export function stepContext(
   deps: ContextDeps,
   writer: Pick<StepWriter, 'log'>,
   run: RunRow,
   step: StepRow,
-  title: string,
+  definition: DefinitionNames,
   resumed: boolean,
   signal: AbortSignal,
 ): StepContext {
-  const vars = {
-    run: { id: run.id, scope: run.scope, scheduledFor: run.scheduledFor.toISOString() },
-    params: run.params,
-    definition: { title },
-  }
+  const vars = templateVars(run, definition)
   return {
     run: {
       id: run.id,
       definitionId: run.definitionId,
-      definitionTitle: title,
+      definitionTitle: definition.title,
+      definitionSlug: definition.slug,
       scope: run.scope,
       scheduledFor: run.scheduledFor,
       timezone: run.timezone,

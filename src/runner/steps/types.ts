@@ -9,6 +9,7 @@ export interface StepRunInfo {
   id: number
   definitionId: number
   definitionTitle: string
+  definitionSlug: string
   scope: string
   scheduledFor: Date
   timezone: string
