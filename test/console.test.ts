@@ -100,6 +100,20 @@ describe('the console', () => {
     await context.close()
   })
 
+  it('signing out right after a reload stays signed out (the reload’s check of the token does not sign back in)', async () => {
+    const context = await newContext(browser)
+    const page = await signIn(context, s.url, 'operator', '#/')
+    await page.reload()
+    await page.getByRole('heading', { name: 'Board' }).waitFor()
+    // Within the second the console waits before it confirms a remembered token.
+    await page.getByRole('button', { name: 'Sign out' }).click()
+    await page.getByLabel('Access token').waitFor()
+    await page.waitForTimeout(1500)
+    expect(await page.getByLabel('Access token').isVisible()).toBe(true)
+    expect(await page.evaluate(() => sessionStorage.length)).toBe(0)
+    await context.close()
+  })
+
   it('two consoles watch the inbox: one resolves a cue, the other sees it go within the poll interval + 100 ms', async () => {
     const { stepId } = await parkedCue('north')
     const a = await signIn(await newContext(browser), s.url, 'operator', '#/inbox')

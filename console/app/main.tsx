@@ -273,13 +273,19 @@ function App() {
     if (!token) return
     // Rendered already from the remembered role: confirm it once the page has settled.
     const confirmAfterMs = signedIn ? 1000 : 0
-    const confirm = setTimeout(() => void confirmViewer(token), confirmAfterMs)
+    const confirm = setTimeout(() => {
+      // A sign-out in the meantime cancels the check rather than signing back in.
+      if (storedToken() === token) void confirmViewer(token)
+      else setChecking(false)
+    }, confirmAfterMs)
     return () => clearTimeout(confirm)
   }, [signOut])
 
   function confirmViewer(token: string) {
     return gql<ViewerData>(token, VIEWER)
       .then((d) => {
+        // Signed out (or in with another token) while this was on its way: its answer is stale.
+        if (storedToken() !== token) return
         storeToken(token, d.viewer)
         setSignedIn((prev) =>
           prev?.token === token && prev.role === d.viewer.role ? prev : { token, ...d.viewer },
