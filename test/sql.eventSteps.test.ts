@@ -256,9 +256,35 @@ describe('the moves of a running step', () => {
     const [a, b, c] = await fresh(3)
     await begun(a as StepRow)
     await begun(b as StepRow)
-    expect(await steps.completeMany(db, [(a as StepRow).id, (b as StepRow).id, (c as StepRow).id])).toBe(2)
+    expect(
+      await steps.completeMany(
+        db,
+        [a, b, c].map((s) => ({ id: (s as StepRow).id, result: null })),
+      ),
+    ).toBe(2)
     expect((await get((c as StepRow).id)).status).toBe('pending')
     expect(await steps.completeMany(db, [])).toBe(0)
+  })
+
+  it('completeMany finishes a retried step as complete does: its last error is cleared, each result its own', async () => {
+    const [a, b] = await fresh(2)
+    for (const s of [a, b] as StepRow[]) {
+      await begun(s)
+      expect(await steps.scheduleRetry(db, s.id, 'HTTP 503', at(-1))).toBe(true)
+      await begun(s)
+    }
+    expect(
+      await steps.completeMany(db, [
+        { id: (a as StepRow).id, result: null },
+        { id: (b as StepRow).id, result: { status: 200 } },
+      ]),
+    ).toBe(2)
+    expect(await get((a as StepRow).id)).toMatchObject({ status: 'completed', lastError: null, result: null })
+    expect(await get((b as StepRow).id)).toMatchObject({
+      status: 'completed',
+      lastError: null,
+      result: { status: 200 },
+    })
   })
 
   it('park: running → parked with no lease; refused when not running', async () => {

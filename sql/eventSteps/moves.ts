@@ -1,7 +1,9 @@
 /**
  * The moves a step makes. Every move is guarded on the step's current state
  * and answers whether it happened, so a person's `skipStep` racing the
- * runner's `complete` has one winner and the loser learns it.
+ * runner's `complete` has one winner and the loser learns it. A move the
+ * runner makes for one step or for a batch is written once, set-wise, and the
+ * one-step form calls it.
  */
 import type { Queryable } from '../db.ts'
 import { caseOf, chunkCase, placeholders, toJson } from '../json.ts'
@@ -140,14 +142,7 @@ export async function resume(
   leaseUntil: Date,
   now: Date,
 ): Promise<boolean> {
-  const res = await db.run(
-    `UPDATE event_run_steps
-        SET claimed_by = ?, claim_expires_at = ${LEASE_EXPIRY}, parked = 0
-      WHERE id = ? AND status = 'running' AND wake_at IS NOT NULL AND wake_at <= ?
-        AND ${leaseFree()}`,
-    [owner, leaseMicros(leaseUntil, now), id, now],
-  )
-  return res.affectedRows === 1
+  return (await resumeMany(db, [id], owner, leaseUntil, now)) === 1
 }
 
 /**
@@ -174,43 +169,27 @@ export async function resumeMany(
 
 /** `running → completed` with its result; guarded, so a skip that won is kept. */
 export async function complete(db: Queryable, id: number, result: unknown): Promise<boolean> {
-  const res = await db.run(
-    `UPDATE event_run_steps
-        SET status = 'completed', result = ?, ended_at = NOW(3), claimed_by = NULL, claim_expires_at = NULL,
-            parked = 0, wake_at = NULL, last_error = NULL
-      WHERE id = ? AND status = 'running'`,
-    [toJson(result), id],
-  )
-  return res.affectedRows === 1
-}
-
-/** Complete many executing steps at once (instant kinds in a batch). */
-export async function completeMany(db: Queryable, ids: readonly number[]): Promise<number> {
-  if (ids.length === 0) return 0
-  const res = await db.runQuery(
-    `UPDATE event_run_steps
-        SET status = 'completed', ended_at = NOW(3), claimed_by = NULL, claim_expires_at = NULL,
-            parked = 0, wake_at = NULL
-      WHERE id IN (${placeholders(ids.length)}) AND status = 'running'`,
-    [...ids],
-  )
-  return res.affectedRows
+  return (await completeMany(db, [{ id, result }])) === 1
 }
 
 /**
- * {@link complete} for many steps that each answered a result: one UPDATE per
- * few hundred steps, each row given its own result, with the same guard.
+ * {@link complete} for many steps at once (a batch's outcomes), each with its
+ * own result: one UPDATE per few hundred steps, with the same guard. Results
+ * all empty (log lines, most custom kinds) need no `CASE`.
  */
-export async function completeManyWithResults(
+export async function completeMany(
   db: Queryable,
   rows: readonly { id: number; result: unknown }[],
 ): Promise<number> {
   let moved = 0
   for (const chunk of chunkCase(rows)) {
-    const result = caseOf(
-      'id',
-      chunk.map((r) => [r.id, toJson(r.result)] as const),
-    )
+    const answered = chunk.some((r) => r.result !== null && r.result !== undefined)
+    const result = answered
+      ? caseOf(
+          'id',
+          chunk.map((r) => [r.id, toJson(r.result)] as const),
+        )
+      : { sql: 'NULL', args: [] }
     const res = await db.runQuery(
       `UPDATE event_run_steps
           SET status = 'completed', result = ${result.sql}, ended_at = NOW(3), claimed_by = NULL,
@@ -255,22 +234,12 @@ export async function setAsideMany(
 
 /** Park on a person: `running`, `parked = 1`, no lease; `until` is the cue's timeout. */
 export async function park(db: Queryable, id: number, until: Date | null): Promise<boolean> {
-  const res = await db.run(
-    `UPDATE event_run_steps SET parked = 1, wake_at = ?, claimed_by = NULL, claim_expires_at = NULL
-      WHERE id = ? AND status = 'running'`,
-    [until, id],
-  )
-  return res.affectedRows === 1
+  return (await setAsideMany(db, [{ id, until, parked: true }])) === 1
 }
 
 /** A durable timer: `running`, not parked, no lease, due at `until`. */
 export async function sleep(db: Queryable, id: number, until: Date): Promise<boolean> {
-  const res = await db.run(
-    `UPDATE event_run_steps SET parked = 0, wake_at = ?, claimed_by = NULL, claim_expires_at = NULL
-      WHERE id = ? AND status = 'running'`,
-    [until, id],
-  )
-  return res.affectedRows === 1
+  return (await setAsideMany(db, [{ id, until, parked: false }])) === 1
 }
 
 /**
@@ -283,13 +252,7 @@ export async function scheduleRetry(
   error: string,
   wakeAt: Date,
 ): Promise<boolean> {
-  const res = await db.run(
-    `UPDATE event_run_steps SET status = 'pending', last_error = ?, wake_at = ?, claimed_by = NULL,
-            claim_expires_at = NULL, parked = 0
-      WHERE id = ? AND status = 'running'`,
-    [error.slice(0, 1000), wakeAt, id],
-  )
-  return res.affectedRows === 1
+  return (await failAttempts(db, [{ id, error, retryAt: wakeAt }])) === 1
 }
 
 /**
@@ -345,14 +308,7 @@ export async function interrupt(db: Queryable, id: number, reason: string, wakeA
 
 /** `running → failed`: the attempts are spent or the failure is not retryable. */
 export async function fail(db: Queryable, id: number, error: string): Promise<boolean> {
-  const res = await db.run(
-    `UPDATE event_run_steps
-        SET status = 'failed', last_error = ?, ended_at = NOW(3), claimed_by = NULL, claim_expires_at = NULL,
-            parked = 0, wake_at = NULL
-      WHERE id = ? AND status = 'running'`,
-    [error.slice(0, 1000), id],
-  )
-  return res.affectedRows === 1
+  return (await failAttempts(db, [{ id, error, retryAt: null }])) === 1
 }
 
 /** A person resolves a parked cue: `running, parked → completed`. */

@@ -94,16 +94,15 @@ function groupBy<K>(pairs: readonly [K, number][]): Map<K, number[]> {
 /**
  * Writes collected and made set-wise by {@link BufferedWriter.flush}: one
  * statement per (move, phase) group, one INSERT of log lines, one UPDATE of
- * completed steps, one of steps completed with a result and one of steps set
- * aside on a timer or a person (each a few hundred rows at most).
+ * completed steps (with their results), one of steps set aside on a timer or a
+ * person and one of failed attempts (each a few hundred rows at most).
  */
 export class BufferedWriter implements StepWriter {
   private endingMoves: [string, number][] = []
   private phaseMoves: [string, number][] = []
   private finished: number[] = []
   private lines: NewLog[] = []
-  private completed: number[] = []
-  private answered: { id: number; result: unknown }[] = []
+  private completed: { id: number; result: unknown }[] = []
   private setAside: { id: number; until: Date | null; parked: boolean }[] = []
   private failedAttempts: { id: number; error: string; retryAt: Date | null }[] = []
   private restored: number[] = []
@@ -122,8 +121,7 @@ export class BufferedWriter implements StepWriter {
   }
 
   async complete(stepId: number, result: unknown): Promise<boolean> {
-    if (result === undefined || result === null) this.completed.push(stepId)
-    else this.answered.push({ id: stepId, result })
+    this.completed.push({ id: stepId, result })
     return true
   }
 
@@ -157,7 +155,6 @@ export class BufferedWriter implements StepWriter {
       this.phaseMoves.length === 0 &&
       this.lines.length === 0 &&
       this.completed.length === 0 &&
-      this.answered.length === 0 &&
       this.setAside.length === 0 &&
       this.failedAttempts.length === 0 &&
       this.restored.length === 0
@@ -179,13 +176,11 @@ export class BufferedWriter implements StepWriter {
     for (const [phase, ids] of groupBy(this.phaseMoves)) await runs.setPhaseMany(db, ids, phase)
     if (this.lines.length > 0) await logs.appendMany(db, this.lines)
     const completed = this.completed
-    const answered = this.answered
     const setAside = this.setAside
     const failed = this.failedAttempts
-    if (completed.length > 0 || answered.length > 0 || setAside.length > 0 || failed.length > 0)
+    if (completed.length > 0 || setAside.length > 0 || failed.length > 0)
       await recordOutcome(this.hardStop, async () => {
         await steps.completeMany(db, completed)
-        await steps.completeManyWithResults(db, answered)
         await steps.setAsideMany(db, setAside)
         await steps.failAttempts(db, failed)
       })
@@ -203,7 +198,6 @@ export class BufferedWriter implements StepWriter {
     this.phaseMoves = []
     this.lines = []
     this.completed = []
-    this.answered = []
   }
 }
 
