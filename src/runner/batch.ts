@@ -163,27 +163,19 @@ export async function advanceBatch(
       entries = entries.filter((e) => held.has(e.run.id))
       leaseEnds = leaseUntil.getTime()
     }
-    const fresh = entries.filter((e) => e.how === 'begin').map((e) => e.step.id)
-    const due = entries.filter((e) => e.how === 'resume').map((e) => e.step.id)
-    // Steps as a materialised program left them, put back set-wise; any other begun step row by row.
-    const pristine = (st: StepRow) => st.attempts === 0 && !st.lastError && !st.wakeAt && !st.startedAt
-    const begunFirst = entries.filter((e) => e.how === 'begin' && pristine(e.step)).map((e) => e.step.id)
-    const begunAgain = entries.filter((e) => e.how === 'begin' && !pristine(e.step)).map((e) => e.step)
+    const toBegin = entries.filter((e) => e.how === 'begin').map((e) => e.step.id)
+    const toResume = entries.filter((e) => e.how === 'resume').map((e) => e.step.id)
     let entered: number
     try {
       entered =
-        (await steps.beginMany(db, fresh, deps.owner, leaseUntil, now)) +
-        (await steps.resumeMany(db, due, deps.owner, leaseUntil, now))
+        (await steps.beginMany(db, toBegin, deps.owner, leaseUntil, now)) +
+        (await steps.resumeMany(db, toResume, deps.owner, leaseUntil, now))
     } catch (err) {
       // A database that went away mid-reply may have committed the begin and
       // lost only its answer. Nothing ran yet, so once it answers again the
       // steps are put back as they were (no lease, no attempt counted), as the
       // per-run engine does for one step.
-      if (isDbUnavailable(err))
-        await recordOutcome(deps.hardStop, async () => {
-          await steps.takeBackEntered(db, begunFirst, due, deps.owner)
-          for (const before of begunAgain) await steps.takeBackBegin(db, before, deps.owner)
-        })
+      if (isDbUnavailable(err)) await recordOutcome(deps.hardStop, () => takeBack(deps, entries))
       throw err
     }
     if (entered !== entries.length) {
@@ -287,6 +279,20 @@ export async function advanceBatch(
   }
   out.release.push(...active)
   return out
+}
+
+/** Put back the steps of a round whose begin (or resume) may have committed unanswered. */
+async function takeBack(deps: EngineDeps, entries: readonly Entry[]): Promise<void> {
+  // Steps as a materialised program left them go back set-wise; any other begun step row by row.
+  const pristine = (st: StepRow) => st.attempts === 0 && !st.lastError && !st.wakeAt && !st.startedAt
+  const begun = entries.filter((e) => e.how === 'begin')
+  await steps.takeBackEntered(
+    deps.db,
+    begun.filter((e) => pristine(e.step)).map((e) => e.step.id),
+    entries.filter((e) => e.how === 'resume').map((e) => e.step.id),
+    deps.owner,
+  )
+  for (const e of begun) if (!pristine(e.step)) await steps.takeBackBegin(deps.db, e.step, deps.owner)
 }
 
 /** The step as it is while this attempt executes (what its handler and its outcome's writes see). */
