@@ -249,19 +249,16 @@ export class Runner {
     // out together): tick again at once rather than after TICK_MS.
     if (claimed.length >= this.opts.batchSize && !this.windingDown) this.nudged = true
     let started: ClaimedRun[] = []
-    try {
-      started = await this.startDue(token)
-      // Lease expiry is judged on the database's clock (sql/leases.ts).
-      await runs.reclaimStale(db)
-      await steps.reclaimStale(db)
-      this.keyed.forget(await this.housekeeping.markMissed(clock.now()))
-    } catch (err) {
-      await this.releaseAll(
-        [...claimed, ...started].map((r) => r.id),
-        clock.now(),
-      )
-      throw err
-    }
+    await this.givingBackOnFailure(
+      () => [...claimed, ...started],
+      async () => {
+        started = await this.startDue(token)
+        // Lease expiry is judged on the database's clock (sql/leases.ts).
+        await runs.reclaimStale(db)
+        await steps.reclaimStale(db)
+        this.keyed.forget(await this.housekeeping.markMissed(clock.now()))
+      },
+    )
     await this.advanceDue(claimed, started, { claimFrom, now, leaseUntil })
     if (!requested) {
       // Runs it made that are due already start on a pass at once; later ones are the sleep's aim.
@@ -307,15 +304,10 @@ export class Runner {
     let started = handedOver
     let claimed = [...leased]
     // Keyed runs and runs under an overlap policy, one by one (keyedStart.ts).
-    try {
-      claimed.push(...(await this.keyed.claimDue(now, leaseUntil, batchSize)))
-    } catch (err) {
-      await this.releaseAll(
-        [...claimed, ...started].map((r) => r.id),
-        clock.now(),
-      )
-      throw err
-    }
+    const holding = () => [...claimed, ...started]
+    claimed.push(
+      ...(await this.givingBackOnFailure(holding, () => this.keyed.claimDue(now, leaseUntil, batchSize))),
+    )
     if (claimed.length === 0 && started.length === 0) return
     // The keyed loop can be long (a transaction per due keyed run). Past a third
     // of the lease, the claims taken at its start may have expired and been
@@ -335,16 +327,10 @@ export class Runner {
       started = started.filter((r) => mine.has(r.id))
     }
     const engine = this.engineDeps()
-    let ready: ClaimedRun[]
-    try {
-      ready = [...(await expandStartingRuns(engine, claimed)), ...started]
-    } catch (err) {
-      await this.releaseAll(
-        [...claimed, ...started].map((r) => r.id),
-        now,
-      )
-      throw err
-    }
+    const ready = [
+      ...(await this.givingBackOnFailure(holding, () => expandStartingRuns(engine, claimed))),
+      ...started,
+    ]
     // The whole batch goes together, step by step; what it leaves runs one by
     // one. A run it lets go on alone (its step is still executing, or failed
     // the run) is released by its own continuation, whatever becomes of the rest.
@@ -375,6 +361,26 @@ export class Runner {
       ...alone,
       this.forEachLimited(handOff, (run) => this.advanceClaimed(run, () => advanceRun(engine, run))),
     ])
+  }
+
+  /**
+   * Run `work`; if it fails, give back the claims `holding` names at that
+   * moment (due now) rather than leave their runs waiting out their leases,
+   * then fail as it did.
+   */
+  private async givingBackOnFailure<T>(
+    holding: () => readonly { id: number }[],
+    work: () => Promise<T>,
+  ): Promise<T> {
+    try {
+      return await work()
+    } catch (err) {
+      await this.releaseAll(
+        holding().map((r) => r.id),
+        this.opts.clock.now(),
+      )
+      throw err
+    }
   }
 
   /** Advance one claimed run with `work`, then release it, due when `work` says (or soon, if it failed). */
