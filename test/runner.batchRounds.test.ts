@@ -7,7 +7,7 @@
  */
 import { expect, it } from 'vitest'
 import { DatabaseError, type Db } from '../sql/db.ts'
-import * as runsSql from '../sql/eventRuns/index.ts'
+import type { DefinitionRow } from '../sql/eventDefinitions.ts'
 import { cancelRun, startRun } from '../src/operations/runControls.ts'
 import { systemClock } from '../src/runner/clock.ts'
 import { Runner } from '../src/runner/runner.ts'
@@ -19,6 +19,7 @@ import {
   defineEvent,
   logLines,
   makeRegistry,
+  materialiseDueRuns,
   program,
   type RunnerTestEnv,
   runOf,
@@ -33,29 +34,30 @@ const t = useTestDb()
 const receiver = useReceiver({ resetEach: true })
 const quiet = { info() {}, debug() {}, warn() {}, error() {} }
 
-/** `count` runs of `def`, due now (as a schedule would make them), scopes s0…; their ids. */
-async function dueRuns(
-  def: { id: number; currentVersionId: number | null },
-  count: number,
-): Promise<number[]> {
-  const base = Date.now() - 500
-  await runsSql.materialiseMany(
-    t.db,
-    Array.from({ length: count }, (_, i) => ({
-      definitionId: def.id,
-      versionId: def.currentVersionId as number,
-      scope: `s${i}`,
-      scheduledFor: new Date(base + i),
-      timezone: 'UTC',
-      concurrencyKey: null,
-      startedBy: 'test',
-    })),
-  )
-  const rows = await t.db.query<{ id: number }>(
-    'SELECT id FROM event_runs WHERE definition_id = ? ORDER BY scheduled_for',
-    [def.id],
-  )
-  return rows.map((r) => Number(r.id))
+const dueRuns = (def: Pick<DefinitionRow, 'id' | 'currentVersionId'>, count: number) =>
+  materialiseDueRuns(t.db, def, count)
+
+/** A show of a webhook to the receiver's /hooks/go, then a log line `after`, for runs made due at once. */
+function webhookThenLog(env: RunnerTestEnv) {
+  return defineEvent(env, {
+    graceSeconds: 3600,
+    program: program([
+      'show',
+      [
+        { kind: 'core.webhook', params: { url: `${receiver.url}/hooks/go` } },
+        { kind: 'core.log', params: { message: 'after' } },
+      ],
+    ]),
+  })
+}
+
+/** Hold the first webhook call this test makes (the receiver numbers calls across tests); answer the rest. */
+function holdFirstCall(): void {
+  let first: number | null = null
+  receiver.route('/hooks/', (call) => {
+    first ??= call.seq
+    return call.seq === first ? { hold: true } : { status: 200 }
+  })
 }
 
 /** `db` counting the UPDATEs of step rows it sends, outside transactions and in them. */
@@ -138,23 +140,9 @@ it('a show for 200 runs advances in set-wise rounds: each webhook once, a few st
 
 it('a webhook far slower than its round goes on alone: the rest of its batch finishes meanwhile', async () => {
   const RUNS = 12
-  // The first call of this test is held (the receiver numbers calls across tests).
-  let first: number | null = null
-  receiver.route('/hooks/', (call) => {
-    first ??= call.seq
-    return call.seq === first ? { hold: true } : { status: 200 }
-  })
+  holdFirstCall()
   const env: RunnerTestEnv = { db: t.db, registry: makeRegistry(), clock: systemClock }
-  const def = await defineEvent(env, {
-    graceSeconds: 3600,
-    program: program([
-      'show',
-      [
-        { kind: 'core.webhook', params: { url: `${receiver.url}/hooks/go` } },
-        { kind: 'core.log', params: { message: 'after' } },
-      ],
-    ]),
-  })
+  const def = await webhookThenLog(env)
   await dueRuns(def, RUNS)
   const runner = liveRunner(t.db, 'straggler')
   runner.start()
@@ -187,16 +175,7 @@ it('a run cancelled while its round’s webhooks are in flight stops there; the 
   const RUNS = 5
   receiver.route('/hooks/', () => ({ hold: true }))
   const env: RunnerTestEnv = { db: t.db, registry: makeRegistry(), clock: systemClock }
-  const def = await defineEvent(env, {
-    graceSeconds: 3600,
-    program: program([
-      'show',
-      [
-        { kind: 'core.webhook', params: { url: `${receiver.url}/hooks/go` } },
-        { kind: 'core.log', params: { message: 'after' } },
-      ],
-    ]),
-  })
+  const def = await webhookThenLog(env)
   const ids = await dueRuns(def, RUNS)
   const runner = liveRunner(t.db, 'cancel')
   runner.start()
@@ -394,22 +373,9 @@ it('a receiver down for a whole batch: its attempts fail together, wait out thei
 })
 
 it('a batch that fails part-way gives its claims back, and a run gone on alone still finishes and is released', async () => {
-  let first: number | null = null
-  receiver.route('/hooks/', (call) => {
-    first ??= call.seq
-    return call.seq === first ? { hold: true } : { status: 200 }
-  })
+  holdFirstCall()
   const env: RunnerTestEnv = { db: t.db, registry: makeRegistry(), clock: systemClock }
-  const def = await defineEvent(env, {
-    graceSeconds: 3600,
-    program: program([
-      'show',
-      [
-        { kind: 'core.webhook', params: { url: `${receiver.url}/hooks/go` } },
-        { kind: 'core.log', params: { message: 'after' } },
-      ],
-    ]),
-  })
+  const def = await webhookThenLog(env)
   const ids = await dueRuns(def, 3)
   // The database refuses the round after the webhooks (its log lines), once.
   let faults = 0

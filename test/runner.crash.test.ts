@@ -9,7 +9,6 @@ import { type ChildProcess, spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { fileURLToPath } from 'node:url'
 import { afterAll, expect, it } from 'vitest'
-import * as runsSql from '../sql/eventRuns/index.ts'
 import { systemClock } from '../src/runner/clock.ts'
 import { Runner } from '../src/runner/runner.ts'
 import { parseAllowList } from '../src/runner/steps/allowList.ts'
@@ -17,6 +16,7 @@ import { useTestDb } from './helpers/db.ts'
 import {
   defineEvent,
   makeRegistry,
+  materialiseDueRuns,
   program,
   statusCounts,
   useReceiver,
@@ -61,19 +61,7 @@ it('SIGKILL mid-batch: another instance finishes every run after the lease; only
       ]),
     },
   )
-  const base = Date.now() - 1000
-  await runsSql.materialiseMany(
-    t.db,
-    Array.from({ length: RUNS }, (_, i) => ({
-      definitionId: def.id,
-      versionId: def.currentVersionId as number,
-      scope: `s${i}`,
-      scheduledFor: new Date(base + i),
-      timezone: 'UTC',
-      concurrencyKey: null,
-      startedBy: 'test',
-    })),
-  )
+  await materialiseDueRuns(t.db, def, RUNS)
 
   let childOutput = ''
   child = spawn(process.execPath, ['--import', 'tsx', fixture], {

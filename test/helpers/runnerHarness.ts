@@ -293,6 +293,35 @@ export function defineEvent(
   )
 }
 
+/**
+ * `count` runs of `def` made as a schedule would make them, all already due
+ * (scopes s0, s1, …, a millisecond apart); their ids, oldest first.
+ */
+export async function materialiseDueRuns(
+  db: Queryable,
+  def: Pick<DefinitionRow, 'id' | 'currentVersionId'>,
+  count: number,
+): Promise<number[]> {
+  const base = Date.now() - 1000
+  await runsSql.materialiseMany(
+    db,
+    Array.from({ length: count }, (_, i) => ({
+      definitionId: def.id,
+      versionId: def.currentVersionId as number,
+      scope: `s${i}`,
+      scheduledFor: new Date(base + i),
+      timezone: 'UTC',
+      concurrencyKey: null,
+      startedBy: 'test',
+    })),
+  )
+  const rows = await db.query<{ id: number }>(
+    'SELECT id FROM event_runs WHERE definition_id = ? ORDER BY scheduled_for',
+    [def.id],
+  )
+  return rows.map((r) => Number(r.id))
+}
+
 /** Build a program from phases given as `[name, steps, ending?]`. */
 export function program(...phases: [name: string, steps: unknown[], ending?: boolean][]): unknown {
   return { phases: phases.map(([name, steps, ending]) => ({ name, steps, ...(ending && { ending: true }) })) }
