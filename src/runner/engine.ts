@@ -251,7 +251,7 @@ export async function concludeStep(
       const done = await writer.complete(step.id, write.result)
       deps.observer?.stepFinished?.(step.kind, 'completed')
       // A retry backoff degraded the run; success clears it unless a step failed for good.
-      if (done && step.attempts > 1 && step.lastError) await restoreHealth(deps, run.id)
+      if (done && step.attempts > 1 && step.lastError) await runs.restoreHealthOf(deps.db, [run.id])
       return { next: true }
     }
     case 'sleep':
@@ -273,12 +273,4 @@ export function parkedLine(run: ClaimedRun, step: Pick<StepRow, 'id' | 'params'>
   const vars = templateVars(run, { title: run.definitionTitle, slug: run.definitionSlug })
   const prompt = typeof raw === 'string' ? `: ${String(renderTemplate(raw, vars))}` : ''
   return { runId: run.id, stepId: step.id, level: 'info', message: `waiting on a person${prompt}` }
-}
-
-async function restoreHealth(deps: EngineDeps, runId: number): Promise<void> {
-  const all = await steps.listForRun(deps.db, runId)
-  const stillBad = all.some(
-    (s) => s.status === 'failed' || (s.status === 'pending' && s.attempts > 0 && s.lastError),
-  )
-  if (!stillBad) await runs.setHealth(deps.db, runId, 'ok')
 }
