@@ -3,9 +3,9 @@
  * terminal status. States: created → active → stopping → stopped.
  *
  * Each tick: materialise first if a definition changed → start due key-less
- * runs, a batch per transaction (start.ts; first, so the sweeps never make a
- * run late) → reclaim expired leases → mark missed runs → lease due in-flight
- * runs → claim due keyed runs one by one, each with its key lock
+ * runs, a batch per transaction (start.ts; first, so nothing else makes a run
+ * late) → lease due in-flight runs → reclaim expired leases → mark missed runs
+ * → claim due keyed runs one by one, each with its key lock
  * (keyedStart.ts) → advance what is held (a batch at a time in batch.ts, what
  * it leaves run by run in engine.ts, both through the step executor in
  * executor/) → materialise (throttled) → retention (throttled) → heartbeat.
@@ -228,31 +228,34 @@ export class Runner {
     // have started, so it never makes them late.
     const requested = this.housekeeping.materialiseRequestedNow
     if (requested) await this.housekeeping.materialiseIfDue(clock.now())
-    // Due in-flight runs are leased, then due key-less runs start, before the
-    // sweeps: the sleep was aimed at their time, and every statement ahead of
-    // them makes each that much later. The start leaves a run past its grace
-    // to the missed sweep, and a lease reclaimed by the sweep is taken at the
-    // next pass.
+    // Due key-less runs start first, then due in-flight runs are leased, both
+    // before the sweeps: the sleep was aimed at their time, and every statement
+    // ahead of a start makes it that much later (the start stamps `started_at`
+    // with the database's clock). The in-flight runs lose nothing by waiting:
+    // nothing advances until both are done. The start leaves a run past its
+    // grace to the missed sweep, and a lease reclaimed by the sweep is taken
+    // at the next pass.
     const claimFrom = Date.now()
     const now = clock.now()
     const leaseUntil = new Date(now.getTime() + this.opts.leaseMs)
     const token = `${this.instanceId}:${++this.tickSeq}`
-    const claimed = await runs.claimTickBatch(
-      db,
-      this.instanceId,
-      `${token}:t`,
-      leaseUntil,
-      now,
-      this.opts.batchSize,
-    )
-    // A full claim means more in-flight runs are due (a burst of timers running
-    // out together): tick again at once rather than after TICK_MS.
-    if (claimed.length >= this.opts.batchSize && !this.windingDown) this.nudged = true
     let started: ClaimedRun[] = []
+    let claimed: RunRow[] = []
     await this.givingBackOnFailure(
       () => [...claimed, ...started],
       async () => {
         started = await this.startDue(token)
+        claimed = await runs.claimTickBatch(
+          db,
+          this.instanceId,
+          `${token}:t`,
+          leaseUntil,
+          now,
+          this.opts.batchSize,
+        )
+        // A full claim means more in-flight runs are due (a burst of timers running
+        // out together): tick again at once rather than after TICK_MS.
+        if (claimed.length >= this.opts.batchSize && !this.windingDown) this.nudged = true
         // Lease expiry is judged on the database's clock (sql/leases.ts).
         await runs.reclaimStale(db)
         await steps.reclaimStale(db)
