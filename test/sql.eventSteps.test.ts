@@ -152,6 +152,20 @@ describe('insertStarted / reopenStarted (the start transaction)', () => {
     expect(await get(ids[1] as number)).toMatchObject({ status: 'pending', attempts: 0, startedAt: null })
   })
 
+  it('inserts a lone step in one statement, its id the INSERT’s own, under any id lock mode', async () => {
+    // Ids handed out before it, so a wrong answer (a guessed id) would show.
+    await makeRun(db)
+    const run = await makeRun(db)
+    const [spec] = stepSpecs(1)
+    const before = db.stats.statements
+    const [id] = await db.transaction((tx) =>
+      steps.insertStarted(tx, [{ runId: run.id, spec: spec!, done: true }], new Date()),
+    )
+    // BEGIN, the INSERT and COMMIT: no read of the server's id settings.
+    expect(db.stats.statements - before).toBe(3)
+    expect(await get(id as number)).toMatchObject({ runId: run.id, seq: spec!.seq, status: 'completed' })
+  })
+
   it('refuses a second expansion of a run: the start transaction never expands twice', async () => {
     const run = await makeRun(db)
     const [spec] = stepSpecs(1)
