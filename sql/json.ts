@@ -113,3 +113,31 @@ export function chunkCase<T>(rows: readonly T[]): T[][] {
   for (let i = 0; i < rows.length; i += MAX_ROWS_PER_CASE) chunks.push(rows.slice(i, i + MAX_ROWS_PER_CASE))
   return chunks
 }
+
+/**
+ * `column` is one of `ids`, as a condition with its arguments: each run of
+ * consecutive ids as one `BETWEEN`, the ids in no such run as one `IN` list.
+ * The same rows as `column IN (ids)` (ids are integers, so a range of
+ * consecutive ones holds nothing else), but far cheaper for MariaDB to plan:
+ * its range optimiser builds a tree node per `IN` value, which for a start
+ * batch of 2,500 runs was a tenth of the server's time, while runs materialised
+ * together get consecutive ids and make a range or a few. `ids` must not be empty.
+ */
+export function idSet(column: string, ids: readonly number[]): { sql: string; args: number[] } {
+  const sorted = [...new Set(ids)].sort((a, b) => a - b)
+  const ranges: number[] = []
+  const loose: number[] = []
+  for (let i = 0; i < sorted.length; ) {
+    let j = i
+    while (j + 1 < sorted.length && (sorted[j + 1] as number) === (sorted[j] as number) + 1) j++
+    // A run of up to three is no cheaper as a range than as IN values.
+    if (j - i >= 3) ranges.push(sorted[i] as number, sorted[j] as number)
+    else loose.push(...sorted.slice(i, j + 1))
+    i = j + 1
+  }
+  const parts: string[] = []
+  for (let r = 0; r < ranges.length; r += 2) parts.push(`${column} BETWEEN ? AND ?`)
+  if (loose.length > 0) parts.push(`${column} IN (${placeholders(loose.length)})`)
+  const sql = parts.length === 1 ? (parts[0] as string) : `(${parts.join(' OR ')})`
+  return { sql, args: [...ranges, ...loose] }
+}

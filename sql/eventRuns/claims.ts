@@ -18,7 +18,7 @@
  */
 
 import type { Queryable } from '../db.ts'
-import { caseOf, chunkCase, clampLimit, placeholders } from '../json.ts'
+import { caseOf, chunkCase, clampLimit, idSet, placeholders } from '../json.ts'
 import { LEASE_EXPIRY, leaseFree, leaseMicros } from '../leases.ts'
 import { IN_FLIGHT } from '../states.ts'
 import { hydrate, type Raw, type RunRow, SELECT_RUN } from './rows.ts'
@@ -93,10 +93,10 @@ export async function markStarted(tx: Queryable, ids: readonly number[], as: Sta
     sets.push('claimed_by = ?', 'claim_token = ?', `claim_expires_at = ${LEASE_EXPIRY}`)
     args.push(...claim)
   }
+  const which = idSet('id', ids)
   const res = await tx.runQuery(
-    `UPDATE event_runs SET ${sets.join(', ')}
-      WHERE id IN (${placeholders(ids.length)}) AND status = 'scheduled'`,
-    [...args, ...ids],
+    `UPDATE event_runs SET ${sets.join(', ')} WHERE ${which.sql} AND status = 'scheduled'`,
+    [...args, ...which.args],
   )
   return res.affectedRows
 }
