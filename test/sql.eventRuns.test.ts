@@ -260,6 +260,41 @@ describe('invariant 2: claims are compare-and-set', () => {
     ).toBe(0)
   })
 
+  it('lockDueToStart walks on past a place in the due order, and markStarted moves a mixed set of ids exactly', async () => {
+    const fx = await makeDefinition(db)
+    const base = Date.now()
+    // Due in this order: three at one instant (by id), then two later ones.
+    const due: number[] = []
+    for (const offset of [-10_000, -10_000, -10_000, -5_000, -4_000])
+      due.push((await makeRun(db, { definition: fx, scheduledFor: at(offset, base) })).id)
+    const now = new Date(base)
+    const place = async (id: number) => {
+      const r = await runs.getById(db, id)
+      return { wakeAt: r!.wakeAt!, id }
+    }
+    const lockAfter = (after?: runs.DuePlace) =>
+      db.transaction(async (tx) => ids(await runs.lockDueToStart(tx, now, 100, after)))
+    expect(await lockAfter()).toEqual(due)
+    // Past the second run: the third shares its instant (a later id), the rest come after it.
+    expect(await lockAfter(await place(due[1]!))).toEqual(due.slice(2))
+    expect(await lockAfter(await place(due[3]!))).toEqual(due.slice(4))
+    expect(await lockAfter(await place(due[4]!))).toEqual([])
+
+    // Moved by ranges and loose ids together, and by nothing else: the
+    // neighbours of each range (one of them due) stay where they are.
+    const more: number[] = []
+    for (let i = 0; i < 12; i++)
+      more.push((await makeRun(db, { definition: fx, scheduledFor: at(-1_000, base) })).id)
+    const chosen = [...more.slice(1, 7), more[8]!, more[10]!, due[0]!]
+    const moved = await db.transaction(async (tx) => {
+      await runs.lockDueToStart(tx, now, 100)
+      return runs.markStarted(tx, [...chosen].reverse(), { status: 'completed', phase: 'main' })
+    })
+    expect(moved).toBe(chosen.length)
+    for (const id of [...more, ...due])
+      expect(await runs.statusOf(db, id)).toBe(chosen.includes(id) ? 'completed' : 'scheduled')
+  })
+
   it('claimTickBatch leases due in-flight runs by token, skipping live leases, and answers only the caller’s rows', async () => {
     const fx = await makeDefinition(db)
     const free: number[] = []

@@ -29,7 +29,7 @@ import { DatabaseError, DB_ERRNO, isDbErrno, isDbUnavailable, type Queryable } f
 import * as definitions from '../../sql/eventDefinitions.ts'
 import type { NewLog } from '../../sql/eventRunLogs.ts'
 import * as logs from '../../sql/eventRunLogs.ts'
-import type { RunRow, StartedAs } from '../../sql/eventRuns/index.ts'
+import type { DuePlace, RunRow, StartedAs } from '../../sql/eventRuns/index.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
 import type { StartedStep, StepRow, StepSpec } from '../../sql/eventSteps/index.ts'
 import * as steps from '../../sql/eventSteps/index.ts'
@@ -71,15 +71,19 @@ export async function startKeylessBatch(
   limit: number,
   opts: {
     /**
-     * Told how many runs the batch locked as soon as it knows, before it starts
-     * them: a full batch means more are due, so a caller can start the next
-     * batch alongside this one instead of after it.
+     * Told how many runs the batch locked, and the last of them in the due
+     * order, as soon as it knows, before it starts them: a full batch means
+     * more are due, so a caller can start the next batch alongside this one
+     * instead of after it, and past its runs.
      */
-    onLocked?: (count: number) => void
+    onLocked?: (count: number, last: DuePlace | undefined) => void
+    /** Lock only runs past this place in the due order (see `lockDueToStart`). */
+    after?: DuePlace
   } = {},
 ): Promise<StartBatchOutcome> {
+  const { after } = opts
   try {
-    return await startOnce(deps, token, limit, [], opts.onLocked)
+    return await startOnce(deps, token, limit, [], after, opts.onLocked)
   } catch (err) {
     // A runner cut short by its stop grace is not a run's fault: nothing fails for it.
     if (isTransient(err) || deps.hardStop.aborted) throw err
@@ -87,7 +91,7 @@ export async function startKeylessBatch(
     for (let i = 0; i < limit; i++) {
       const seen: number[] = []
       try {
-        const one = await startOnce(deps, `${token}:${i}`, 1, seen)
+        const one = await startOnce(deps, `${token}:${i}`, 1, seen, after)
         // Nothing due, or a run past its grace at the head (the missed sweep's, next tick): stop here.
         if (one.locked === 0 || one.started === 0) break
         total.locked += one.locked
@@ -141,8 +145,17 @@ export async function startKeylessDue(
   const handOff: ClaimedRun[] = []
   let batches = 0
   let drained = false
+  // How far the pass's batches have locked in the due order: each batch walks
+  // on from there rather than over the runs started before it (see `lockDueToStart`).
+  let reached: DuePlace | undefined
   const startOne = async (onLocked?: (count: number) => void) => {
-    const batch = await startKeylessBatch(deps, `${pass.token}:${batches++}`, pass.batchSize, { onLocked })
+    const batch = await startKeylessBatch(deps, `${pass.token}:${batches++}`, pass.batchSize, {
+      after: reached,
+      onLocked: (count, last) => {
+        if (last && (!reached || placeOrder(last, reached) > 0)) reached = last
+        onLocked?.(count)
+      },
+    })
     handOff.push(...batch.handOff)
     for (const { runId, reason } of batch.failed) pass.onFailed(runId, reason)
     // A short batch means the due index is drained (or holds only runs past their grace).
@@ -179,6 +192,11 @@ export async function startKeylessDue(
   return { handOff, backlog: !drained }
 }
 
+/** Compare two places in the due order: `wake_at`, then id. */
+function placeOrder(a: DuePlace, b: DuePlace): number {
+  return a.wakeAt.getTime() - b.wakeAt.getTime() || a.id - b.id
+}
+
 /** A run that cannot be started for a reason of its own (its program), as opposed to a fault of the runner. */
 class StartRefused extends Error {
   override readonly name = 'StartRefused'
@@ -204,10 +222,11 @@ async function startOnce(
   token: string,
   limit: number,
   seen: number[],
-  onLocked?: (count: number) => void,
+  after?: DuePlace,
+  onLocked?: (count: number, last: DuePlace | undefined) => void,
 ): Promise<StartBatchOutcome> {
   const { outcome, finished } = await deps.db.transaction(
-    (tx) => startInTransaction(deps, tx, token, limit, seen, onLocked),
+    (tx) => startInTransaction(deps, tx, token, limit, seen, after, onLocked),
     { isolation: 'READ COMMITTED', retryable: true },
   )
   for (const kind of finished) deps.observer?.stepFinished?.(kind, 'completed')
@@ -248,14 +267,16 @@ async function startInTransaction(
   token: string,
   limit: number,
   seen: number[],
-  onLocked?: (count: number) => void,
+  after: DuePlace | undefined,
+  onLocked?: (count: number, last: DuePlace | undefined) => void,
 ): Promise<{ outcome: StartBatchOutcome; finished: string[] }> {
   const empty = { outcome: { locked: 0, started: 0, completed: 0, handOff: [], failed: [] }, finished: [] }
   if (deps.stopping()) return empty
   const now = deps.clock.now()
   const budget = deps.maxStepsPerClaim ?? 25
-  const locked = await runs.lockDueToStart(tx, now, limit)
-  onLocked?.(locked.length)
+  const locked = await runs.lockDueToStart(tx, now, limit, after)
+  const last = locked.at(-1)
+  onLocked?.(locked.length, last?.wakeAt ? { wakeAt: last.wakeAt, id: last.id } : undefined)
   if (locked.length === 0) return empty
   // What this attempt locked (a deadlock retry may lock other runs).
   seen.splice(0, seen.length, ...locked.map((r) => r.id))
