@@ -358,7 +358,11 @@ async function startInTransaction(
         const lines: NewLog[] = []
         const outcome = await runPure(
           deps,
-          { log: async (line) => void lines.push(line) },
+          {
+            async log(line) {
+              lines.push(line)
+            },
+          },
           plan,
           step,
           signal,
