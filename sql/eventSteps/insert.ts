@@ -3,7 +3,7 @@
  * and set-wise, in their final state, inside the start transaction.
  */
 import type { Queryable, SqlValue } from '../db.ts'
-import { chunkRows, placeholders, toJson } from '../json.ts'
+import { chunkRows, idSet, placeholders, toJson } from '../json.ts'
 import type { Raw, StepSpec } from './rows.ts'
 
 /**
@@ -157,11 +157,15 @@ export async function insertStarted(
       const shared = [...specValues(0, spec).slice(1), ...outcome(done)]
       for (let from = 0; from < positions.length; from += MAX_RUN_IDS_PER_STATEMENT) {
         const chunk = positions.slice(from, from + MAX_RUN_IDS_PER_STATEMENT)
+        const which = idSet(
+          'r.id',
+          chunk.map((i) => (rows[i] as StartedStep).runId),
+        )
         const res = await tx.runQuery(
           `INSERT INTO event_run_steps (${SPEC_COLUMNS}, status, attempts, started_at, ended_at)
            SELECT r.id, ${placeholders(shared.length)} FROM event_runs r
-            WHERE r.id IN (${placeholders(chunk.length)}) ORDER BY r.id`,
-          [...shared, ...chunk.map((i) => (rows[i] as StartedStep).runId)],
+            WHERE ${which.sql} ORDER BY r.id`,
+          [...shared, ...which.args],
         )
         if (res.affectedRows !== chunk.length)
           throw new Error(`inserted ${res.affectedRows} of ${chunk.length} step rows`)
