@@ -2,7 +2,7 @@ import { describe, expect, it } from 'vitest'
 import { joinPath, renderTemplate, type TemplateVars, templateProblems } from '../src/runner/template.ts'
 
 const vars: TemplateVars = {
-  run: { scope: 'eu-west', scheduledFor: '2025-06-01T18:00:00.000Z', id: 42 },
+  run: { scope: 'eu-west', scheduledFor: new Date('2025-06-01T18:00:00.000Z'), id: 42 },
   params: { guest: 'Ada', count: 3, flags: { loud: true }, nothing: null },
   definition: { title: 'Raid Night', slug: 'raid-night' },
 }

@@ -322,7 +322,7 @@ describe('SecretScope', () => {
     const rendered = renderTemplate(
       { body: { note: 'from {{params.note}}' } },
       {
-        run: { id: 1, scope: '', scheduledFor: '2025-01-01T00:00:00.000Z' },
+        run: { id: 1, scope: '', scheduledFor: new Date('2025-01-01T00:00:00.000Z') },
         params: { note: '{{secret.HOOK_TOKEN}} and {{ secret.HOOK_TOKEN }}' },
         definition: { title: 't' },
       },

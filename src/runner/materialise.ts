@@ -46,7 +46,7 @@ export function resolveConcurrencyKey(
   if (!template) return null
   const key = String(
     renderTemplate(template, {
-      run: { id: '', scope: run.scope, scheduledFor: run.scheduledFor.toISOString() },
+      run: { id: '', scope: run.scope, scheduledFor: run.scheduledFor },
       params: run.params,
       definition: def,
     }),

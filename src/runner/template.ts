@@ -19,8 +19,8 @@ import { SECRET_ENV_PREFIX, SECRET_NAME } from './secrets.ts'
 export interface TemplateVars {
   run: {
     scope: string
-    /** ISO-8601 UTC with a Z (`Date.toISOString()`). */
-    scheduledFor: string
+    /** Rendered as ISO-8601 UTC with a Z (`Date.toISOString()`), only where a template names it. */
+    scheduledFor: Date
     id: number | string
   }
   /** The run's `params` (from `startRun`); null when none were given. */
@@ -64,7 +64,7 @@ function lookup(name: string, vars: TemplateVars): string {
     case 'run.scope':
       return vars.run.scope
     case 'run.scheduledFor':
-      return vars.run.scheduledFor
+      return vars.run.scheduledFor.toISOString()
     case 'run.id':
       return String(vars.run.id)
     case 'definition.title':

@@ -26,14 +26,7 @@ export interface DefinitionNames {
 /** What `{{…}}` in a step's params (or a cue's prompt) may name, for this run. */
 export function templateVars(run: RunRow, definition: DefinitionNames): TemplateVars {
   return {
-    run: {
-      id: run.id,
-      scope: run.scope,
-      // Formatted only when a template names it: most steps' params name nothing.
-      get scheduledFor() {
-        return run.scheduledFor.toISOString()
-      },
-    },
+    run: { id: run.id, scope: run.scope, scheduledFor: run.scheduledFor },
     params: run.params,
     definition: { title: definition.title, slug: definition.slug },
   }
