@@ -36,7 +36,7 @@ import * as steps from '../../sql/eventSteps/index.ts'
 import { type ClaimedRun, type EngineDeps, specsForVersion } from './engine.ts'
 import { stepContext, withTimeout } from './executor/context.ts'
 import { outcomeWrite, startedAs } from './executor/decide.ts'
-import { BufferedWriter, type StepWriter } from './executor/writer.ts'
+import type { StepWriter } from './executor/writer.ts'
 import { withinGrace } from './grace.ts'
 import { STEP_DEFAULTS } from './program.ts'
 import { StepFailure } from './steps/types.ts'
@@ -345,15 +345,16 @@ async function startInTransaction(
     ...plans.flatMap((p) => p.specs.slice(0, p.pure).map((s) => s.timeoutMs)),
   )
   // The pure steps' log lines, written with the start; a failed attempt's are dropped (below).
-  const kept = new BufferedWriter(tx, deps.hardStop)
+  const kept: NewLog[] = []
   await withTimeout(deadline, deps.hardStop, async (signal) => {
+    // The plans' step ids follow one another in `ids`, in plan order.
     let offset = 0
     for (const plan of plans) {
-      const stepIds = ids.slice(offset, offset + plan.specs.length)
+      const first = offset
       offset += plan.specs.length
       for (let i = 0; i < plan.pure; i++) {
         const spec = plan.specs[i] as StepSpec
-        const step = stepRowOf(spec, stepIds[i] as number, plan.run.id, deps.owner, now, leaseUntil)
+        const step = stepRowOf(spec, ids[first + i] as number, plan.run.id, deps.owner, now, leaseUntil)
         // This attempt's lines, kept only if it completes (a plain array: one per run of a batch of thousands).
         const lines: NewLog[] = []
         const outcome = await runPure(
@@ -371,10 +372,10 @@ async function startInTransaction(
           // Not completed after all: this step and the pure ones after it go back
           // to `pending`, and the engine runs it with its retries.
           plan.reached = i
-          reopen.push(...stepIds.slice(i, plan.pure))
+          reopen.push(...ids.slice(first + i, first + plan.pure))
           break
         }
-        for (const line of lines) await kept.log(line)
+        for (const line of lines) kept.push(line)
         if (outcome.result !== undefined && outcome.result !== null)
           results.push({ id: step.id, result: outcome.result })
         finished.push(spec.kind)
@@ -383,7 +384,7 @@ async function startInTransaction(
   })
   await steps.reopenStarted(tx, reopen)
   for (const { id, result } of results) await steps.setStartedResult(tx, id, result)
-  await kept.flush()
+  if (kept.length > 0) await logs.appendMany(tx, kept)
 
   // One guarded UPDATE per outcome: (status, phase) groups, in practice one or two.
   const groups = new Map<string, { as: StartedAs; plans: Plan[] }>()
