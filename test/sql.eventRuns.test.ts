@@ -295,6 +295,35 @@ describe('invariant 2: claims are compare-and-set', () => {
       expect(await runs.statusOf(db, id)).toBe(chosen.includes(id) ? 'completed' : 'scheduled')
   })
 
+  it('a key-less start is stamped started at its lock (its claim), not at the UPDATE that ends it', async () => {
+    const fx = await makeDefinition(db)
+    const run = await makeRun(db, { definition: fx, scheduledFor: at(-1_000) })
+    const lockedAt = await db.transaction(async (tx) => {
+      const [locked] = await runs.lockDueToStart(tx, new Date(), 10)
+      expect(locked?.id).toBe(run.id)
+      // The work of the start (step rows, pure steps, log lines) takes its time.
+      await tx.query('SELECT SLEEP(0.2)')
+      await runs.markStarted(
+        tx,
+        [run.id],
+        { status: 'completed', phase: 'main' },
+        { startedAt: locked!.lockedAt },
+      )
+      return locked!.lockedAt
+    })
+    const r = await runs.getById(db, run.id)
+    expect(r?.startedAt?.getTime()).toBe(lockedAt.getTime())
+    expect(r!.endedAt!.getTime() - lockedAt.getTime()).toBeGreaterThanOrEqual(190)
+    // Without a lock time, the UPDATE's own.
+    const other = await makeRun(db, { definition: fx, scheduledFor: at(-1_000) })
+    const before = Date.now()
+    await db.transaction(async (tx) => {
+      await runs.lockDueToStart(tx, new Date(), 10)
+      await runs.markStarted(tx, [other.id], { status: 'completed', phase: 'main' })
+    })
+    expect((await runs.getById(db, other.id))?.startedAt?.getTime()).toBeGreaterThanOrEqual(before - 50)
+  })
+
   it('claimTickBatch leases due in-flight runs by token, skipping live leases, and answers only the caller’s rows', async () => {
     const fx = await makeDefinition(db)
     const free: number[] = []

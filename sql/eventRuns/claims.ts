@@ -21,7 +21,7 @@ import type { Queryable } from '../db.ts'
 import { caseOf, chunkCase, clampLimit, idSet, placeholders } from '../json.ts'
 import { LEASE_EXPIRY, leaseFree, leaseMicros } from '../leases.ts'
 import { IN_FLIGHT } from '../states.ts'
-import { hydrate, type Raw, type RunRow, SELECT_RUN } from './rows.ts'
+import { hydrate, type Raw, RUN_COLUMNS, type RunRow, SELECT_RUN } from './rows.ts'
 import { DROP_CLAIM, transitionSets } from './transitions.ts'
 
 /**
@@ -42,13 +42,17 @@ import { DROP_CLAIM, transitionSets } from './transitions.ts'
  * an empty walk right after it 36 ms. A run left behind the cursor (a batch
  * that rolled back, a run made due in the past) is found by the next pass,
  * which walks from the bottom again.
+ *
+ * Each run comes with `lockedAt`, the database's clock at the lock: the lock is
+ * the start's claim, so it is the run's `started_at` (see {@link markStarted}),
+ * as the keyed path stamps it at its claim.
  */
 export async function lockDueToStart(
   tx: Queryable,
   now: Date,
   limit: number,
   after?: DuePlace,
-): Promise<RunRow[]> {
+): Promise<LockedRun[]> {
   const n = clampLimit(limit, 100, 1, 5000)
   const past = after ? ' AND (r.wake_at > ? OR (r.wake_at = ? AND r.id > ?))' : ''
   // Walk the due index in order and stop at the limit. A plan that sorted
@@ -58,15 +62,18 @@ export async function lockDueToStart(
   // rows arrive as binary values, cheaper to decode than text for thousands of
   // rows a batch (dates especially).
   const rows = await tx.execute<Raw>(
-    `${SELECT_RUN} FORCE INDEX (idx_evrun_wake)
+    `SELECT ${RUN_COLUMNS}, NOW(3) AS locked_at FROM event_runs r FORCE INDEX (idx_evrun_wake)
       WHERE r.wake_at <= ?${past} AND r.status = 'scheduled' AND r.concurrency_key IS NULL AND r.overlap IS NULL
       ORDER BY r.wake_at, r.id
       LIMIT ${n}
       FOR UPDATE SKIP LOCKED`,
     after ? [now, after.wakeAt, after.wakeAt, after.id] : [now],
   )
-  return rows.map(hydrate)
+  return rows.map((row) => Object.assign(hydrate(row), { lockedAt: row.locked_at as Date }))
 }
+
+/** A run {@link lockDueToStart} locked, and when (the database's clock). */
+export type LockedRun = RunRow & { lockedAt: Date }
 
 /** A place in the order {@link lockDueToStart} walks: a run's `wake_at`, then its id. */
 export interface DuePlace {
@@ -97,7 +104,15 @@ export type StartedAs =
  * Answers how many moved; the caller holds their locks, so anything short of
  * all of them is a bug it must roll back.
  */
-export async function markStarted(tx: Queryable, ids: readonly number[], as: StartedAs): Promise<number> {
+export async function markStarted(
+  tx: Queryable,
+  ids: readonly number[],
+  as: StartedAs,
+  opts: {
+    /** The start's claim, {@link LockedRun.lockedAt}; the time of this UPDATE when not given. */
+    startedAt?: Date
+  } = {},
+): Promise<number> {
   if (ids.length === 0) return 0
   // The same SET clauses as every guarded transition (a terminal target stamps
   // ended_at and drops claim and wake_at), plus the start's own.
@@ -112,7 +127,10 @@ export async function markStarted(tx: Queryable, ids: readonly number[], as: Sta
     }
   }
   const { sets, args } = transitionSets(as.status, { phase: as.phase, ...(wakeAt && { wakeAt }) })
-  sets.push('started_at = NOW(3)')
+  if (opts.startedAt) {
+    sets.push('started_at = ?')
+    args.push(opts.startedAt)
+  } else sets.push('started_at = NOW(3)')
   if (claim) {
     sets.push('claimed_by = ?', 'claim_token = ?', `claim_expires_at = ${LEASE_EXPIRY}`)
     args.push(...claim)

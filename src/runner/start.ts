@@ -29,7 +29,7 @@ import { DatabaseError, DB_ERRNO, isDbErrno, isDbUnavailable, type Queryable } f
 import * as definitions from '../../sql/eventDefinitions.ts'
 import type { NewLog } from '../../sql/eventRunLogs.ts'
 import * as logs from '../../sql/eventRunLogs.ts'
-import type { DuePlace, RunRow, StartedAs } from '../../sql/eventRuns/index.ts'
+import type { DuePlace, LockedRun, RunRow, StartedAs } from '../../sql/eventRuns/index.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
 import type { StartedStep, StepRow, StepSpec } from '../../sql/eventSteps/index.ts'
 import * as steps from '../../sql/eventSteps/index.ts'
@@ -278,6 +278,8 @@ async function startInTransaction(
   const last = locked.at(-1)
   onLocked?.(locked.length, last?.wakeAt ? { wakeAt: last.wakeAt, id: last.id } : undefined)
   if (locked.length === 0) return empty
+  // The lock is the start's claim: the runs' started_at (the database's clock, as every stamp).
+  const startedAt = (locked[0] as LockedRun).lockedAt
   // What this attempt locked (a deadlock retry may lock other runs).
   seen.splice(0, seen.length, ...locked.map((r) => r.id))
 
@@ -402,6 +404,7 @@ async function startInTransaction(
       tx,
       members.map((p) => p.run.id),
       as,
+      { startedAt },
     )
     // The rows are locked by this transaction: anything short is a bug, and the rollback undoes the batch.
     if (moved !== members.length) throw new Error(`start moved ${moved} of ${members.length} locked runs`)
@@ -420,7 +423,7 @@ async function startInTransaction(
         claimExpiresAt: as.leaseUntil,
         wakeAt: as.leaseUntil,
         missedAt: null,
-        startedAt: now,
+        startedAt,
         definitionTitle: p.definition.title,
         definitionSlug: p.definition.slug,
       })
