@@ -65,13 +65,13 @@ const compact = (sql: string) => sql.replace(/\s+/g, ' ').trim()
 
 /** What each statement of the tick is, recognised by its text. */
 const NAMES: [RegExp, string][] = [
-  [/^UPDATE event_runs SET claimed_by = NULL.*claim_expires_at < \?$/, 'reclaim expired run leases'],
+  [/^UPDATE event_runs SET claimed_by = NULL.*claim_expires_at < (\?|NOW\(3\))$/, 'reclaim expired run leases'],
   [/STRAIGHT_JOIN event_run_steps/, 'reclaim expired step leases'],
   [/FROM event_definitions WHERE state = 'active'/, 'materialisation check: the definitions to look at'],
   [/idx_evrun_missed\) WHERE r\.missed_at </, 'missed sweep'],
   [/SET claimed_by = \?, claim_token = \?/, 'lease due in-flight runs'],
   [/FOR UPDATE SKIP LOCKED/, 'start: lock due key-less runs'],
-  [/wake_at <= \? AND r\.status IN/, 'due keyed runs'],
+  [/idx_evrun_keyed_due\) WHERE r\.keyed_due_at <= \?/, 'due keyed runs'],
   [/FROM event_run_logs WHERE id > \?/, 'log retention: the oldest lines'],
   [/DELETE FROM runner_heartbeats/, 'heartbeat prune'],
   [/AND ended_at < \?$/, 'log retention: which runs of old lines ended before the cutoff'],
