@@ -95,20 +95,22 @@ function layersByRun(entries: readonly NewLog[]): NewLog[][] {
 
 /** Lines of distinct runs: shared contents set-wise, the rest as VALUES rows. */
 async function appendLayer(db: Queryable, lines: readonly NewLog[]): Promise<void> {
-  const groups = new Map<string, { row: SqlValue[]; stepIds: Set<number>; lines: NewLog[] }>()
-  for (const line of lines) {
-    if (line.stepId === undefined || line.stepId === null) continue
-    const row = values(line)
-    const key = JSON.stringify(row.slice(2))
-    const group = groups.get(key) ?? { row, stepIds: new Set<number>(), lines: [] }
+  // Each line's values once: the grouping key and the VALUES row both come from them.
+  const rows = lines.map(values)
+  const groups = new Map<string, { content: SqlValue[]; stepIds: Set<number>; positions: number[] }>()
+  lines.forEach((line, i) => {
+    if (line.stepId === undefined || line.stepId === null) return
+    const content = (rows[i] as SqlValue[]).slice(2)
+    const key = JSON.stringify(content)
+    const group = groups.get(key) ?? { content, stepIds: new Set<number>(), positions: [] }
     groups.set(key, group)
     // A step id seen twice would make one row where two are wanted: that line goes as a VALUES row.
-    if (group.stepIds.has(line.stepId)) continue
+    if (group.stepIds.has(line.stepId)) return
     group.stepIds.add(line.stepId)
-    group.lines.push(line)
-  }
-  const shared = new Set<NewLog>()
-  for (const { row, stepIds, lines: members } of groups.values()) {
+    group.positions.push(i)
+  })
+  const written = new Set<number>()
+  for (const { content, stepIds, positions } of groups.values()) {
     if (stepIds.size < SHARED_LINE_MIN) continue
     const ids = [...stepIds]
     for (let from = 0; from < ids.length; from += MAX_STEP_IDS_PER_STATEMENT) {
@@ -117,17 +119,17 @@ async function appendLayer(db: Queryable, lines: readonly NewLog[]): Promise<voi
       const res = await db.runQuery(
         `INSERT INTO event_run_logs (run_id, step_id, level, message, actor, data)
          SELECT s.run_id, s.id, ?, ?, ?, ? FROM event_run_steps s WHERE ${which.sql} ORDER BY s.id`,
-        [...row.slice(2), ...which.args],
+        [...content, ...which.args],
       )
       // Every step named exists (its line comes from it): anything short is a bug, and fails the caller's transaction.
       if (res.affectedRows !== some.length)
         throw new Error(`wrote ${res.affectedRows} of ${some.length} log lines of shared steps`)
     }
-    for (const line of members) shared.add(line)
+    for (const i of positions) written.add(i)
   }
-  const rows = lines.filter((line) => !shared.has(line)).map(values)
+  const rest = rows.filter((_, i) => !written.has(i))
   const variableBytes = (row: SqlValue[]) => String(row[3]).length + String(row[5]).length
-  for (const chunk of chunkRows(rows, variableBytes)) {
+  for (const chunk of chunkRows(rest, variableBytes)) {
     await db.runQuery(
       `INSERT INTO event_run_logs (run_id, step_id, level, message, actor, data)
        VALUES ${chunk.map(() => `(${placeholders(6)})`).join(', ')}`,
