@@ -231,10 +231,10 @@ export class Runner {
     // Due key-less runs start first, then due in-flight runs are leased, both
     // before the sweeps: the sleep was aimed at their time, and every statement
     // ahead of a start makes it that much later (the start's lock stamps
-    // `started_at`, on the database's clock). The in-flight runs lose nothing by waiting:
-    // nothing advances until both are done. The start leaves a run past its
-    // grace to the missed sweep, and a lease reclaimed by the sweep is taken
-    // at the next pass.
+    // `started_at`, on the database's clock). The in-flight runs lose nothing
+    // by waiting: nothing advances until both are done. The start leaves a run
+    // past its grace to the missed sweep, and a lease reclaimed by the sweep
+    // is taken at the next pass.
     const claimFrom = Date.now()
     const now = clock.now()
     const leaseUntil = new Date(now.getTime() + this.opts.leaseMs)
