@@ -65,7 +65,10 @@ const compact = (sql: string) => sql.replace(/\s+/g, ' ').trim()
 
 /** What each statement of the tick is, recognised by its text. */
 const NAMES: [RegExp, string][] = [
-  [/^UPDATE event_runs SET claimed_by = NULL.*claim_expires_at < (\?|NOW\(3\))$/, 'reclaim expired run leases'],
+  [
+    /^UPDATE event_runs SET claimed_by = NULL.*claim_expires_at < (\?|NOW\(3\))$/,
+    'reclaim expired run leases',
+  ],
   [/STRAIGHT_JOIN event_run_steps/, 'reclaim expired step leases'],
   [/FROM event_definitions WHERE state = 'active'/, 'materialisation check: the definitions to look at'],
   [/idx_evrun_missed\) WHERE r\.missed_at </, 'missed sweep'],

@@ -220,12 +220,7 @@ describe('a run walks its program', () => {
       wakeAt: null,
     })
     expect(r.endedAt).not.toBeNull()
-    expect(seen).toEqual([
-      'running/main',
-      'running/main',
-      'ending/wrap-up',
-      'completed/wrap-up',
-    ])
+    expect(seen).toEqual(['running/main', 'running/main', 'ending/wrap-up', 'completed/wrap-up'])
     expect((await stepsOf(t.db, run.id)).map((s) => s.status)).toEqual([
       'completed',
       'completed',
