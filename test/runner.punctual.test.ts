@@ -118,3 +118,64 @@ it('wakes for a timer that runs out between ticks (core.wait), not at the next t
   const doneMs = (run as { endedAt: Date }).endedAt.getTime() - dueAt.getTime()
   expect(doneMs).toBeLessThan(1000)
 })
+
+it('starts a run that came due while a pass was busy right after that pass, not at the next wake-up', async () => {
+  const registry = createDefaultRegistry()
+  // A step that keeps its pass busy for 400 ms (a slow receiver, a loaded machine).
+  registry.register({
+    kind: 'test.slow',
+    sideEffects: false,
+    validate: () => [],
+    async execute() {
+      await sleep(400)
+      return { type: 'completed' }
+    },
+  })
+  const slow = await createDefinition(
+    { db: t.db, registry, clock: systemClock },
+    {
+      slug: 'slow-pass',
+      title: 'slow pass',
+      graceSeconds: 3600,
+      program: { phases: [{ name: 'main', steps: [{ kind: 'test.slow', params: {} }] }] },
+    },
+    'admin#test',
+  )
+  const { def } = await oneStepDefinition('due-mid-pass')
+  const runner = new Runner({ db: t.db, registry, tickMs: 1000, leaseMs: 30_000 })
+  runners.push(runner)
+  runner.start()
+  while (runner.lastTick === null) await sleep(5)
+  const materialise = (definitionId: number, versionId: number, scope: string, scheduledFor: Date) =>
+    runsSql.materialise(t.db, {
+      definitionId,
+      versionId,
+      scope,
+      scheduledFor,
+      timezone: 'UTC',
+      concurrencyKey: null,
+      params: null,
+      rehearsal: false,
+      startedBy: 'schedule',
+    })
+  const slowDue = new Date(Date.now() + 200)
+  const dueMidPass = new Date(slowDue.getTime() + 100)
+  await materialise(slow.id, slow.currentVersionId as number, 'busy', slowDue)
+  const id = await materialise(def.id, def.currentVersionId as number, 'room-3', dueMidPass)
+  // Something due well after the pass, which the sleep would otherwise aim at.
+  await materialise(def.id, def.currentVersionId as number, 'later', new Date(slowDue.getTime() + 5_000))
+  runner.nudge()
+  let run = await runsSql.getById(t.db, id as number)
+  for (let i = 0; i < 300 && !run?.startedAt; i++) {
+    await sleep(10)
+    run = await runsSql.getById(t.db, id as number)
+  }
+  expect(run?.startedAt).toBeTruthy()
+  // The pass that starts the slow run is busy until about +400 ms after the
+  // run below came due: it starts then, about 300 ms late. Were the sleep
+  // aimed past the instant it was read, it would start at the next tick,
+  // about 900 ms late.
+  const lateMs = (run as { startedAt: Date }).startedAt.getTime() - dueMidPass.getTime()
+  expect(lateMs).toBeGreaterThanOrEqual(0)
+  expect(lateMs).toBeLessThan(650)
+})

@@ -56,6 +56,8 @@ export class Runner {
   private lastTickAt: Date | null = null
   private tickSeq = 0
   private nudged = false
+  /** The instant the last pass looked for due work at: what came due after it was not seen. */
+  private dueCheckedAt: Date | null = null
 
   constructor(options: RunnerOptions) {
     // Every in-flight step listens on the hard-stop signal; there may be many.
@@ -181,13 +183,20 @@ export class Runner {
    * run due between two ticks starts at its time, not up to TICK_MS late. One
    * index read; runs made due by someone else (an API start, a resolved cue)
    * nudge the loop instead. A failed read keeps the plain tick.
+   *
+   * The soonest wake-up after the instant the pass looked for due work, not
+   * after now: a run that came due while the pass was busy (a slow step, a
+   * loaded machine) was not seen by it, and starts at once rather than at the
+   * following wake-up, up to a tick late. What the pass saw due and left (a
+   * run claimed elsewhere, a key held) lies before that instant, so it cannot
+   * keep the loop from sleeping.
    */
   private async untilNextWake(tickWait: number): Promise<number> {
     if (tickWait <= 0) return 0
     const { db, clock } = this.opts
     try {
       const now = clock.now()
-      const next = await runs.nextWakeAfter(db, now)
+      const next = await runs.nextWakeAfter(db, this.dueCheckedAt ?? now)
       if (next === null) return tickWait
       // +1 ms: a timer can fire a little early, and the due query is `wake_at <= now`.
       const until = next.getTime() - clock.now().getTime() + 1
@@ -237,6 +246,7 @@ export class Runner {
     // is taken at the next pass.
     const claimFrom = Date.now()
     const now = clock.now()
+    this.dueCheckedAt = now
     const leaseUntil = new Date(now.getTime() + this.opts.leaseMs)
     const token = `${this.instanceId}:${++this.tickSeq}`
     let started: ClaimedRun[] = []
