@@ -5,6 +5,11 @@
  * stale figure behind; prints the table at the end and exits non-zero if a
  * benchmark could not run (a target not met is a figure, not a crash).
  *
+ * Each benchmark hosts the server in its own process, so that process gets
+ * node's flags from `npm start`'s script (`--no-memory-reducer`, see
+ * docs/performance.md); run alone, give them yourself:
+ * `node --no-memory-reducer --import tsx bench/punctuality.ts`.
+ *
  * Alone: `npx tsx bench/throughput.ts` (also the graphile-worker peer),
  * `bench/burst.ts` (also its graphile-worker peer), `bench/punctuality.ts`,
  * `bench/starvation.ts`, `bench/fanout.ts`, `bench/apiLatency.ts`, `bench/console.ts`,
@@ -12,6 +17,7 @@
  * cluster of test/galera/cluster.sh). bench/README.md says what each measures.
  */
 import { spawn } from 'node:child_process'
+import { readFileSync } from 'node:fs'
 import { rm } from 'node:fs/promises'
 import { fileURLToPath } from 'node:url'
 import { printResults, RESULTS_FILE, readResults } from './lib.ts'
@@ -29,9 +35,18 @@ const BENCHMARKS = [
   'galera',
 ] as const
 
-function runOne(name: string): Promise<number> {
+/** The node options `npm start` runs the server with: the flags before `--import tsx` in its script. */
+function startScriptNodeFlags(): string[] {
+  const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8'))
+  const script = String(pkg.scripts?.start ?? '')
+  const m = /\bnode((?:\s+--[\w-]+(?:=\S+)?)*)\s+--import tsx\b/.exec(script)
+  if (!m) throw new Error(`cannot read node's flags from the start script: ${script}`)
+  return (m[1] ?? '').split(/\s+/).filter(Boolean)
+}
+
+function runOne(name: string, nodeFlags: readonly string[]): Promise<number> {
   const file = fileURLToPath(new URL(`./${name}.ts`, import.meta.url))
-  const child = spawn(process.execPath, ['--import', 'tsx', file], { stdio: 'inherit' })
+  const child = spawn(process.execPath, [...nodeFlags, '--import', 'tsx', file], { stdio: 'inherit' })
   return new Promise((resolve) => child.on('close', (code) => resolve(code ?? 1)))
 }
 
@@ -39,10 +54,12 @@ async function main(): Promise<void> {
   const started = Date.now()
   await rm(RESULTS_FILE, { force: true })
   const failed: string[] = []
+  const nodeFlags = startScriptNodeFlags()
+  console.log(`node flags from npm start's script: ${nodeFlags.join(' ') || '(none)'}`)
   for (const name of BENCHMARKS) {
     const t0 = Date.now()
     console.log(`\n== ${name}`)
-    const code = await runOne(name)
+    const code = await runOne(name, nodeFlags)
     console.log(
       `== ${name}: ${code === 0 ? 'done' : `FAILED (exit ${code})`} in ${((Date.now() - t0) / 1000).toFixed(1)} s`,
     )

@@ -3,7 +3,7 @@
  *
  * A private MariaDB (what `npm start` makes without DATABASE_URL, here in a
  * short temp dir so the unix socket path fits) serves one real server process
- * (`node --import tsx src/cli.ts serve`, runner on, TICK_MS 100). Load: a
+ * (`node --no-memory-reducer --import tsx src/cli.ts serve`, runner on, TICK_MS 100). Load: a
  * client starting a run every 100 ms (webhook → 1 s wait → webhook → ending
  * log, concurrency key per scope), a reader, and probes of /healthz and
  * /readyz every 200 ms. Midway the MariaDB is stopped (SIGTERM, as

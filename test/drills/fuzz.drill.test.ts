@@ -2,7 +2,7 @@
  * Drill: 10,000 generated GraphQL requests with hostile values against a real
  * server process.
  *
- * The server (`node --import tsx src/cli.ts serve`, RUNNER=off so the fuzz
+ * The server (`node --no-memory-reducer --import tsx src/cli.ts serve`, RUNNER=off so the fuzz
  * measures the API, on a throwaway database) is seeded with a few definitions,
  * runs and steps so ids sometimes hit real rows. Documents come from the schema
  * the server itself reports (introspection) via test/drills/fuzz.ts: every root

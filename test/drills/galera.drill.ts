@@ -4,7 +4,7 @@
  * midway and brought back.
  *
  * The cluster is test/galera/cluster.sh's (started here if it is not running).
- * Three real `node --import tsx src/cli.ts serve` processes start at the same
+ * Three real `node --no-memory-reducer --import tsx src/cli.ts serve` processes start at the same
  * instant on a fresh database, instance N on node N only (so every migration,
  * claim and key is contended across nodes, where row locks do not reach). The
  * definitions: per-second and every-5-seconds schedules over several scopes,

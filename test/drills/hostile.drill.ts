@@ -2,7 +2,7 @@
  * Drill: a minute of hostile traffic against one server process while its
  * runner has runs coming due every second.
  *
- * The server is what `npm start` runs (`node --import tsx src/cli.ts serve`:
+ * The server is what `npm start` runs (`node --no-memory-reducer --import tsx src/cli.ts serve`:
  * a real configuration from the environment, the runner on, the default
  * TICK_MS), on a throwaway database. Before the flood, runs are booked with
  * `startRun(at:)` one second apart across the flood. Then, for FLOOD_MS, a

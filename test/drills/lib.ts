@@ -100,19 +100,24 @@ const CONFIG_VARS = [
 ]
 
 /**
- * Start `node --import tsx src/cli.ts serve` (with the orphan guard preloaded,
- * see orphanGuard.ts) and wait until it prints where it listens.
+ * Start `node --no-memory-reducer --import tsx src/cli.ts serve`, what `npm
+ * start` runs (with the orphan guard preloaded, see orphanGuard.ts), and wait
+ * until it prints where it listens.
  */
 export async function spawnServer(opts: SpawnOptions): Promise<ServerProcess> {
   const env: Record<string, string> = {}
   for (const [k, v] of Object.entries(process.env))
     if (v !== undefined && !CONFIG_VARS.includes(k)) env[k] = v
   Object.assign(env, { PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'warn' }, opts.env)
-  const child = spawn(process.execPath, ['--import', 'tsx', '--import', ORPHAN_GUARD, CLI, 'serve'], {
-    cwd: REPO_ROOT,
-    env,
-    stdio: ['ignore', 'pipe', 'pipe'],
-  })
+  const child = spawn(
+    process.execPath,
+    ['--no-memory-reducer', '--import', 'tsx', '--import', ORPHAN_GUARD, CLI, 'serve'],
+    {
+      cwd: REPO_ROOT,
+      env,
+      stdio: ['ignore', 'pipe', 'pipe'],
+    },
+  )
   children.add(child)
   const exited = new Promise<ExitInfo>((resolve) => {
     child.once('exit', (code, signal) => {

@@ -2,7 +2,7 @@
  * Drill: four server processes on one database, 2,000 runs over 20
  * concurrency keys, one process SIGKILLed midway.
  *
- * Four real `node --import tsx src/cli.ts serve` processes (distinct ports and
+ * Four real `node --no-memory-reducer --import tsx src/cli.ts serve` processes (distinct ports and
  * INSTANCE_IDs, TICK_MS 100, LEASE_MS 3000) share a throwaway database on the
  * test MariaDB. The runs are made through the API (startRun with `at`, spread
  * over the four processes); the definition's key is `k:{{run.scope}}` over 20
