@@ -33,6 +33,36 @@ async function oneStepDefinition(slug: string) {
   return { registry, def }
 }
 
+/** A scheduled run of `def` in `scope` due at `scheduledFor`, made the way the materialiser makes one. */
+function scheduledRun(
+  def: { id: number; currentVersionId: number | null },
+  scope: string,
+  scheduledFor: Date,
+) {
+  return runsSql.materialise(t.db, {
+    definitionId: def.id,
+    versionId: def.currentVersionId as number,
+    scope,
+    scheduledFor,
+    timezone: 'UTC',
+    concurrencyKey: null,
+    params: null,
+    rehearsal: false,
+    startedBy: 'schedule',
+  })
+}
+
+/** How late run `id` started after `dueAt`, in ms, waiting up to `waitMs` for it to start. */
+async function startLagMs(id: number | null, dueAt: Date, waitMs: number): Promise<number> {
+  let run = await runsSql.getById(t.db, id as number)
+  for (let waited = 0; waited < waitMs && !run?.startedAt; waited += 10) {
+    await sleep(10)
+    run = await runsSql.getById(t.db, id as number)
+  }
+  expect(run?.startedAt).toBeTruthy()
+  return (run as { startedAt: Date }).startedAt.getTime() - dueAt.getTime()
+}
+
 it('starts a run due 300 ms after a tick at its time, not at the next tick (TICK_MS 1000)', async () => {
   const { registry, def } = await oneStepDefinition('punctual')
   const runner = new Runner({ db: t.db, registry, tickMs: 1000, leaseMs: 30_000 })
@@ -41,27 +71,11 @@ it('starts a run due 300 ms after a tick at its time, not at the next tick (TICK
   // Let the first tick (and its materialisation pass) finish: the run below comes due between ticks.
   while (runner.lastTick === null) await sleep(5)
   const dueAt = new Date(Date.now() + 300)
-  const id = await runsSql.materialise(t.db, {
-    definitionId: def.id,
-    versionId: def.currentVersionId as number,
-    scope: 'room-1',
-    scheduledFor: dueAt,
-    timezone: 'UTC',
-    concurrencyKey: null,
-    params: null,
-    rehearsal: false,
-    startedBy: 'schedule',
-  })
+  const id = await scheduledRun(def, 'room-1', dueAt)
   // Made by someone other than this runner after its tick: the same as an API start, which nudges.
   runner.nudge()
   expect(id).not.toBeNull()
-  let run = await runsSql.getById(t.db, id as number)
-  for (let i = 0; i < 200 && !run?.startedAt; i++) {
-    await sleep(10)
-    run = await runsSql.getById(t.db, id as number)
-  }
-  expect(run?.startedAt).toBeTruthy()
-  const lateMs = (run as { startedAt: Date }).startedAt.getTime() - dueAt.getTime()
+  const lateMs = await startLagMs(id, dueAt, 2000)
   expect(lateMs).toBeGreaterThanOrEqual(0)
   // On a quiet machine about 5 ms; the bound leaves room for a loaded CI box.
   // Without aiming the sleep the run starts at the next tick, about 700 ms late.
@@ -95,17 +109,7 @@ it('wakes for a timer that runs out between ticks (core.wait), not at the next t
   runner.start()
   while (runner.lastTick === null) await sleep(5)
   const dueAt = new Date(Date.now() + 100)
-  const id = await runsSql.materialise(t.db, {
-    definitionId: def.id,
-    versionId: def.currentVersionId as number,
-    scope: 'room-2',
-    scheduledFor: dueAt,
-    timezone: 'UTC',
-    concurrencyKey: null,
-    params: null,
-    rehearsal: false,
-    startedBy: 'schedule',
-  })
+  const id = await scheduledRun(def, 'room-2', dueAt)
   runner.nudge()
   let run = await runsSql.getById(t.db, id as number)
   for (let i = 0; i < 300 && run?.status !== 'completed'; i++) {
@@ -146,36 +150,18 @@ it('starts a run that came due while a pass was busy right after that pass, not 
   runners.push(runner)
   runner.start()
   while (runner.lastTick === null) await sleep(5)
-  const materialise = (definitionId: number, versionId: number, scope: string, scheduledFor: Date) =>
-    runsSql.materialise(t.db, {
-      definitionId,
-      versionId,
-      scope,
-      scheduledFor,
-      timezone: 'UTC',
-      concurrencyKey: null,
-      params: null,
-      rehearsal: false,
-      startedBy: 'schedule',
-    })
   const slowDue = new Date(Date.now() + 200)
   const dueMidPass = new Date(slowDue.getTime() + 100)
-  await materialise(slow.id, slow.currentVersionId as number, 'busy', slowDue)
-  const id = await materialise(def.id, def.currentVersionId as number, 'room-3', dueMidPass)
+  await scheduledRun(slow, 'busy', slowDue)
+  const id = await scheduledRun(def, 'room-3', dueMidPass)
   // Something due well after the pass, which the sleep would otherwise aim at.
-  await materialise(def.id, def.currentVersionId as number, 'later', new Date(slowDue.getTime() + 5_000))
+  await scheduledRun(def, 'later', new Date(slowDue.getTime() + 5_000))
   runner.nudge()
-  let run = await runsSql.getById(t.db, id as number)
-  for (let i = 0; i < 300 && !run?.startedAt; i++) {
-    await sleep(10)
-    run = await runsSql.getById(t.db, id as number)
-  }
-  expect(run?.startedAt).toBeTruthy()
+  const lateMs = await startLagMs(id, dueMidPass, 3000)
   // The pass that starts the slow run is busy until about +400 ms after the
   // run below came due: it starts then, about 300 ms late. Were the sleep
   // aimed past the instant it was read, it would start at the next tick,
   // about 900 ms late.
-  const lateMs = (run as { startedAt: Date }).startedAt.getTime() - dueMidPass.getTime()
   expect(lateMs).toBeGreaterThanOrEqual(0)
   expect(lateMs).toBeLessThan(650)
 })
