@@ -6,7 +6,8 @@
  * when a pass comes later than the window lasts.
  */
 import { describe, expect, it } from 'vitest'
-import { DEFAULT_MAX_RUNS_AHEAD, materialiseAll } from '../src/runner/materialise.ts'
+import { aheadCountStats, forgetAheadCounts } from '../src/runner/aheadCount.ts'
+import { DEFAULT_MAX_RUNS_AHEAD, materialiseAll, materialiseDefinition } from '../src/runner/materialise.ts'
 import { Runner } from '../src/runner/runner.ts'
 import { useTestDb } from './helpers/db.ts'
 import { defineEvent, makeRegistry, program, type RunnerTestEnv, TestClock } from './helpers/runnerHarness.ts'
@@ -96,6 +97,65 @@ describe('bounded materialisation', () => {
     // Memory follows the bound, not the schedule (a day of seconds × 1,000 scopes would be 86 M objects).
     expect(process.memoryUsage().heapUsed - heapBefore).toBeLessThan(200 * 1024 * 1024)
   }, 120_000)
+
+  it('a pass counts the runs ahead by what came due since the last one, not by walking the whole window', async () => {
+    const clock = new TestClock('2030-03-01T12:00:00.000Z')
+    const env: RunnerTestEnv = { db: t.db, registry: makeRegistry(), clock }
+    const def = await defineEvent(env, { schedule: '* * * * * *', program: LOG_ONLY })
+    const bounds = { horizonMs: DAY_MS }
+    const walkedBy = async (pass: () => Promise<unknown>) => {
+      const before = aheadCountStats.walked
+      await pass()
+      return aheadCountStats.walked - before
+    }
+    const window = async () => {
+      const [span] = await spans(def.id, clock.now())
+      expect(span?.ahead).toBe(DEFAULT_MAX_RUNS_AHEAD)
+      expect(span?.last).toBe(clock.now().getTime() + DEFAULT_MAX_RUNS_AHEAD * 1000)
+      expect(span?.n).toBe(((span?.last ?? 0) - (span?.first ?? 0)) / 1000 + 1)
+    }
+    await materialiseDefinition(t.db, def, clock.now(), bounds)
+    await window()
+    // A minute later (the runner's usual interval): a minute of occurrences
+    // came due, so about 60 are walked, not the 940 still ahead.
+    clock.advance(60_000)
+    expect(await walkedBy(() => materialiseDefinition(t.db, def, clock.now(), bounds))).toBeLessThanOrEqual(
+      62,
+    )
+    await window()
+    // With nothing remembered (a restart, another instance's pass), the full
+    // count, and the same window.
+    clock.advance(60_000)
+    forgetAheadCounts()
+    expect(await walkedBy(() => materialiseDefinition(t.db, def, clock.now(), bounds))).toBeGreaterThan(900)
+    await window()
+  }, 60_000)
+
+  it('remembered counts make the same runs as counting afresh on every pass', async () => {
+    const clock = new TestClock('2030-03-10T06:30:00.000Z')
+    const env: RunnerTestEnv = { db: t.db, registry: makeRegistry(), clock }
+    // A sparse pattern across New York's spring-forward night, a bound it
+    // reaches, and passes at uneven intervals, one after the window ran out.
+    const input = {
+      schedule: '*/20 * 1-3,7 * * *',
+      timezone: 'America/New_York',
+      scopes: ['a', 'b'],
+      program: LOG_ONLY,
+    }
+    const remembering = await defineEvent(env, input)
+    const afresh = await defineEvent(env, input)
+    const bounds = { horizonMs: DAY_MS, maxRunsAhead: 150 }
+    for (const step of [0, 60_000, 1_000, 600_000, 4 * 3600_000, 20_000, 7_000, 3600_000]) {
+      clock.advance(step)
+      await materialiseDefinition(t.db, remembering, clock.now(), bounds)
+      forgetAheadCounts(afresh.id)
+      await materialiseDefinition(t.db, afresh, clock.now(), bounds)
+      const mine = await spans(remembering.id, clock.now())
+      const theirs = await spans(afresh.id, clock.now())
+      expect(mine).toEqual(theirs)
+      for (const span of mine) expect(span.ahead).toBeLessThanOrEqual(150)
+    }
+  }, 60_000)
 
   it('the runner tops a count-bounded window up before it runs out, not only every materialiseEveryMs', async () => {
     const clock = new TestClock('2030-03-01T12:00:00.000Z')

@@ -22,6 +22,7 @@ import * as definitions from '../../sql/eventDefinitions.ts'
 import type { NewRun } from '../../sql/eventRuns/index.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
 import * as watermarks from '../../sql/scheduleWatermarks.ts'
+import { occurrencesAhead, rememberAhead } from './aheadCount.ts'
 import { occurrenceStream, occurrencesBetween } from './schedule.ts'
 import { renderTemplate } from './template.ts'
 
@@ -109,23 +110,21 @@ function nextInstants(
   to: Date,
   maxAhead: number,
 ): { instants: Date[]; capped: boolean } {
-  const schedule = def.schedule as string
-  let ahead = 0
-  if (from > now) {
-    for (const t of occurrenceStream(schedule, def.timezone, now, def)) {
-      if (t > from.getTime() || ahead >= maxAhead) break
-      ahead++
-    }
-  }
+  // Exact whenever it is below the bound (aheadCount.ts), and so at every return below.
+  let ahead = occurrencesAhead(def, from, now, maxAhead)
   const instants: Date[] = []
   if (ahead >= maxAhead) return { instants, capped: true }
-  for (const t of occurrenceStream(schedule, def.timezone, from, def)) {
-    if (t > to.getTime()) return { instants, capped: false }
+  const done = (capped: boolean) => {
+    rememberAhead(def, instants.at(-1) ?? from, now, ahead)
+    return { instants, capped }
+  }
+  for (const t of occurrenceStream(def.schedule as string, def.timezone, from, def)) {
+    if (t > to.getTime()) return done(false)
     instants.push(new Date(t))
     if (t > now.getTime()) ahead++
-    if (ahead >= maxAhead || instants.length >= maxAhead) return { instants, capped: true }
+    if (ahead >= maxAhead || instants.length >= maxAhead) return done(true)
   }
-  return { instants, capped: false }
+  return done(false)
 }
 
 /** Materialise one definition, bounded as {@link MaterialiseBounds} says. */
