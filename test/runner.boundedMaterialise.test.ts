@@ -116,6 +116,9 @@ describe('bounded materialisation', () => {
     }
     await materialiseDefinition(t.db, def, clock.now(), bounds)
     await window()
+    // Again at the same instant (a definition changed): the window is full, nothing to walk or write.
+    expect(await walkedBy(() => materialiseDefinition(t.db, def, clock.now(), bounds))).toBeLessThanOrEqual(1)
+    await window()
     // A minute later (the runner's usual interval): a minute of occurrences
     // came due, so about 60 are walked, not the 940 still ahead.
     clock.advance(60_000)

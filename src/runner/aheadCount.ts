@@ -68,17 +68,32 @@ export function occurrencesAhead(def: Schedule, from: Date, now: Date, cap: numb
   if (fromMs <= nowMs) return 0
   const key = keyOf(def, fromMs)
   const known = remembered.get(key)
-  remembered.delete(key)
+  let ahead: number
   if (known && known.nowMs <= nowMs) {
     // Those in (then, now] have come due since: at most `known.ahead` of them.
-    const dueSince = countBetween(def, known.nowMs, nowMs, known.ahead)
-    return Math.min(cap, known.ahead - dueSince)
+    ahead = known.ahead - countBetween(def, known.nowMs, nowMs, known.ahead)
+  } else {
+    ahead = countBetween(def, nowMs, fromMs, cap)
+    // At the cap the count stopped early: more may lie ahead, so it is not kept.
+    if (ahead >= cap) return cap
   }
-  return countBetween(def, nowMs, fromMs, cap)
+  // Kept as of now, so a pass that finds the window full (and writes nothing)
+  // leaves the next one a short walk too.
+  remember(key, nowMs, ahead)
+  return Math.min(cap, ahead)
 }
 
-/** Remember that `(now, from]` holds exactly `ahead` occurrences of `def`'s schedule, for the next pass. */
-export function rememberAhead(def: Schedule, from: Date, now: Date, ahead: number): void {
-  if (remembered.size >= REMEMBERED_MAX) remembered.clear()
-  remembered.set(keyOf(def, from.getTime()), { nowMs: now.getTime(), ahead })
+/**
+ * A pass made the runs of `(from, reached]`: `(now, reached]` holds exactly
+ * `ahead` occurrences of `def`'s schedule. Kept for the next pass, in place of
+ * the count up to `from`.
+ */
+export function rememberAhead(def: Schedule, from: Date, reached: Date, now: Date, ahead: number): void {
+  remembered.delete(keyOf(def, from.getTime()))
+  remember(keyOf(def, reached.getTime()), now.getTime(), ahead)
+}
+
+function remember(key: string, nowMs: number, ahead: number): void {
+  if (remembered.size >= REMEMBERED_MAX && !remembered.has(key)) remembered.clear()
+  remembered.set(key, { nowMs, ahead })
 }

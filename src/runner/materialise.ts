@@ -115,7 +115,7 @@ function nextInstants(
   const instants: Date[] = []
   if (ahead >= maxAhead) return { instants, capped: true }
   const done = (capped: boolean) => {
-    rememberAhead(def, instants.at(-1) ?? from, now, ahead)
+    rememberAhead(def, from, instants.at(-1) ?? from, now, ahead)
     return { instants, capped }
   }
   for (const t of occurrenceStream(def.schedule as string, def.timezone, from, def)) {
