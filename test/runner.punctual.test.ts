@@ -63,13 +63,18 @@ async function startLagMs(id: number | null, dueAt: Date, waitMs: number): Promi
   return (run as { startedAt: Date }).startedAt.getTime() - dueAt.getTime()
 }
 
-it('starts a run due 300 ms after a tick at its time, not at the next tick (TICK_MS 1000)', async () => {
-  const { registry, def } = await oneStepDefinition('punctual')
-  const runner = new Runner({ db: t.db, registry, tickMs: 1000, leaseMs: 30_000 })
+/** A started runner whose first tick (and its materialisation pass) is done, so what comes due next falls between ticks. */
+async function runnerPastFirstTick(registry: ReturnType<typeof createDefaultRegistry>, tickMs: number) {
+  const runner = new Runner({ db: t.db, registry, tickMs, leaseMs: 30_000 })
   runners.push(runner)
   runner.start()
-  // Let the first tick (and its materialisation pass) finish: the run below comes due between ticks.
   while (runner.lastTick === null) await sleep(5)
+  return runner
+}
+
+it('starts a run due 300 ms after a tick at its time, not at the next tick (TICK_MS 1000)', async () => {
+  const { registry, def } = await oneStepDefinition('punctual')
+  const runner = await runnerPastFirstTick(registry, 1000)
   const dueAt = new Date(Date.now() + 300)
   const id = await scheduledRun(def, 'room-1', dueAt)
   // Made by someone other than this runner after its tick: the same as an API start, which nudges.
@@ -104,10 +109,7 @@ it('wakes for a timer that runs out between ticks (core.wait), not at the next t
     },
     'admin#test',
   )
-  const runner = new Runner({ db: t.db, registry, tickMs: 2000, leaseMs: 30_000 })
-  runners.push(runner)
-  runner.start()
-  while (runner.lastTick === null) await sleep(5)
+  const runner = await runnerPastFirstTick(registry, 2000)
   const dueAt = new Date(Date.now() + 100)
   const id = await scheduledRun(def, 'room-2', dueAt)
   runner.nudge()
@@ -146,10 +148,7 @@ it('starts a run that came due while a pass was busy right after that pass, not 
     'admin#test',
   )
   const { def } = await oneStepDefinition('due-mid-pass')
-  const runner = new Runner({ db: t.db, registry, tickMs: 1000, leaseMs: 30_000 })
-  runners.push(runner)
-  runner.start()
-  while (runner.lastTick === null) await sleep(5)
+  const runner = await runnerPastFirstTick(registry, 1000)
   const slowDue = new Date(Date.now() + 200)
   const dueMidPass = new Date(slowDue.getTime() + 100)
   await scheduledRun(slow, 'busy', slowDue)
