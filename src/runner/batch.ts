@@ -33,14 +33,7 @@ import * as runs from '../../sql/eventRuns/index.ts'
 import type { StepRow } from '../../sql/eventSteps/index.ts'
 import * as steps from '../../sql/eventSteps/index.ts'
 import type { RunStatus } from '../../sql/states.ts'
-import {
-  advanceRun,
-  type ClaimedRun,
-  concludeStep,
-  type EngineDeps,
-  parkedLine,
-  type RunAnswer,
-} from './engine.ts'
+import { advanceRun, concludeStep, parkedLine } from './engine.ts'
 import { stepContext, withTimeout } from './executor/context.ts'
 import { batchEntry, failureWrite, isAdvancing, notYet, outcomeWrite, phaseMove } from './executor/decide.ts'
 import { degradeLine, retryLine } from './executor/failure.ts'
@@ -53,6 +46,7 @@ import {
   type StepWriter,
 } from './executor/writer.ts'
 import type { StepOutcome } from './steps/types.ts'
+import type { ClaimedRun, EngineDeps, RunAnswer } from './types.ts'
 
 export interface BatchOutcome {
   /** Runs whose next step needs the per-run engine, with their fresh status and phase. */

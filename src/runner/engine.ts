@@ -19,7 +19,6 @@ import type { StepRow, StepSpec } from '../../sql/eventSteps/index.ts'
 import * as steps from '../../sql/eventSteps/index.ts'
 import * as versions from '../../sql/eventVersions.ts'
 import type { RunStatus } from '../../sql/states.ts'
-import type { Clock } from './clock.ts'
 import { stepContext, templateVars, withTimeout } from './executor/context.ts'
 import {
   isAdvancing,
@@ -33,42 +32,9 @@ import { handleFailure } from './executor/failure.ts'
 import type { Settled } from './executor/round.ts'
 import { immediateWriter, recordOutcome, type StepWriter } from './executor/writer.ts'
 import { expandProgram, type Program } from './program.ts'
-import type { StepRegistry } from './steps/registry.ts'
-import { StepFailure, type StepOutcome, type StepSettings } from './steps/types.ts'
+import { StepFailure, type StepOutcome } from './steps/types.ts'
 import { renderTemplate } from './template.ts'
-
-/** Hooks the server wires to metrics; every one is optional. */
-export interface RunnerObserver {
-  stepFinished?(kind: string, outcome: 'completed' | 'retry' | 'failed' | 'sleep' | 'park' | 'skipped'): void
-  claimConflict?(): void
-  tickDuration?(ms: number): void
-  tickError?(): void
-  /** How late this tick started against its schedule, in ms (0 when on time). */
-  tickLag?(ms: number): void
-  /** Run history retention deleted these terminal runs (counts per status). */
-  runsDeleted?(byStatus: Partial<Record<string, number>>): void
-}
-
-/** A run this instance holds a claim on, with what its steps' templates need. */
-export type ClaimedRun = RunRow & { definitionTitle: string; definitionSlug: string }
-
-export interface EngineDeps {
-  db: Db
-  registry: StepRegistry
-  clock: Clock
-  owner: string
-  leaseMs: number
-  settings: StepSettings
-  /** Steps executed per run per claim before the run is given back. @default 25 */
-  maxStepsPerClaim?: number
-  /** Steps a batch executes at once (its inline kinds apart, which finish at once). @default 8 */
-  stepConcurrency?: number
-  observer?: RunnerObserver
-  /** True once the runner is stopping: finish the current step, take no next one. */
-  stopping: () => boolean
-  /** Aborted when a stopping runner's grace runs out: in-flight steps are cut short. */
-  hardStop: AbortSignal
-}
+import type { ClaimedRun, EngineDeps, RunAnswer } from './types.ts'
 
 /**
  * Programs are immutable per version, so each version is expanded once. Keyed
@@ -139,9 +105,6 @@ export async function expandStartingRuns(
   )
   return fresh
 }
-
-/** When a run held under a lease next needs the runner (`wakeAt`), or `stop`: release it as it is. */
-export type RunAnswer = { wakeAt: Date | null } | { stop: true }
 
 /**
  * Advance one claimed run. Answers when the run next needs attention (`wakeAt`

@@ -9,7 +9,7 @@ import type { Db } from '../../sql/db.ts'
 import * as logs from '../../sql/eventRunLogs.ts'
 import type { RunRow } from '../../sql/eventRuns/index.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
-import type { RunnerObserver } from './engine.ts'
+import type { RunnerObserver } from './types.ts'
 
 export interface KeyedStartDeps {
   db: Db

@@ -33,13 +33,14 @@ import type { DuePlace, LockedRun, RunRow, StartedAs } from '../../sql/eventRuns
 import * as runs from '../../sql/eventRuns/index.ts'
 import type { StartedStep, StepRow, StepSpec } from '../../sql/eventSteps/index.ts'
 import * as steps from '../../sql/eventSteps/index.ts'
-import { type ClaimedRun, type EngineDeps, specsForVersion } from './engine.ts'
+import { specsForVersion } from './engine.ts'
 import { stepContext, withTimeout } from './executor/context.ts'
 import { outcomeWrite, startedAs } from './executor/decide.ts'
 import type { StepWriter } from './executor/writer.ts'
 import { withinGrace } from './grace.ts'
 import { STEP_DEFAULTS } from './program.ts'
 import { StepFailure } from './steps/types.ts'
+import type { ClaimedRun, EngineDeps } from './types.ts'
 
 /** What one start transaction did. */
 export interface StartBatchOutcome {

@@ -13,7 +13,7 @@ import type { StepRow } from '../../../sql/eventSteps/index.ts'
 import * as steps from '../../../sql/eventSteps/index.ts'
 import type { RunStatus } from '../../../sql/states.ts'
 import type { Clock } from '../clock.ts'
-import type { RunnerObserver } from '../engine.ts'
+import type { RunnerObserver } from '../types.ts'
 import { failureWrite, type StepVerdict } from './decide.ts'
 import { recordOutcome } from './writer.ts'
 
