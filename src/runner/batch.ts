@@ -34,8 +34,8 @@ import type { StepRow } from '../../sql/eventSteps/index.ts'
 import * as steps from '../../sql/eventSteps/index.ts'
 import type { RunStatus } from '../../sql/states.ts'
 import { advanceRun, concludeStep, parkedLine } from './engine.ts'
-import { stepContext, withTimeout } from './executor/context.ts'
-import { batchEntry, failureWrite, isAdvancing, notYet, outcomeWrite, phaseMove } from './executor/decide.ts'
+import { type AttemptResult, attempt } from './executor/attempt.ts'
+import { batchEntry, failureWrite, isAdvancing, notYet, phaseMove } from './executor/decide.ts'
 import { degradeLine, retryLine } from './executor/failure.ts'
 import { executeRound, type Settled } from './executor/round.ts'
 import {
@@ -45,7 +45,6 @@ import {
   recordOutcome,
   type StepWriter,
 } from './executor/writer.ts'
-import type { StepOutcome } from './steps/types.ts'
 import type { ClaimedRun, EngineDeps, RunAnswer } from './types.ts'
 
 export interface BatchOutcome {
@@ -204,14 +203,14 @@ export async function advanceBatch(
     }
     const stillActive: number[] = []
     const finished: { kind: string; how: 'completed' | 'sleep' | 'park' | 'retry' | 'failed' }[] = []
-    const record = (i: number, settled: Settled<StepOutcome>) => {
+    const record = (i: number, result: AttemptResult) => {
       const e = entries[i] as Entry
       const step = executing[i] as StepRow
-      if (!settled.ok) {
-        recordFailure(e, step, settled.error)
+      if (!result.ok) {
+        recordFailure(e, step, result)
         return
       }
-      const write = outcomeWrite(settled.value)
+      const { write } = result
       recorder.add((w) => {
         if (write.write === 'complete') void w.complete(step.id, write.result)
         else w.setAsideStep(step.id, write.until, write.write === 'park')
@@ -231,8 +230,8 @@ export async function advanceBatch(
     // degrade`, is written with the round's outcomes (a receiver down at the
     // top of the hour fails a whole batch at once). Failing the run, and an
     // attempt cut short by a shutdown, go on alone (executor/failure.ts).
-    const recordFailure = (e: Entry, step: StepRow, error: unknown) => {
-      const decided = failureWrite(step, error, deps.clock.now(), deps.hardStop.aborted)
+    const recordFailure = (e: Entry, step: StepRow, result: AttemptResult & { ok: false }) => {
+      const decided = result.failure
       if (decided.write === 'retry') {
         recorder.add((w) => {
           void w.log(retryLine(e.run.id, step, decided.message, decided.wakeAt))
@@ -248,22 +247,23 @@ export async function advanceBatch(
         finished.push({ kind: step.kind, how: 'failed' })
         stillActive.push(e.run.id)
       } else {
-        onAlone(e.run, finishAlone(deps, e, step, { ok: false, error }))
+        onAlone(e.run, finishAlone(deps, e, step, result))
       }
     }
     const outcomes = await executeRound(
       entries.map((e, i) => ({
         unlimited: registry.get(e.step.kind)?.inline === true,
-        run: () => execute(deps, lines, e, executing[i] as StepRow),
+        run: () =>
+          attempt(deps, { run: e.run, step: executing[i] as StepRow, resumed: e.how === 'resume', lines }),
       })),
       deps.stepConcurrency ?? 8,
-      { onSettled: (i, done) => record(i, done.ok ? done.value : done) },
+      { onSettled: (i, done) => record(i, attemptOf(deps, executing[i] as StepRow, done)) },
     )
     roundOpen = false
     for (const [i, pending] of outcomes.pending) {
       const e = entries[i] as Entry
       const step = executing[i] as StepRow
-      const done = pending.then((r) => finishAlone(deps, e, step, r.ok ? r.value : r))
+      const done = pending.then((r) => finishAlone(deps, e, step, attemptOf(deps, step, r)))
       onAlone(e.run, done)
     }
     // Every outcome of the round is written before any run of it takes its next step.
@@ -273,6 +273,13 @@ export async function advanceBatch(
   }
   out.release.push(...active)
   return out
+}
+
+/** An attempt never rejects (executor/attempt.ts); should one, its error is its failure. */
+function attemptOf(deps: EngineDeps, step: StepRow, settled: Settled<AttemptResult>): AttemptResult {
+  if (settled.ok) return settled.value
+  const { error } = settled
+  return { ok: false, error, failure: failureWrite(step, error, deps.clock.now(), deps.hardStop.aborted) }
 }
 
 /** Put back the steps of a round whose begin (or resume) may have committed unanswered. */
@@ -298,35 +305,6 @@ function executingRow(e: Entry, now: Date): StepRow {
   return { ...step, status: 'running', attempts: step.attempts + 1, startedAt: step.startedAt ?? now }
 }
 
-/** Execute one step under its timeout; its lines go to `lines`. Never rejects: an error is the attempt's. */
-async function execute(
-  deps: EngineDeps,
-  lines: Pick<StepWriter, 'log'>,
-  e: Entry,
-  step: StepRow,
-): Promise<Settled<StepOutcome>> {
-  try {
-    const kind = deps.registry.get(step.kind)
-    if (!kind) throw new Error(`unknown step kind "${step.kind}"`)
-    const value = await withTimeout(step.timeoutMs, deps.hardStop, (signal) =>
-      kind.execute(
-        stepContext(
-          deps,
-          lines,
-          e.run,
-          step,
-          { title: e.run.definitionTitle, slug: e.run.definitionSlug },
-          e.how === 'resume',
-          signal,
-        ),
-      ),
-    )
-    return { ok: true, value }
-  } catch (error) {
-    return { ok: false, error }
-  }
-}
-
 /**
  * A run the round lets go (its step failed, or outlasted the round) goes on
  * alone as soon as its step answers: the outcome is written at once, then the
@@ -336,14 +314,14 @@ async function finishAlone(
   deps: EngineDeps,
   e: Entry,
   step: StepRow,
-  settled: Settled<StepOutcome>,
+  result: AttemptResult,
 ): Promise<RunAnswer> {
   const verdict = await concludeStep(
     deps,
     immediateWriter(deps.db, deps.hardStop),
     e.run,
     step,
-    settled,
+    result,
     e.status,
   )
   if ('stop' in verdict) return { stop: true }

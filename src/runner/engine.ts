@@ -19,20 +19,12 @@ import type { StepRow, StepSpec } from '../../sql/eventSteps/index.ts'
 import * as steps from '../../sql/eventSteps/index.ts'
 import * as versions from '../../sql/eventVersions.ts'
 import type { RunStatus } from '../../sql/states.ts'
-import { stepContext, templateVars, withTimeout } from './executor/context.ts'
-import {
-  isAdvancing,
-  isResume,
-  notYet,
-  outcomeWrite,
-  phaseMove,
-  type StepVerdict,
-} from './executor/decide.ts'
+import { type AttemptResult, attempt } from './executor/attempt.ts'
+import { templateVars } from './executor/context.ts'
+import { isAdvancing, isResume, notYet, phaseMove, type StepVerdict } from './executor/decide.ts'
 import { handleFailure } from './executor/failure.ts'
-import type { Settled } from './executor/round.ts'
 import { immediateWriter, recordOutcome, type StepWriter } from './executor/writer.ts'
 import { expandProgram, type Program } from './program.ts'
-import { StepFailure, type StepOutcome } from './steps/types.ts'
 import { renderTemplate } from './template.ts'
 import type { ClaimedRun, EngineDeps, RunAnswer } from './types.ts'
 
@@ -169,29 +161,11 @@ async function executeStep(
     throw err
   }
   if (!entered) return { next: false, wakeAt: new Date(now.getTime() + 1000) }
-  const attempt = resumed ? step.attempts : step.attempts + 1
-  const current: StepRow = { ...step, attempts: attempt, status: 'running' }
+  const attempts = resumed ? step.attempts : step.attempts + 1
+  const current: StepRow = { ...step, attempts, status: 'running' }
 
-  const kind = deps.registry.get(step.kind)
-  const definition = { title: run.definitionTitle, slug: run.definitionSlug }
-  let settled: Settled<StepOutcome>
-  try {
-    if (!kind) throw new StepFailure(`unknown step kind "${step.kind}"`, { retryable: false })
-    if (run.rehearsal && kind.sideEffects) {
-      const ctx = stepContext(deps, writer, run, current, definition, resumed, deps.hardStop)
-      const intent = kind.describe?.(ctx) ?? `${step.kind} ${JSON.stringify(ctx.params)}`
-      await ctx.log('info', `rehearsal: would ${intent}`)
-      settled = { ok: true, value: { type: 'completed', result: { rehearsal: true } } }
-    } else {
-      const value = await withTimeout(step.timeoutMs, deps.hardStop, (signal) =>
-        kind.execute(stepContext(deps, writer, run, current, definition, resumed, signal)),
-      )
-      settled = { ok: true, value }
-    }
-  } catch (error) {
-    settled = { ok: false, error }
-  }
-  return concludeStep(deps, writer, run, current, settled, runStatus)
+  const result = await attempt(deps, { run, step: current, resumed, lines: writer })
+  return concludeStep(deps, writer, run, current, result, runStatus)
 }
 
 /**
@@ -204,11 +178,11 @@ export async function concludeStep(
   writer: StepWriter,
   run: ClaimedRun,
   step: StepRow,
-  settled: Settled<StepOutcome>,
+  result: AttemptResult,
   runStatus: RunStatus,
 ): Promise<StepVerdict> {
-  if (!settled.ok) return handleFailure(deps, run, step, settled.error, runStatus)
-  const write = outcomeWrite(settled.value)
+  if (!result.ok) return handleFailure(deps, run, step, result.failure, runStatus)
+  const { write } = result
   switch (write.write) {
     case 'complete': {
       const done = await writer.complete(step.id, write.result)

@@ -34,8 +34,9 @@ import * as runs from '../../sql/eventRuns/index.ts'
 import type { StartedStep, StepRow, StepSpec } from '../../sql/eventSteps/index.ts'
 import * as steps from '../../sql/eventSteps/index.ts'
 import { specsForVersion } from './engine.ts'
-import { stepContext, withTimeout } from './executor/context.ts'
-import { outcomeWrite, startedAs } from './executor/decide.ts'
+import { attempt } from './executor/attempt.ts'
+import { withTimeout } from './executor/context.ts'
+import { startedAs } from './executor/decide.ts'
 import type { StepWriter } from './executor/writer.ts'
 import { withinGrace } from './grace.ts'
 import { STEP_DEFAULTS } from './program.ts'
@@ -436,7 +437,11 @@ async function startInTransaction(
   }
 }
 
-/** Run one pure step; its log lines go to `writer`. Null when the attempt failed, else its result. */
+/**
+ * Run one pure step under the start's one deadline (`signal`); its log lines go
+ * to `writer`. Null when the attempt did not complete (the step is then left
+ * to run again with its retries, where its error is recorded), else its result.
+ */
 async function runPure(
   deps: EngineDeps,
   writer: Pick<StepWriter, 'log'>,
@@ -444,18 +449,9 @@ async function runPure(
   step: StepRow,
   signal: AbortSignal,
 ): Promise<{ result: unknown } | null> {
-  const kind = deps.registry.get(step.kind)
-  if (!kind) return null
-  try {
-    const outcome = await kind.execute(
-      stepContext(deps, writer, plan.run, step, plan.definition, false, signal),
-    )
-    const write = outcome ? outcomeWrite(outcome) : undefined
-    return write?.write === 'complete' ? { result: write.result } : null
-  } catch {
-    // The engine runs the step again with its retries and records the error there.
-    return null
-  }
+  const run = { ...plan.run, definitionTitle: plan.definition.title, definitionSlug: plan.definition.slug }
+  const done = await attempt(deps, { run, step, resumed: false, lines: writer, deadline: signal })
+  return done.ok && done.write.write === 'complete' ? { result: done.write.result } : null
 }
 
 function stepRowOf(
