@@ -12,14 +12,7 @@ import mysql, {
   type RowDataPacket,
 } from 'mysql2/promise'
 import { type DbOptions, parseDatabaseUrl, poolOptionsFromUrl } from './databaseUrl.ts'
-import {
-  DatabaseError,
-  DB_ERRNO,
-  isConflict,
-  isDbErrno,
-  isDbUnavailable,
-  nothingRan,
-} from './dbErrors.ts'
+import { DatabaseError, DB_ERRNO, isConflict, isDbErrno, isDbUnavailable, nothingRan } from './dbErrors.ts'
 
 // Callers import errors and URL parsing from here, beside the pool.
 export * from './databaseUrl.ts'

@@ -44,5 +44,10 @@ export interface EngineDeps {
   hardStop: AbortSignal
 }
 
-/** When a run held under a lease next needs the runner (`wakeAt`), or `stop`: release it as it is. */
-export type RunAnswer = { wakeAt: Date | null } | { stop: true }
+/**
+ * What a held run's advance came to, once per run: when it next needs the
+ * runner (`wakeAt`), `stop` (release it as it is, due now), or `error`: its
+ * own writes failed (the batch's others went on), so it is released to be
+ * tried again after a tick, and the error is reported.
+ */
+export type RunAnswer = { wakeAt: Date | null } | { stop: true } | { error: unknown }
