@@ -17,7 +17,7 @@ import * as logs from '../../sql/eventRunLogs.ts'
 import type { NewRun, RunListRow } from '../../sql/eventRuns/index.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
 import { AppError, badInput, conflict, notFound } from '../errors.ts'
-import { resolveConcurrencyKey } from '../runner/materialise.ts'
+import { newRun } from '../runner/newRun.ts'
 import { occurrenceStream } from '../runner/schedule.ts'
 
 /** Occurrences (instant × scope) one call may make, at most. */
@@ -111,21 +111,8 @@ async function backfill(deps: BackfillDeps, input: BackfillInput): Promise<Backf
       )
     }
   }
-  const versionId = def.currentVersionId
   const rows: NewRun[] = instants.flatMap((scheduledFor) =>
-    scopes.map((scope) => ({
-      definitionId: def.id,
-      versionId,
-      scope,
-      scheduledFor,
-      timezone: def.timezone,
-      concurrencyKey: resolveConcurrencyKey(def.concurrencyKey, { scope, scheduledFor, params: null }, def),
-      params: null,
-      rehearsal: false,
-      startedBy: input.actor,
-      overlap: definitions.runOverlap(def.overlap),
-      graceExempt: true,
-    })),
+    scopes.map((scope) => newRun(def, { scope, scheduledFor, startedBy: input.actor, graceExempt: true })),
   )
   const wanted = new Set(rows.map((r) => `${r.scope}|${r.scheduledFor.getTime()}`))
   const inRange = async () =>
