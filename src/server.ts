@@ -27,6 +27,7 @@ import { requestTarget } from './api/requestTarget.ts'
 import { RunChangeFeed } from './api/runChangeFeed.ts'
 import { StatusPoller } from './api/statusPoller.ts'
 import { attachGraphqlWs, type WsTransport } from './api/ws.ts'
+import { schema } from './api/schema.ts'
 import { createApiYoga, GRAPHQL_PATH } from './api/yoga.ts'
 import { type TokenEntry, tokenActor } from './auth.ts'
 import { type Config, generateToken } from './config.ts'
@@ -240,7 +241,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     requestMaterialise: () => runner?.requestMaterialise(),
   }
 
-  const yoga = createApiYoga({ config, logger, tokens, changes, services })
+  const yoga = createApiYoga({ schema, config, logger, tokens, changes, services })
 
   const probe = createProbes({ db, metrics, runCounts, isStopping: () => stopping })
 

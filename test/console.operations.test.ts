@@ -8,7 +8,7 @@ import { parse, validate } from 'graphql'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import * as ops from '../console/app/operations.ts'
 import { nextCue, standbyList } from '../console/app/standby.ts'
-import { schema } from '../schema/index.ts'
+import { schema } from '../src/api/schema.ts'
 import { startTestServer, type TestServer, TOKENS } from './helpers/server.ts'
 
 const documents: [string, string][] = Object.entries(ops as Record<string, unknown>).filter(

@@ -82,4 +82,24 @@ describe('imports', () => {
     const loops = findCycles(graph).map((c) => c.map((f) => relative(ROOT, f)).join(' → '))
     expect(loops).toEqual([])
   })
+
+  it('keep schema/ from reaching resolvers/: src/api/schema.ts composes the two', () => {
+    const graph = new Map<string, string[]>()
+    for (const dir of DIRS)
+      for (const file of sourceFiles(join(ROOT, dir)))
+        graph.set(file, importsOf(file, readFileSync(file, 'utf8')))
+    const resolvers = join(ROOT, 'resolvers')
+    const reached = new Set<string>()
+    const walk = (file: string) => {
+      if (reached.has(file)) return
+      reached.add(file)
+      for (const next of graph.get(file) ?? []) walk(next)
+    }
+    for (const file of graph.keys()) if (file.startsWith(join(ROOT, 'schema'))) walk(file)
+    expect([...reached].filter((f) => f.startsWith(resolvers)).map((f) => relative(ROOT, f))).toEqual([])
+    // It can fail: the module that composes them reaches both.
+    reached.clear()
+    walk(join(ROOT, 'src/api/schema.ts'))
+    expect([...reached].some((f) => f.startsWith(resolvers))).toBe(true)
+  })
 })

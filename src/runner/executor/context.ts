@@ -7,6 +7,7 @@ import type { NewLog } from '../../../sql/eventRunLogs.ts'
 import type { RunRow } from '../../../sql/eventRuns/index.ts'
 import type { StepRow } from '../../../sql/eventSteps/index.ts'
 import type { Clock } from '../clock.ts'
+import { cuePrompt } from '../steps/paramText.ts'
 import { type StepContext, StepFailure, type StepSettings } from '../steps/types.ts'
 import { renderTemplate, type TemplateVars } from '../template.ts'
 import type { ClaimedRun } from '../types.ts'
@@ -117,8 +118,8 @@ export async function withTimeout<T>(
 
 /** The log line a run gets when a step parks it on a person, its prompt rendered as the step saw it. */
 export function parkedLine(run: ClaimedRun, step: Pick<StepRow, 'id' | 'params'>): NewLog {
-  const raw = step.params?.prompt
+  const raw = cuePrompt(step.params)
   const vars = templateVars(run, { title: run.definitionTitle, slug: run.definitionSlug })
-  const prompt = typeof raw === 'string' ? `: ${String(renderTemplate(raw, vars))}` : ''
+  const prompt = raw !== null ? `: ${String(renderTemplate(raw, vars))}` : ''
   return { runId: run.id, stepId: step.id, level: 'info', message: `waiting on a person${prompt}` }
 }
