@@ -173,10 +173,10 @@ async function rounds(
     const leaseUntil = new Date(now.getTime() + Math.max(deps.leaseMs, needed))
     if (now.getTime() + needed > leaseEnds || leaseEnds - now.getTime() < deps.leaseMs / 2) {
       const ids = entries.map((e) => e.run.id)
-      const held = await runs.renewClaims(db, ids, deps.owner, leaseUntil, now)
+      const renewed = await runs.renewClaims(db, ids, deps.owner, leaseUntil, now)
       // Lost (its lease ran out and another instance took it): not ours to advance.
-      for (const e of entries) if (!held.has(e.run.id)) onAnswer(e.run, { stop: true })
-      entries = entries.filter((e) => held.has(e.run.id))
+      for (const e of entries) if (!renewed.has(e.run.id)) onAnswer(e.run, { stop: true })
+      entries = entries.filter((e) => renewed.has(e.run.id))
       leaseEnds = leaseUntil.getTime()
     }
     entries = await enter(deps, entries, leaseUntil, now, onAnswer)
