@@ -324,3 +324,14 @@ export async function setWatermark(db: Queryable, id: number, through: Date): Pr
     [through, id, through],
   )
 }
+
+/**
+ * Materialise a definition afresh from now: what a change of the days it may
+ * run on (its calendars) needs, so the occurrences such a change frees inside
+ * the horizon are made. The runs that exist are kept (the unique key makes the
+ * next pass skip them).
+ */
+export async function replan(db: Queryable, id: number): Promise<void> {
+  await db.run('UPDATE event_definitions SET materialized_through = NULL WHERE id = ?', [id])
+  await clearWatermarks(db, id)
+}

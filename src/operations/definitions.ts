@@ -18,6 +18,7 @@ import { validateProgram } from '../runner/program.ts'
 import { canonicalTimezone, validateSchedule } from '../runner/schedule.ts'
 import type { StepRegistry } from '../runner/steps/registry.ts'
 import { templateProblems } from '../runner/template.ts'
+import { resolveCalendarNames, setDefinitionCalendars } from './calendars.ts'
 
 export interface DefinitionDeps {
   db: Db
@@ -32,6 +33,8 @@ export interface DefinitionDeps {
 /** Every field a definition has besides its state and program; the slug is set once. */
 export interface DefinitionFields extends DefinitionPatch {
   slug?: string
+  /** Names of the blackout calendars it observes; omitted = unchanged (none on create). */
+  calendars?: string[]
 }
 
 export interface CreateDefinitionInput extends DefinitionFields {
@@ -207,6 +210,7 @@ async function create(
     problems.push(err.message)
   }
   assertValid(problems)
+  const calendarIds = input.calendars ? await resolveCalendarNames(deps.db, input.calendars) : []
   let id: number
   try {
     id = await versions.createWithFirstVersion(
@@ -236,6 +240,7 @@ async function create(
     }
     throw err
   }
+  if (calendarIds.length > 0) await setDefinitionCalendars(deps, id, calendarIds)
   await recordAudit(deps, actor, 'createDefinition', String(id), 'ok', { slug: input.slug })
   deps.nudgeMaterialise?.()
   return mustGet(deps.db, id)
@@ -249,7 +254,7 @@ async function create(
 export function updateDefinition(
   deps: DefinitionDeps,
   id: number,
-  patch: DefinitionPatch,
+  patch: DefinitionPatch & { calendars?: string[] },
   actor: string,
 ): Promise<DefinitionRow> {
   return auditingRefusals(deps, actor, 'updateDefinition', String(id), () => update(deps, id, patch, actor))
@@ -258,7 +263,7 @@ export function updateDefinition(
 async function update(
   deps: DefinitionDeps,
   id: number,
-  patch: DefinitionPatch,
+  patch: DefinitionPatch & { calendars?: string[] },
   actor: string,
 ): Promise<DefinitionRow> {
   const current = await mustGet(deps.db, id)
@@ -268,6 +273,7 @@ async function update(
   if (patch.schedule !== undefined) normalised.schedule = patch.schedule?.trim() || null
   if (patch.timezone !== undefined) normalised.timezone = canonicalTimezone(patch.timezone) ?? patch.timezone
   assertValid(fieldProblems(patch, current))
+  const calendarIds = patch.calendars ? await resolveCalendarNames(deps.db, patch.calendars) : null
   await definitions.update(deps.db, id, normalised)
   // Runs waiting to start become missed at their start plus the grace: a new
   // grace moves that instant for every one of them.
@@ -276,6 +282,7 @@ async function update(
   const rescheduled = definitions.reschedules(patch)
   let cancelled = 0
   if (rescheduled) cancelled = await dropUnscheduledRuns(deps, updated)
+  if (calendarIds) cancelled += await setDefinitionCalendars(deps, id, calendarIds)
   await recordAudit(deps, actor, 'updateDefinition', String(id), 'ok', {
     fields: Object.keys(patch),
     cancelledRuns: cancelled,
