@@ -16,6 +16,7 @@ import './results.ts'
 import './inputs.ts'
 import './runPage.ts'
 import './calendar.ts'
+import './bulk.ts'
 import '../resolvers/index.ts'
 
 export const schema = guardRootFields(builder.toSchema())

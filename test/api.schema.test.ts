@@ -198,6 +198,7 @@ describe('schema', () => {
       'Mutation.deleteCalendar': 'admin',
       'Mutation.skipOccurrence': 'operator',
       'Mutation.moveOccurrence': 'operator',
+      'Mutation.bulkRuns': 'operator',
     }
     expect(roles).toEqual(expected)
   })

@@ -5,6 +5,7 @@
  * health, metrics and history. Callers import this index.
  */
 export { TERMINAL } from '../states.ts'
+export * from './bulk.ts'
 export * from './claimStart.ts'
 export * from './claims.ts'
 export * from './counts.ts'

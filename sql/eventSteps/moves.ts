@@ -347,6 +347,19 @@ export async function cancelUnfinished(db: Queryable, runId: number): Promise<nu
   return res.affectedRows
 }
 
+/** {@link cancelUnfinished} for many runs in one statement (a bulk cancel's batch). */
+export async function cancelUnfinishedOfRuns(db: Queryable, runIds: readonly number[]): Promise<number> {
+  if (runIds.length === 0) return 0
+  const res = await db.runQuery(
+    `UPDATE event_run_steps
+        SET status = 'cancelled', ended_at = NOW(3), parked = 0, wake_at = NULL,
+            claimed_by = NULL, claim_expires_at = NULL
+      WHERE run_id IN (${runIds.map(() => '?').join(', ')}) AND status IN ('pending','running')`,
+    [...runIds],
+  )
+  return res.affectedRows
+}
+
 /**
  * Release step leases whose owner did not come back. Like the run reclaim it
  * changes no status and no attempt counter: the step is executed again by the
