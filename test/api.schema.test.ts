@@ -199,6 +199,7 @@ describe('schema', () => {
       'Mutation.skipOccurrence': 'operator',
       'Mutation.moveOccurrence': 'operator',
       'Mutation.bulkRuns': 'operator',
+      'Mutation.retryRun': 'operator',
     }
     expect(roles).toEqual(expected)
   })

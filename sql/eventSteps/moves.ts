@@ -335,6 +335,24 @@ export async function skip(db: Queryable, id: number, reason: string | null): Pr
   return res.affectedRows === 1
 }
 
+/**
+ * Skip a new run's steps before `seq`, each with `result`: a retry that goes
+ * on from a later step (the original run already did these).
+ */
+export async function skipBefore(
+  db: Queryable,
+  runId: number,
+  seq: number,
+  result: unknown,
+): Promise<number> {
+  const res = await db.run(
+    `UPDATE event_run_steps SET status = 'skipped', result = ?, ended_at = NOW(3)
+      WHERE run_id = ? AND seq < ? AND status = 'pending'`,
+    [toJson(result), runId, seq],
+  )
+  return res.affectedRows
+}
+
 /** Cancel every unfinished step of a run (the run was cancelled or failed). */
 export async function cancelUnfinished(db: Queryable, runId: number): Promise<number> {
   const res = await db.run(
