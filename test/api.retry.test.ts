@@ -7,7 +7,7 @@
  */
 import { afterAll, beforeAll, expect, it } from 'vitest'
 import { unique } from './helpers/fixtures.ts'
-import { startReceiver, waitFor, type WebhookReceiver } from './helpers/runnerHarness.ts'
+import { startReceiver, type WebhookReceiver, waitFor } from './helpers/runnerHarness.ts'
 import { type Auth, startTestServer, type TestServer } from './helpers/server.ts'
 
 let s: TestServer
