@@ -330,3 +330,25 @@ it('a moved occurrence obeys the overlap policy and the concurrency key at its n
   expect(blocked.status).toBe('scheduled')
   expect((await logLines(t.db, blocked.id)).join('\n')).toContain(`held by run ${holder.id}`)
 })
+
+it('a schedule change keeps a moved run whose original instant the schedule still has, and cancels one it no longer has', async () => {
+  const { env, runner, deps } = setup('2027-10-01T12:00:00.000Z', 6 * HOUR)
+  const def = await defineEvent(env, { schedule: '0 * * * *', program: LOG_ONLY })
+  await runner.tick()
+  const kept = await moveOccurrence(deps, {
+    definitionId: def.id,
+    at: new Date('2027-10-01T14:00:00Z'),
+    to: new Date('2027-10-01T14:20:00Z'),
+    actor: 'op',
+  })
+  const dropped = await moveOccurrence(deps, {
+    definitionId: def.id,
+    at: new Date('2027-10-01T15:00:00Z'),
+    to: new Date('2027-10-01T15:20:00Z'),
+    actor: 'op',
+  })
+  // Every two hours from now on: 14:00 is still an occurrence, 15:00 is not.
+  await updateDefinition(definitionDeps(env), def.id, { schedule: '0 */2 * * *' }, 'admin#test')
+  expect((await runOf(t.db, kept.run?.id as number)).status).toBe('scheduled')
+  expect((await runOf(t.db, dropped.run?.id as number)).status).toBe('cancelled')
+})

@@ -8,6 +8,7 @@ import { DB_ERRNO, type Db, isDbErrno } from '../../sql/db.ts'
 import type { DefinitionPatch, DefinitionRow } from '../../sql/eventDefinitions.ts'
 import * as definitions from '../../sql/eventDefinitions.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
+import * as overrides from '../../sql/occurrenceOverrides.ts'
 import type { VersionRow } from '../../sql/eventVersions.ts'
 import * as versions from '../../sql/eventVersions.ts'
 import type { DefinitionState } from '../../sql/states.ts'
@@ -15,7 +16,7 @@ import { AppError, badInput, conflict, ERROR_CODES, notFound } from '../errors.t
 import type { Clock } from '../runner/clock.ts'
 import { occurrenceRuns } from '../runner/materialise.ts'
 import { validateProgram } from '../runner/program.ts'
-import { canonicalTimezone, validateSchedule } from '../runner/schedule.ts'
+import { canonicalTimezone, occurrenceStream, validateSchedule } from '../runner/schedule.ts'
 import type { StepRegistry } from '../runner/steps/registry.ts'
 import { templateProblems } from '../runner/template.ts'
 import { resolveCalendarNames, setDefinitionCalendars } from './calendars.ts'
@@ -302,10 +303,20 @@ async function dropUnscheduledRuns(deps: DefinitionDeps, def: DefinitionRow): Pr
       (r) => `${r.scope}|${r.scheduledFor.getTime()}`,
     ),
   )
+  // A moved occurrence's run stays while its original instant is still one of the schedule's.
+  for (const o of await overrides.movedInto(deps.db, def.id, new Date(now.getTime() - 1), latest))
+    if (o.movedTo && occursAt(def, o.originalAt)) wanted.add(`${o.scope}|${o.movedTo.getTime()}`)
   const stale = future.filter((r) => !wanted.has(`${r.scope}|${r.scheduledFor.getTime()}`)).map((r) => r.id)
   return runs.transitionMany(deps.db, stale, 'scheduled', 'cancelled', {
     error: 'the definition schedule changed',
   })
+}
+
+/** True when `at` is one of the definition's schedule instants. */
+function occursAt(def: DefinitionRow, at: Date): boolean {
+  if (!def.schedule) return false
+  const next = occurrenceStream(def.schedule, def.timezone, new Date(at.getTime() - 1), def).next()
+  return !next.done && next.value === at.getTime()
 }
 
 /** Publish a new immutable version; new runs pin it, existing runs keep theirs. */
