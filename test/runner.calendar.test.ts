@@ -6,10 +6,13 @@
  * moved occurrence that starts under the overlap policy and behind a key.
  */
 import { describe, expect, it } from 'vitest'
+import * as definitionsSql from '../sql/eventDefinitions.ts'
 import { createCalendar, updateCalendar } from '../src/operations/calendars.ts'
 import { updateDefinition } from '../src/operations/definitions.ts'
 import { moveOccurrence, skipOccurrence, upcoming } from '../src/operations/occurrences.ts'
 import { startRun } from '../src/operations/runControls.ts'
+import { NO_EXCEPTIONS } from '../src/runner/calendar.ts'
+import { materialiseDefinition } from '../src/runner/materialise.ts'
 import { Runner } from '../src/runner/runner.ts'
 import { nextOccurrences } from '../src/runner/schedule.ts'
 import { useTestDb } from './helpers/db.ts'
@@ -351,4 +354,32 @@ it('a schedule change keeps a moved run whose original instant the schedule stil
   await updateDefinition(definitionDeps(env), def.id, { schedule: '0 */2 * * *' }, 'admin#test')
   expect((await runOf(t.db, kept.run?.id as number)).status).toBe('scheduled')
   expect((await runOf(t.db, dropped.run?.id as number)).status).toBe('cancelled')
+})
+
+it('a pass that read the exceptions before a skip or a calendar change committed does not make the runs they removed', async () => {
+  const { env, runner, deps, clock } = setup('2027-11-01T12:00:00.000Z', 2 * HOUR)
+  const def = await defineEvent(env, { schedule: '0 * * * *', program: LOG_ONLY })
+  await runner.tick() // 13:00, 14:00
+  const cal = await createCalendar(deps, { name: unique('late'), timezone: 'UTC', entries: [] }, 'admin#test')
+  await updateDefinition(definitionDeps(env), def.id, { calendars: [cal.name] }, 'admin#test')
+  await runner.tick()
+  // What a pass in flight read: the definition row and its exceptions, before the changes below.
+  const stale = await definitionsSql.getById(t.db, def.id)
+  await skipOccurrence(deps, {
+    definitionId: def.id,
+    at: new Date('2027-11-01T16:00:00Z'),
+    reason: 'x',
+    actor: 'op',
+  })
+  await updateCalendar(
+    deps,
+    cal.id,
+    { name: cal.name, timezone: 'UTC', entries: [{ from: '2027-11-02', label: 'Closed' }] },
+    'admin#test',
+  )
+  await materialiseDefinition(t.db, stale as NonNullable<typeof stale>, clock.now(), 20 * HOUR, NO_EXCEPTIONS)
+  const made = await instantsOf(def.id)
+  expect(made).not.toContain('2027-11-01T16:00:00.000Z')
+  expect(made.filter((at) => at.startsWith('2027-11-02'))).toEqual([])
+  expect(made).toContain('2027-11-01T17:00:00.000Z')
 })

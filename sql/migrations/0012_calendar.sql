@@ -19,6 +19,16 @@ CREATE TABLE IF NOT EXISTS calendars (
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_unicode_ci
 ;;
 
+-- Bumped in the same transaction as every change to what a definition's
+-- occurrences are excepted by (its calendars, a calendar it observes, a skip
+-- or move). A materialisation transaction compares it, under the
+-- definition's run guard, with the value its exceptions were read at, and
+-- reads them again when they changed meanwhile, so a skip or a blackout that
+-- commits during a pass is never overtaken by the pass.
+ALTER TABLE event_definitions
+  ADD COLUMN IF NOT EXISTS exceptions_rev BIGINT UNSIGNED NOT NULL DEFAULT 0
+;;
+
 -- Which calendars a definition observes (by id; the API speaks names).
 CREATE TABLE IF NOT EXISTS definition_calendars (
   definition_id BIGINT UNSIGNED NOT NULL,

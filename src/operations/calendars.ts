@@ -80,9 +80,16 @@ export function updateCalendar(
   return audited(deps, actor, 'updateCalendar', String(id), async () => {
     const cal = validateCalendar(input)
     if (!(await calendars.getById(deps.db, id))) throw notFound('calendar', id)
-    await calendars.update(deps.db, id, cal).catch((err) => duplicateName(err, cal.name))
+    // The new days and the definitions' revision commit together (see materialise.ts).
+    const users = await deps.db
+      .transaction(async (tx) => {
+        await calendars.update(tx, id, cal)
+        const using = await calendars.definitionsUsing(tx, id)
+        await definitions.bumpExceptions(tx, using)
+        return using
+      })
+      .catch((err) => duplicateName(err, cal.name))
     let withdrawn = 0
-    const users = await calendars.definitionsUsing(deps.db, id)
     for (const definitionId of users) withdrawn += await replanDefinition(deps, definitionId)
     const row = (await calendars.getById(deps.db, id)) as CalendarRow
     return {
@@ -137,7 +144,10 @@ export async function setDefinitionCalendars(
   definitionId: number,
   calendarIds: readonly number[],
 ): Promise<number> {
-  await calendars.setForDefinition(deps.db, definitionId, calendarIds)
+  await deps.db.transaction(async (tx) => {
+    await calendars.setForDefinition(tx, definitionId, calendarIds)
+    await definitions.bumpExceptions(tx, [definitionId])
+  })
   return replanDefinition(deps, definitionId)
 }
 

@@ -167,6 +167,7 @@ export function skipOccurrence(deps: OccurrenceDeps, input: SkipInput): Promise<
           reason,
           actor: input.actor,
         })
+        await definitions.bumpExceptions(tx, [def.id])
         return gone
       },
       { retryable: true },
@@ -260,6 +261,7 @@ export function moveOccurrence(deps: OccurrenceDeps, input: MoveInput): Promise<
             reason,
             actor: input.actor,
           })
+        await definitions.bumpExceptions(tx, [def.id])
         return { runId, from: place }
       },
       { retryable: true },

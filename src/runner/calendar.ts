@@ -185,10 +185,9 @@ export async function loadExceptions(
   after: Date,
   until: Date,
 ): Promise<Map<number, OccurrenceExceptions>> {
-  const [calendars, overrides] = await Promise.all([
-    calendarsSql.ofDefinitions(db, definitionIds),
-    overridesSql.inRange(db, definitionIds, after, until),
-  ])
+  // One after the other: `db` may be a transaction's connection.
+  const calendars = await calendarsSql.ofDefinitions(db, definitionIds)
+  const overrides = await overridesSql.inRange(db, definitionIds, after, until)
   const out = new Map<number, OccurrenceExceptions>()
   const ids = new Set([...calendars.keys(), ...overrides.map((o) => o.definitionId)])
   for (const id of ids)

@@ -144,8 +144,10 @@ export async function materialiseDefinition(
   const floor = now.getTime() - MAX_CATCH_UP_MS
   // Blackout days and one-off changes: an instant they remove gets no run,
   // but the watermark still passes it (it was decided, not forgotten).
-  const ex =
+  let ex =
     exceptions ?? (await loadExceptions(db, [def.id], new Date(floor), to)).get(def.id) ?? NO_EXCEPTIONS
+  // The revision `ex` is at least as new as (the definition row was read before it).
+  let exRev = def.exceptionsRev
   const marks = await watermarks.watermarksOf(db, def.id)
   // Scopes that share a watermark (all of them, usually) share one walk of the schedule.
   const groups = new Map<number, string[]>()
@@ -166,12 +168,15 @@ export async function materialiseDefinition(
     const perStatement = Math.max(1, Math.floor(ROWS_PER_STATEMENT / instants.length))
     for (let i = 0; i < scopes.length; i += perStatement) {
       const slice = scopes.slice(i, i + perStatement)
-      const rows = slice.flatMap((scope) =>
-        instants.flatMap((at) => {
-          const place = placeOf(ex, scope, at)
-          return place ? [newScheduledRun(def, scope, place)] : []
-        }),
-      )
+      const rowsOf = (exceptions: OccurrenceExceptions) =>
+        slice.flatMap((scope) =>
+          instants.flatMap((at) => {
+            const place = placeOf(exceptions, scope, at)
+            return place ? [newScheduledRun(def, scope, place)] : []
+          }),
+        )
+      const rowsFrom = ex
+      const rows = rowsOf(rowsFrom)
       // One short transaction that first writes the definition's guard: a
       // pause or archive racing this pass either waits (or, through another
       // cluster node, loses at COMMIT) and then withdraws these runs, or wins
@@ -181,7 +186,17 @@ export async function materialiseDefinition(
       const made = await db.transaction(
         async (tx) => {
           if ((await definitions.lockForNewRuns(tx, def.id)) !== 'active') return null
-          const created = await runs.materialiseMany(tx, rows)
+          // A skip, a move or a calendar change committed since the exceptions
+          // were read (each bumps the revision under this same guard): read
+          // them again, so the pass never makes a run one of them withdrew.
+          const rev = await definitions.exceptionsRevOf(tx, def.id)
+          if (rev !== exRev) {
+            ex = (await loadExceptions(tx, [def.id], new Date(floor), to)).get(def.id) ?? NO_EXCEPTIONS
+            exRev = rev
+          }
+          // (A repeated attempt after a reload in an earlier one builds from the reloaded set too.)
+          const batch = ex === rowsFrom ? rows : rowsOf(ex)
+          const created = await runs.materialiseMany(tx, batch)
           await watermarks.advance(tx, def.id, slice, last)
           return created
         },
