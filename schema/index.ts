@@ -15,5 +15,7 @@ import './health.ts'
 import './results.ts'
 import './inputs.ts'
 import './runPage.ts'
+import './calendar.ts'
+import './bulk.ts'
 
 export { builder }

@@ -17,6 +17,7 @@ import * as logs from '../../sql/eventRunLogs.ts'
 import type { NewRun, RunListRow } from '../../sql/eventRuns/index.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
 import { AppError, badInput, conflict, notFound } from '../errors.ts'
+import { loadExceptions, NO_EXCEPTIONS, placeOf } from '../runner/calendar.ts'
 import { newRun } from '../runner/newRun.ts'
 import { occurrenceStream } from '../runner/schedule.ts'
 
@@ -111,8 +112,17 @@ async function backfill(deps: BackfillDeps, input: BackfillInput): Promise<Backf
       )
     }
   }
-  const rows: NewRun[] = instants.flatMap((scheduledFor) =>
-    scopes.map((scope) => newRun(def, { scope, scheduledFor, startedBy: input.actor, graceExempt: true })),
+  // A blackout day or a skipped occurrence gets no run; a moved one is made where it went.
+  const ex =
+    (await loadExceptions(deps.db, [def.id], new Date(from.getTime() - 1), to)).get(def.id) ?? NO_EXCEPTIONS
+  const places = instants.flatMap((at) =>
+    scopes.flatMap((scope) => {
+      const place = placeOf(ex, scope, at)
+      return place ? [{ scope, scheduledFor: place }] : []
+    }),
+  )
+  const rows: NewRun[] = places.map(({ scope, scheduledFor }) =>
+    newRun(def, { scope, scheduledFor, startedBy: input.actor, graceExempt: true }),
   )
   const wanted = new Set(rows.map((r) => `${r.scope}|${r.scheduledFor.getTime()}`))
   const inRange = async () =>

@@ -55,6 +55,7 @@ export function stepContext(
       timezone: run.timezone,
       params: run.params,
       rehearsal: run.rehearsal,
+      speed: run.speed,
     },
     step: {
       id: step.id,
