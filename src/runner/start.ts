@@ -257,6 +257,8 @@ interface Plan {
   pure: number
   /** Index of the first step not completed (== specs.length when the run is finished). */
   reached: number
+  /** The run with its definition's names, for its pure steps' attempts (made once, when needed). */
+  claimed?: ClaimedRun
 }
 
 async function startInTransaction(
@@ -339,9 +341,10 @@ async function startInTransaction(
     STEP_DEFAULTS.timeoutSeconds * 1000,
     ...plans.flatMap((p) => p.specs.slice(0, p.pure).map((s) => s.timeoutMs)),
   )
-  // The pure steps' log lines, written with the start, each with the position
-  // of its step's row (the row does not exist yet); a failed attempt's are dropped.
-  const kept: { line: NewLog; at: number }[] = []
+  // The pure steps' lines (a failed attempt's are dropped), and beside each the
+  // position of its step's row, which does not exist yet. Plain arrays.
+  const kept: NewLog[] = []
+  const keptAt: number[] = []
   // The pure steps are attempted before their rows are written, so that each
   // row goes in once, as its attempt left it: `completed`, or `pending` from the
   // step that did not complete on, for the advance to run with its retries. A
@@ -373,7 +376,10 @@ async function startInTransaction(
           plan.reached = i
           break
         }
-        for (const line of lines) kept.push({ line, at: first + i })
+        for (const line of lines) {
+          kept.push(line)
+          keptAt.push(first + i)
+        }
         if (outcome.result !== undefined && outcome.result !== null)
           results.push({ at: first + i, result: outcome.result })
         finished.push(spec.kind)
@@ -385,11 +391,8 @@ async function startInTransaction(
   )
   const ids = await steps.insertStarted(tx, rows, now)
   for (const { at, result } of results) await steps.setStartedResult(tx, ids[at] as number, result)
-  if (kept.length > 0)
-    await logs.appendMany(
-      tx,
-      kept.map(({ line, at }) => ({ ...line, stepId: ids[at] as number })),
-    )
+  for (let k = 0; k < kept.length; k++) (kept[k] as NewLog).stepId = ids[keptAt[k] as number] as number
+  if (kept.length > 0) await logs.appendMany(tx, kept)
 
   // One guarded UPDATE per outcome: (status, phase) groups, in practice one or two.
   const groups = new Map<string, { as: StartedAs; plans: Plan[] }>()
@@ -450,8 +453,15 @@ async function runPure(
   step: StepRow,
   signal: AbortSignal,
 ): Promise<{ result: unknown } | null> {
-  const run = { ...plan.run, definitionTitle: plan.definition.title, definitionSlug: plan.definition.slug }
-  const done = await attempt(deps, { run, step, resumed: false, lines: writer, deadline: signal })
+  const { title: definitionTitle, slug: definitionSlug } = plan.definition
+  plan.claimed ??= { ...plan.run, definitionTitle, definitionSlug }
+  const done = await attempt(deps, {
+    run: plan.claimed,
+    step,
+    resumed: false,
+    lines: writer,
+    deadline: signal,
+  })
   return done.ok && done.write.write === 'complete' ? { result: done.write.result } : null
 }
 

@@ -15,7 +15,7 @@
  * caller's `lines` (written at once, or set-wise with the round or the start).
  */
 import type { StepRow } from '../../../sql/eventSteps/index.ts'
-import type { StepRegistry } from '../steps/registry.ts'
+import type { AnyStepKind, StepRegistry } from '../steps/registry.ts'
 import { StepFailure, type StepOutcome } from '../steps/types.ts'
 import type { ClaimedRun } from '../types.ts'
 import { type ContextDeps, stepContext, withTimeout } from './context.ts'
@@ -51,25 +51,40 @@ export type AttemptResult =
 /** Make one attempt of `a.step`. Never rejects: an error is the attempt's. */
 export async function attempt(deps: AttemptDeps, a: AttemptOf): Promise<AttemptResult> {
   const { run, step, resumed, lines } = a
-  const definition = { title: run.definitionTitle, slug: run.definitionSlug }
   try {
     const kind = deps.registry.get(step.kind)
     if (!kind) throw new StepFailure(`unknown step kind "${step.kind}"`, { retryable: false })
     let outcome: StepOutcome
     if (run.rehearsal && kind.sideEffects) {
+      const definition = { title: run.definitionTitle, slug: run.definitionSlug }
       const ctx = stepContext(deps, lines, run, step, definition, resumed, a.deadline ?? deps.hardStop)
       const intent = kind.describe?.(ctx) ?? `${step.kind} ${JSON.stringify(ctx.params)}`
       await ctx.log('info', `rehearsal: would ${intent}`)
       outcome = { type: 'completed', result: { rehearsal: true } }
     } else {
-      const execute = (signal: AbortSignal) =>
-        kind.execute(stepContext(deps, lines, run, step, definition, resumed, signal))
       outcome = a.deadline
-        ? await execute(a.deadline)
-        : await withTimeout(step.timeoutMs, deps.hardStop, execute)
+        ? await execute(deps, kind, a, a.deadline)
+        : await withTimeout(step.timeoutMs, deps.hardStop, (signal) => execute(deps, kind, a, signal))
     }
     return { ok: true, outcome, write: outcomeWrite(outcome) }
   } catch (error) {
     return { ok: false, error, failure: failureWrite(step, error, deps.clock.now(), deps.hardStop.aborted) }
   }
+}
+
+/**
+ * The one call of a kind's `execute`. A function of its own rather than a
+ * closure made per attempt: under tsx (`npm start`) a function assigned to a
+ * name is renamed by a helper call each time it is made, once per step of a
+ * batch of thousands.
+ */
+function execute(
+  deps: AttemptDeps,
+  kind: AnyStepKind,
+  a: AttemptOf,
+  signal: AbortSignal,
+): Promise<StepOutcome> {
+  const { run } = a
+  const definition = { title: run.definitionTitle, slug: run.definitionSlug }
+  return kind.execute(stepContext(deps, a.lines, run, a.step, definition, a.resumed, signal))
 }
