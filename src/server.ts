@@ -28,9 +28,11 @@ import { RunChangeFeed } from './api/runChangeFeed.ts'
 import { StatusPoller } from './api/statusPoller.ts'
 import { attachGraphqlWs, type WsTransport } from './api/ws.ts'
 import { createApiYoga, GRAPHQL_PATH } from './api/yoga.ts'
-import { type TokenEntry, tokenActor } from './auth.ts'
+import { type TokenEntry, tokenEntry } from './auth.ts'
 import { type Config, generateToken } from './config.ts'
 import { sendJson } from './httpReply.ts'
+import { Authenticator } from './identity/authenticator.ts'
+import { ApiKeyring } from './identity/keyring.ts'
 import { createLogger, type Logger } from './log.ts'
 import { createMetrics, type Metrics } from './metrics.ts'
 import { createProbes, PROBE_SNAPSHOT_MS } from './probes.ts'
@@ -158,7 +160,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
   let host = config.host
   if (tokens.length === 0) {
     generatedToken = deps.adminToken?.token ?? generateToken()
-    tokens = [{ role: 'admin', token: generatedToken, actor: tokenActor('admin', generatedToken) }]
+    tokens = [tokenEntry('admin', generatedToken)]
     host = '127.0.0.1'
   }
 
@@ -224,8 +226,13 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
   changes.on(() => runChanges.wake())
   changes.on(() => inbox.wake())
 
+  // API keys are read through the API's pool; revocations are polled at the live feeds' pace.
+  const keyring = new ApiKeyring({ db, pollMs: config.statusPollMs, logger })
+  const authenticator = new Authenticator({ tokens, keyring })
+
   const services: ApiServices = {
     db,
+    authenticator,
     registry,
     clock,
     metrics,
@@ -240,7 +247,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     requestMaterialise: () => runner?.requestMaterialise(),
   }
 
-  const yoga = createApiYoga({ config, logger, tokens, changes, services })
+  const yoga = createApiYoga({ config, logger, authenticator, changes, services })
 
   const probe = createProbes({ db, metrics, runCounts, isStopping: () => stopping })
 
@@ -326,7 +333,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
       httpServer,
       path: GRAPHQL_PATH,
       yoga,
-      tokens,
+      authenticator,
       maxPayloadBytes: config.maxBodyBytes,
       logger,
       maxOperations: config.limits.wsMaxSubscriptions,
@@ -352,7 +359,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
           `  Authorization: Bearer ${generatedToken}\n\n`,
       )
     }
-    logger.info({ url: started.url, runner: config.runner, tokens: tokens.map((t) => t.actor) }, 'listening')
+    logger.info({ url: started.url, runner: config.runner, tokens: tokens.map((t) => t.name) }, 'listening')
     return started
   }
 
@@ -372,6 +379,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     // Completing every watcher ends SSE streams and sends `complete` on WebSockets.
     await Promise.all([poller.close(), runChanges.close(), inbox.close()])
     await ws?.close()
+    await keyring.close()
     httpServer.closeIdleConnections()
     const force = setTimeout(() => httpServer.closeAllConnections(), 2000)
     force.unref()

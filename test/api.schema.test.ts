@@ -191,6 +191,9 @@ describe('schema', () => {
       'Mutation.updateDefinition': 'admin',
       'Mutation.publishVersion': 'admin',
       'Mutation.setDefinitionState': 'admin',
+      'Query.apiKeys': 'admin',
+      'Mutation.createApiKey': 'admin',
+      'Mutation.revokeApiKey': 'admin',
     }
     expect(roles).toEqual(expected)
   })
