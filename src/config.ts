@@ -10,6 +10,7 @@ import { hostname } from 'node:os'
 import { z } from 'zod'
 import { parseDatabaseUrl, redactDatabaseUrl } from '../sql/db.ts'
 import { isRole, ROLES, type TokenEntry, tokenEntry } from './auth.ts'
+import { loadOidcConfig, type OidcConfig } from './identity/oidcConfig.ts'
 
 /** pino's level names, lowest-volume last; `silent` turns logging off. */
 export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const
@@ -68,6 +69,8 @@ export interface Config {
   dbQueueLimit: number
   /** Connections the runner holds, apart from the API's so API load cannot starve it. @default 4 */
   runnerDbPoolSize: number
+  /** Single sign-on (OIDC_*): bearer JWTs from this issuer are accepted; null when OIDC_ISSUER is unset. */
+  oidc: OidcConfig | null
   /** Things worth telling the operator at start that are not errors. */
   warnings: string[]
 }
@@ -416,7 +419,9 @@ function defaultInstanceId(): string {
  */
 export function loadConfig(env: Record<string, string | undefined> = process.env): Config {
   const parsed = envSchema.safeParse(env)
-  if (!parsed.success) throw new ConfigError(parsed.error.issues.map((i) => i.message))
+  const { oidc, problems: oidcProblems } = loadOidcConfig(env)
+  if (!parsed.success) throw new ConfigError([...parsed.error.issues.map((i) => i.message), ...oidcProblems])
+  if (oidcProblems.length > 0) throw new ConfigError(oidcProblems)
   const e = parsed.data
   const warnings: string[] = []
   let host: string
@@ -470,6 +475,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     dbPoolSize: e.DB_POOL_SIZE,
     dbQueueLimit: e.DB_QUEUE_LIMIT,
     runnerDbPoolSize: e.RUNNER_DB_POOL_SIZE,
+    oidc,
     warnings,
   }
 }

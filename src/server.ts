@@ -33,6 +33,7 @@ import { type Config, generateToken } from './config.ts'
 import { sendJson } from './httpReply.ts'
 import { Authenticator } from './identity/authenticator.ts'
 import { ApiKeyring } from './identity/keyring.ts'
+import { OidcVerifier } from './identity/oidc.ts'
 import { createLogger, type Logger } from './log.ts'
 import { createMetrics, type Metrics } from './metrics.ts'
 import { createProbes, PROBE_SNAPSHOT_MS } from './probes.ts'
@@ -71,6 +72,8 @@ export interface BuildAppDeps {
    * kept in (said when it is printed). @default a fresh token for this process
    */
   adminToken?: { token: string; file: string }
+  /** Least milliseconds between two fetches of the OIDC signing keys (tests of key rotation). @default 30000 */
+  jwksCooldownMs?: number
 }
 
 export interface StartedApp {
@@ -228,7 +231,14 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
 
   // API keys are read through the API's pool; revocations are polled at the live feeds' pace.
   const keyring = new ApiKeyring({ db, pollMs: config.statusPollMs, logger })
-  const authenticator = new Authenticator({ tokens, keyring })
+  const oidc = config.oidc
+    ? new OidcVerifier({
+        config: config.oidc,
+        logger,
+        ...(deps.jwksCooldownMs === undefined ? {} : { jwksCooldownMs: deps.jwksCooldownMs }),
+      })
+    : null
+  const authenticator = new Authenticator({ tokens, keyring, oidc })
 
   const services: ApiServices = {
     db,
