@@ -34,6 +34,7 @@ import { sendJson } from './httpReply.ts'
 import { Authenticator } from './identity/authenticator.ts'
 import { ApiKeyring } from './identity/keyring.ts'
 import { OidcVerifier } from './identity/oidc.ts'
+import { AUTH_PATHS, createSsoHandler } from './identity/ssoEndpoints.ts'
 import { createLogger, type Logger } from './log.ts'
 import { createMetrics, type Metrics } from './metrics.ts'
 import { createProbes, PROBE_SNAPSHOT_MS } from './probes.ts'
@@ -106,13 +107,14 @@ export interface App {
   readonly generatedToken: string | null
 }
 
-type Route = '/graphql' | '/graphiql' | '/healthz' | '/readyz' | '/metrics' | 'console' | 'other'
+type Route = '/graphql' | '/graphiql' | '/healthz' | '/readyz' | '/metrics' | 'console' | 'auth' | 'other'
 
 function routeOf(pathname: string): Route {
   if (pathname === GRAPHQL_PATH || pathname === `${GRAPHQL_PATH}/`) return '/graphql'
   if (pathname === '/healthz' || pathname === '/readyz' || pathname === '/metrics') return pathname
   if (pathname.startsWith(GRAPHIQL_ASSET_PATH)) return '/graphiql'
   if (CONSOLE_PATHS.has(pathname)) return 'console'
+  if (AUTH_PATHS.has(pathname)) return 'auth'
   return 'other'
 }
 
@@ -267,6 +269,9 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     onBuildError: (err) => logger.error({ err }, 'the console could not be built'),
   })
 
+  // The console's single sign-on: a public config and the code exchange.
+  const handleAuth = createSsoHandler(config.oidc, logger.child({ component: 'sso' }))
+
   function handleRequest(req: IncomingMessage, res: ServerResponse): void {
     const target = requestTarget(req)
     if (!target.ok) {
@@ -297,6 +302,14 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     if (route === 'console') {
       handleConsole(req, res, pathname).catch((err) => {
         logger.error({ err }, 'console request failed')
+        if (!res.headersSent) sendJson(res, 500, { ok: false })
+        else res.destroy()
+      })
+      return
+    }
+    if (route === 'auth') {
+      handleAuth(req, res, pathname).catch((err) => {
+        logger.error({ err }, 'sign-in request failed')
         if (!res.headersSent) sendJson(res, 500, { ok: false })
         else res.destroy()
       })

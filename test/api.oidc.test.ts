@@ -209,6 +209,19 @@ describe('refused tokens, on every transport', () => {
   })
 })
 
+describe('the console sign-in routes without OIDC_CLIENT_ID', () => {
+  it('offer no SSO and exchange nothing', async () => {
+    const config = await fetch(`${s.url}/auth/config`)
+    expect(await config.json()).toEqual({ sso: null })
+    const exchange = await fetch(`${s.url}/auth/token`, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: JSON.stringify({ code: 'c', codeVerifier: 'v', redirectUri: `${s.url}/` }),
+    })
+    expect(exchange.status).toBe(404)
+  })
+})
+
 describe('configuration', () => {
   it('needs an audience and a role map with an issuer, and an issuer for the others', () => {
     expect(() => loadConfig({ OIDC_ISSUER: 'https://id.example.com' })).toThrow(

@@ -71,6 +71,35 @@ function refusalDetail(err: unknown): string {
   return 'the identity provider could not be reached'
 }
 
+/** What an issuer's discovery document says, as far as showrunner needs it. */
+export interface Discovery {
+  issuer: string
+  jwks_uri: string
+  authorization_endpoint?: string
+  token_endpoint?: string
+}
+
+/** Read `issuer`'s discovery document; refuses one that names another issuer. */
+export async function discover(issuer: string): Promise<Discovery> {
+  const url = `${issuer.replace(/\/+$/, '')}/.well-known/openid-configuration`
+  const res = await fetch(url, { signal: AbortSignal.timeout(DISCOVERY_TIMEOUT_MS), redirect: 'error' })
+  if (!res.ok) throw new Error(`OIDC discovery at ${url} answered HTTP ${res.status}`)
+  const doc = (await res.json()) as Partial<Record<keyof Discovery, unknown>>
+  if (doc.issuer !== issuer) {
+    throw new Error(
+      `OIDC discovery at ${url} names the issuer ${JSON.stringify(doc.issuer)}, not OIDC_ISSUER`,
+    )
+  }
+  if (typeof doc.jwks_uri !== 'string') throw new Error(`OIDC discovery at ${url} has no jwks_uri`)
+  const str = (v: unknown) => (typeof v === 'string' ? v : undefined)
+  return {
+    issuer,
+    jwks_uri: doc.jwks_uri,
+    authorization_endpoint: str(doc.authorization_endpoint),
+    token_endpoint: str(doc.token_endpoint),
+  }
+}
+
 export class OidcVerifier implements Verifier {
   private keys: JWTVerifyGetKey | null = null
   private discovering: Promise<JWTVerifyGetKey> | null = null
@@ -137,16 +166,7 @@ export class OidcVerifier implements Verifier {
       timeoutDuration: DISCOVERY_TIMEOUT_MS,
     }
     if (cfg.jwksUrl) return createRemoteJWKSet(new URL(cfg.jwksUrl), options)
-    const url = `${cfg.issuer.replace(/\/+$/, '')}/.well-known/openid-configuration`
-    const res = await fetch(url, { signal: AbortSignal.timeout(DISCOVERY_TIMEOUT_MS), redirect: 'error' })
-    if (!res.ok) throw new Error(`OIDC discovery at ${url} answered HTTP ${res.status}`)
-    const doc = (await res.json()) as { issuer?: unknown; jwks_uri?: unknown }
-    if (doc.issuer !== cfg.issuer) {
-      throw new Error(
-        `OIDC discovery at ${url} names the issuer ${JSON.stringify(doc.issuer)}, not OIDC_ISSUER`,
-      )
-    }
-    if (typeof doc.jwks_uri !== 'string') throw new Error(`OIDC discovery at ${url} has no jwks_uri`)
+    const doc = await discover(cfg.issuer)
     return createRemoteJWKSet(new URL(doc.jwks_uri), options)
   }
 }
