@@ -26,6 +26,8 @@ import {
 const POLL_MS = 300
 /** A bootstrap token written role:name=token. */
 const NAMED = 'stage-manager-token-0123456789'
+/** A bootstrap token that happens to look like an API key. */
+const KEY_LIKE = 'sr_live_bootstrap-token-0123456789'
 
 let a: TestServer
 let b: TestServer
@@ -71,7 +73,7 @@ beforeAll(async () => {
   a = await startTestServer({
     env: {
       STATUS_POLL_MS: String(POLL_MS),
-      SHOWRUNNER_TOKENS: `${SHOWRUNNER_TOKENS},operator:Stage Manager=${NAMED}`,
+      SHOWRUNNER_TOKENS: `${SHOWRUNNER_TOKENS},operator:Stage Manager=${NAMED},viewer:Looks Like A Key=${KEY_LIKE}`,
     },
   })
   b = await secondInstance(a)
@@ -244,6 +246,13 @@ describe('named bootstrap tokens', () => {
       { auth: { raw: NAMED } },
     )
     expect(started.body.data?.startRun.startedBy).toBe('Stage Manager')
+  })
+
+  it('are matched first, in constant time, without a database lookup, even when they look like a key', async () => {
+    const before = a.app.db.stats.statements
+    const me = await a.gql<{ viewer: { name: string } }>(VIEWER_Q, { auth: { raw: KEY_LIKE } })
+    expect(me.body.data?.viewer.name).toBe('Looks Like A Key')
+    expect(a.app.db.stats.statements).toBe(before)
   })
 })
 

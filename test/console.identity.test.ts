@@ -154,6 +154,25 @@ describe('the keys page', () => {
     await context.close()
   })
 
+  it('a console signed in with a key is signed out when the key is revoked', async () => {
+    const made = await s.gql<{ createApiKey: { key: { id: string }; secret: string } }>(
+      'mutation { createApiKey(name: "Night Desk", role: VIEWER) { key { id } secret } }',
+    )
+    const { key, secret } = made.body.data?.createApiKey ?? { key: { id: '' }, secret: '' }
+    const context = await newContext(browser)
+    const page = await context.newPage()
+    await page.goto(`${s.url}/#/inbox`)
+    await page.getByLabel('Access token').fill(secret)
+    await page.getByRole('button', { name: 'Sign in', exact: true }).click()
+    expect(await page.getByTestId('who').textContent()).toBe('Night Desk')
+    // The inbox holds a live subscription; revoking the key closes it with 4401.
+    await page.locator('main h1').first().waitFor()
+    await s.gql(`mutation { revokeApiKey(id: "${key.id}") { id } }`)
+    await page.getByLabel('Access token').waitFor({ timeout: 5000 })
+    expect(await page.getByRole('alert').textContent()).toMatch(/no longer accepts/)
+    await context.close()
+  })
+
   it('is not offered to operators', async () => {
     const context = await newContext(browser)
     const page = await signIn(context, s.url, 'operator')
