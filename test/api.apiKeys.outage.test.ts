@@ -4,6 +4,7 @@
  * bootstrap tokens keep working, since they need no database.
  */
 import { afterAll, beforeAll, expect, it } from 'vitest'
+import WebSocket from 'ws'
 import { loadConfig } from '../src/config.ts'
 import { silentLogger } from '../src/log.ts'
 import { type App, buildApp } from '../src/server.ts'
@@ -47,4 +48,20 @@ it('answers DATABASE_UNAVAILABLE for a key while the database is away; bootstrap
   expect(r.errors?.[0]?.message).not.toMatch(/SELECT|api_keys|ECONNREFUSED/)
   const boot = await viewer(TOKENS.viewer)
   expect(boot.data?.viewer.name).toMatch(/^viewer#/)
+})
+
+it('asks a WebSocket client with a key to retry (1013) rather than refusing it for good', async () => {
+  const socket = new WebSocket(`${url.replace(/^http/, 'ws')}/graphql`, 'graphql-transport-ws')
+  await new Promise((resolve) => socket.once('open', resolve))
+  socket.send(
+    JSON.stringify({
+      type: 'connection_init',
+      payload: { authorization: `Bearer sr_live_${'k'.repeat(43)}` },
+    }),
+  )
+  const [code, reason] = await new Promise<[number, string]>((resolve) =>
+    socket.once('close', (c, r) => resolve([c, r.toString()])),
+  )
+  expect(code).toBe(1013)
+  expect(reason).toMatch(/try again later/i)
 })

@@ -95,7 +95,16 @@ export function attachGraphqlWs(opts: {
       connectionInitWaitTimeout: opts.initTimeoutMs ?? 3000,
       async onConnect(ctx) {
         const credential = wsAuthorization(ctx.connectionParams, ctx.extra.request)
-        const answer = await opts.authenticator.identify(credential)
+        let answer: Awaited<ReturnType<Authenticator['identify']>>
+        try {
+          answer = await opts.authenticator.identify(credential)
+        } catch (err) {
+          // An API key could not be looked up (the database is away): not the client's fault.
+          // 1013 "try again later" lets clients reconnect, unlike the final 4401.
+          opts.logger.warn({ err }, 'could not check a WebSocket credential; asked the client to retry')
+          ctx.extra.socket.close(1013, 'Try again later: the credential could not be checked')
+          return false
+        }
         if (!('principal' in answer)) {
           logRefusedAuthentication(opts.logger, {
             transport: 'websocket',
