@@ -25,6 +25,8 @@ export const AUTH_PATHS = new Set(['/auth/config', '/auth/token'])
 const SCOPE = 'openid profile email'
 const MAX_BODY = 16 * 1024
 const EXCHANGE_TIMEOUT_MS = 10_000
+/** Code exchanges in flight at once: a flood of them must not become a flood at the provider. */
+const MAX_EXCHANGES = 16
 
 async function readJson(req: IncomingMessage): Promise<unknown> {
   const chunks: Buffer[] = []
@@ -39,6 +41,7 @@ async function readJson(req: IncomingMessage): Promise<unknown> {
 
 export function createSsoHandler(oidc: OidcConfig | null, logger: Logger) {
   let discovered: Promise<Discovery> | null = null
+  const exchanging = 0
   const discovery = (cfg: OidcConfig) => {
     discovered ??= discover(cfg.issuer).catch((err: unknown) => {
       discovered = null
