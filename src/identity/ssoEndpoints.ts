@@ -41,7 +41,7 @@ async function readJson(req: IncomingMessage): Promise<unknown> {
 
 export function createSsoHandler(oidc: OidcConfig | null, logger: Logger) {
   let discovered: Promise<Discovery> | null = null
-  const exchanging = 0
+  let exchanging = 0
   const discovery = (cfg: OidcConfig) => {
     discovered ??= discover(cfg.issuer).catch((err: unknown) => {
       discovered = null
@@ -112,6 +112,11 @@ export function createSsoHandler(oidc: OidcConfig | null, logger: Logger) {
         error: 'code, codeVerifier and redirectUri are required strings.',
       })
     }
+    if (exchanging >= MAX_EXCHANGES) {
+      res.setHeader('retry-after', '1')
+      return sendJson(res, 503, { ok: false, error: 'Too many sign-ins at once; retry in a moment.' })
+    }
+    exchanging++
     try {
       const d = await discovery(offered)
       if (!d.token_endpoint) throw new Error('no token_endpoint')
@@ -148,6 +153,8 @@ export function createSsoHandler(oidc: OidcConfig | null, logger: Logger) {
         ok: false,
         error: 'The identity provider does not answer; try again, or sign in with a token.',
       })
+    } finally {
+      exchanging--
     }
   }
 }
