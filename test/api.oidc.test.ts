@@ -6,10 +6,13 @@
  * unknown key id; an open subscription ends when its token expires.
  */
 import { createHmac, createPublicKey } from 'node:crypto'
+import { createServer } from 'node:http'
+import type { AddressInfo } from 'node:net'
 import { OAuth2Server } from 'oauth2-mock-server'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import * as logs from '../sql/eventRunLogs.ts'
 import { loadConfig } from '../src/config.ts'
+import { OidcVerifier } from '../src/identity/oidc.ts'
 import { createDefinition } from './helpers/consoleScene.ts'
 import {
   SESSION_PROGRAM,
@@ -219,6 +222,38 @@ describe('the console sign-in routes without OIDC_CLIENT_ID', () => {
       body: JSON.stringify({ code: 'c', codeVerifier: 'v', redirectUri: `${s.url}/` }),
     })
     expect(exchange.status).toBe(404)
+  })
+})
+
+describe('OIDC_JWKS_URL', () => {
+  it('reads the keys from the configured URL instead of discovering them', async () => {
+    // A key server of our own that serves the issuer's published keys and counts the fetches.
+    let fetches = 0
+    const keys = createServer((_req, res) => {
+      fetches++
+      res.writeHead(200, { 'content-type': 'application/json' })
+      res.end(JSON.stringify({ keys: idp.issuer.keys.toJSON() }))
+    })
+    await new Promise<void>((resolve) => keys.listen(0, '127.0.0.1', resolve))
+    try {
+      const port = (keys.address() as AddressInfo).port
+      const config = loadConfig({
+        OIDC_ISSUER: idp.issuer.url as string,
+        OIDC_AUDIENCE: AUDIENCE,
+        OIDC_ROLE_MAP: ROLE_MAP,
+        OIDC_JWKS_URL: `http://127.0.0.1:${port}/keys.json`,
+      }).oidc
+      if (!config) throw new Error('no OIDC config')
+      const verifier = new OidcVerifier({ config })
+      const answer = await verifier.verify(await token({ groups: ['crew'] }))
+      expect(answer).toMatchObject({ name: 'ada@example.com', role: 'viewer', source: 'oidc' })
+      expect(fetches).toBe(1)
+      // Cached: a second token costs no fetch.
+      await verifier.verify(await token())
+      expect(fetches).toBe(1)
+    } finally {
+      await new Promise((resolve) => keys.close(resolve))
+    }
   })
 })
 
