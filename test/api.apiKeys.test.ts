@@ -8,9 +8,10 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import * as audit from '../sql/auditLog.ts'
 import * as logs from '../sql/eventRunLogs.ts'
 import { loadConfig } from '../src/config.ts'
-import { silentLogger } from '../src/log.ts'
+import { createLogger } from '../src/log.ts'
 import { buildApp } from '../src/server.ts'
 import { createDefinition } from './helpers/consoleScene.ts'
+import { captureLog } from './helpers/logCapture.ts'
 import {
   eventually,
   SESSION_PROGRAM,
@@ -31,6 +32,8 @@ const KEY_LIKE = 'sr_live_bootstrap-token-0123456789'
 
 let a: TestServer
 let b: TestServer
+/** Both instances log here, at debug, so the tests can read every line either wrote. */
+const log = captureLog()
 
 /** A second instance on the same database: its own process state (cache, poller), the same rows. */
 async function secondInstance(first: TestServer): Promise<TestServer> {
@@ -44,7 +47,10 @@ async function secondInstance(first: TestServer): Promise<TestServer> {
     LOG_LEVEL: 'silent',
     INSTANCE_ID: `keys-b-${process.pid}`,
   })
-  const app = buildApp(config, { logger: silentLogger(), migrate: false })
+  const app = buildApp(config, {
+    logger: createLogger({ level: 'debug', destination: log.stream }),
+    migrate: false,
+  })
   const { url } = await app.start()
   const graphqlUrl = `${url}/graphql`
   const gql: TestServer['gql'] = async (query, o = {}) => {
@@ -71,6 +77,7 @@ async function secondInstance(first: TestServer): Promise<TestServer> {
 
 beforeAll(async () => {
   a = await startTestServer({
+    deps: { logger: createLogger({ level: 'debug', destination: log.stream }) },
     env: {
       STATUS_POLL_MS: String(POLL_MS),
       SHOWRUNNER_TOKENS: `${SHOWRUNNER_TOKENS},operator:Stage Manager=${NAMED},viewer:Looks Like A Key=${KEY_LIKE}`,
@@ -366,5 +373,18 @@ describe('the secret is stored nowhere', () => {
       }
     }
     expect(cells).toBeGreaterThan(20)
+    // Nor in any log line either instance wrote.
+    const logged = JSON.stringify(log.lines)
+    expect(log.lines.length).toBeGreaterThan(10)
+    expect(logged).not.toContain(random)
+  })
+
+  it('a refused key is logged as revoked or expired, anonymously, without the secret', async () => {
+    const refused = log.lines.filter((l) => l.msg === 'refused authentication')
+    expect(refused.some((l) => l.credential === 'revoked' && l.actor === 'anonymous')).toBe(true)
+    expect(refused.some((l) => l.credential === 'expired')).toBe(true)
+    expect(JSON.stringify(refused)).not.toMatch(/sr_live_[A-Za-z0-9_-]{20}/)
+    const closed = log.lines.filter((l) => String(l.msg).startsWith('closed a WebSocket'))
+    expect(closed.map((l) => l.actor)).toEqual(expect.arrayContaining(['night shift', 'temp']))
   })
 })
