@@ -4,7 +4,7 @@
  * key without it.
  */
 import type { Queryable } from './db.ts'
-import { parseJson, placeholders } from './json.ts'
+import { parseJson, placeholders, toJson } from './json.ts'
 
 export interface ApiKeyRow {
   id: number
@@ -52,7 +52,7 @@ export async function insert(db: Queryable, k: NewApiKey): Promise<number> {
   const { insertId } = await db.run(
     `INSERT INTO api_keys (name, role, teams, prefix, digest, created_by, expires_at)
      VALUES (?, ?, ?, ?, ?, ?, ?)`,
-    [k.name, k.role, JSON.stringify(k.teams), k.prefix, k.digest, k.createdBy, k.expiresAt],
+    [k.name, k.role, toJson(k.teams) ?? '[]', k.prefix, k.digest, k.createdBy, k.expiresAt],
   )
   return insertId
 }

@@ -218,6 +218,13 @@ describe('creating and using a key', () => {
     })
     const blank = await a.gql('mutation { createApiKey(name: "   ", role: VIEWER) { secret } }')
     expect(blank.body.errors?.[0]?.extensions?.code).toBe('BAD_USER_INPUT')
+    // A lone surrogate is legal in GraphQL but not in UTF-8: stored as U+FFFD, never "Unexpected error".
+    const odd = await a.gql<{ createApiKey: { key: { name: string; teams: string[] } } }>(
+      'mutation ($n: String!, $t: [String!]) { createApiKey(name: $n, role: VIEWER, teams: $t) { key { name teams } } }',
+      { variables: { n: 'odd \udfff', t: ['t\udfff'] } },
+    )
+    expect(odd.body.errors).toBeUndefined()
+    expect(odd.body.data?.createApiKey.key.teams).toEqual(['t\ufffd'])
     const team = await a.gql('mutation { createApiKey(name: "t", role: VIEWER, teams: [""]) { secret } }')
     expect(team.body.errors?.[0]?.extensions?.code).toBe('BAD_USER_INPUT')
     const unknown = await a.gql('mutation { revokeApiKey(id: "987654") { id } }')
