@@ -75,15 +75,12 @@ export class Authenticator {
    */
   watch(principal: Principal, onEnd: (why: 'revoked' | 'expired') => void): () => void {
     if (principal.keyId !== undefined) {
-      const expiresAt = principal.expiresAt ?? null
-      return this.opts.keyring.onRefused(principal.keyId, expiresAt, () =>
-        onEnd(expiresAt && expiresAt.getTime() <= Date.now() ? 'expired' : 'revoked'),
-      )
+      return this.opts.keyring.onRefused(principal.keyId, principal.expiresAt ?? null, onEnd)
     }
     if (principal.expiresAt) {
       const ms = principal.expiresAt.getTime() - Date.now()
       if (ms >= 2 ** 31 - 1) return () => {}
-      const timer = setTimeout(() => onEnd('expired'), Math.max(0, ms))
+      const timer = setTimeout(() => onEnd('expired'), Math.max(0, ms + 1))
       timer.unref?.()
       return () => clearTimeout(timer)
     }

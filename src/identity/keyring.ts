@@ -51,6 +51,8 @@ export function looksLikeApiKey(credential: string): boolean {
 
 /** Why a key was not accepted. */
 export type KeyRefusal = 'unknown' | 'revoked' | 'expired'
+/** Why a key that was accepted stopped being. */
+export type KeyEnd = 'revoked' | 'expired'
 
 interface CachedKey {
   principal: Principal
@@ -71,7 +73,7 @@ export interface ApiKeyringOptions {
 export class ApiKeyring {
   private readonly byDigest = new Map<string, CachedKey>()
   private readonly byId = new Map<number, CachedKey>()
-  private readonly refusedListeners = new Map<number, Set<() => void>>()
+  private readonly refusedListeners = new Map<number, Set<(why: KeyEnd) => void>>()
   private timer: NodeJS.Timeout | null = null
   private inFlight: Promise<void> | null = null
   private closed = false
@@ -114,7 +116,7 @@ export class ApiKeyring {
       this.schedule()
     }
     if (cached.expiresAt && cached.expiresAt.getTime() <= this.now()) {
-      this.forget(cached.principal.keyId as number)
+      this.forget(cached.principal.keyId as number, 'expired')
       return 'expired'
     }
     cached.lastUsed = this.now()
@@ -131,27 +133,29 @@ export class ApiKeyring {
    * or when it expires. Answers the function that stops listening. A
    * subscription holds its key in the cache for as long as it listens.
    */
-  onRefused(id: number, expiresAt: Date | null | undefined, listener: () => void): () => void {
+  onRefused(id: number, expiresAt: Date | null | undefined, listener: (why: KeyEnd) => void): () => void {
     let set = this.refusedListeners.get(id)
     if (!set) {
       set = new Set()
       this.refusedListeners.set(id, set)
     }
     let done = false
-    const fire = () => {
+    const fire = (why: KeyEnd) => {
       if (done) return
       done = true
       stop()
-      listener()
+      listener(why)
     }
     set.add(fire)
     let expiry: NodeJS.Timeout | null = null
     if (expiresAt) {
       // setTimeout holds at most 2^31-1 ms; a later expiry is caught by the poll.
       const ms = expiresAt.getTime() - this.now()
-      if (ms <= 0) queueMicrotask(fire)
+      if (ms <= 0) queueMicrotask(() => fire('expired'))
       else if (ms < 2 ** 31 - 1) {
-        expiry = setTimeout(fire, ms)
+        // Timers follow a monotonic clock that may run a millisecond ahead of Date.now(): one more
+        // millisecond makes "expired" true when said. The reason comes from the timer, not a clock.
+        expiry = setTimeout(() => fire('expired'), ms + 1)
         expiry.unref?.()
       }
     }
@@ -178,14 +182,14 @@ export class ApiKeyring {
     await this.inFlight
   }
 
-  private forget(id: number): void {
+  private forget(id: number, why: KeyEnd = 'revoked'): void {
     const cached = this.byId.get(id)
     if (cached) {
       this.byId.delete(id)
       this.byDigest.delete(cached.digestHex)
     }
     const listeners = this.refusedListeners.get(id)
-    if (listeners) for (const l of [...listeners]) l()
+    if (listeners) for (const l of [...listeners]) l(why)
   }
 
   private watchedIds(): number[] {
@@ -221,7 +225,10 @@ export class ApiKeyring {
     if (ids.length === 0) return
     this.polls++
     const refused = await apiKeys.refusedAmong(this.opts.db, ids, new Date(now))
-    for (const id of refused) this.forget(id)
+    for (const id of refused) {
+      const expiresAt = this.byId.get(id)?.expiresAt
+      this.forget(id, expiresAt && expiresAt.getTime() <= now ? 'expired' : 'revoked')
+    }
     const used = [...this.byId.entries()]
       .filter(([, c]) => c.lastWritten === null || c.lastUsed - c.lastWritten >= LAST_USED_RESOLUTION_MS)
       .map(([id, c]) => {
