@@ -38,7 +38,7 @@ export const UNAUTHENTICATED_MESSAGE =
 
 /** A token was sent but is not one this server accepts: say so, rather than ask for a header that was sent. */
 export const INVALID_TOKEN_MESSAGE =
-  'Invalid token: the bearer token sent is not one this server accepts. Use a token from SHOWRUNNER_TOKENS, or the admin token the server printed at start.'
+  'Invalid token: the bearer token sent is not one this server accepts. Use an API key, a token from SHOWRUNNER_TOKENS, or the admin token the server printed at start.'
 
 export const MALFORMED_AUTHORIZATION_MESSAGE = 'Invalid Authorization header: expected "Bearer <token>".'
 

@@ -29,6 +29,8 @@ export const SHOWN_PREFIX_LENGTH = KEY_PREFIX.length + 4
 export const LAST_USED_RESOLUTION_MS = 60_000
 /** A cached key nobody used for this long is dropped, so an idle instance stops polling. */
 const IDLE_EVICT_MS = 10 * 60_000
+/** Dead keys remembered per instance (32 bytes of hex each: about 1 MB at the bound). */
+const MAX_DEAD = 10_000
 
 /** A fresh secret: the prefix and 32 random bytes, base64url. */
 export function newSecret(): { secret: string; prefix: string; digest: Buffer } {
@@ -73,6 +75,11 @@ export interface ApiKeyringOptions {
 export class ApiKeyring {
   private readonly byDigest = new Map<string, CachedKey>()
   private readonly byId = new Map<number, CachedKey>()
+  /**
+   * Digests of keys known revoked or expired: for good, so a client retrying a
+   * dead key costs no query. Bounded: past the bound it starts afresh.
+   */
+  private readonly dead = new Map<string, 'revoked' | 'expired'>()
   private readonly refusedListeners = new Map<number, Set<(why: KeyEnd) => void>>()
   private timer: NodeJS.Timeout | null = null
   private inFlight: Promise<void> | null = null
@@ -89,12 +96,14 @@ export class ApiKeyring {
   async authenticate(secret: string): Promise<Principal | KeyRefusal> {
     const digest = digestOf(secret)
     const hex = digest.toString('hex')
+    const known = this.dead.get(hex)
+    if (known) return known
     let cached = this.byDigest.get(hex)
     if (!cached) {
       const row = await apiKeys.byDigest(this.opts.db, digest)
       if (!row || !isRole(row.role)) return 'unknown'
-      if (row.revokedAt) return 'revoked'
-      if (row.expiresAt && row.expiresAt.getTime() <= this.now()) return 'expired'
+      if (row.revokedAt) return this.bury(hex, 'revoked')
+      if (row.expiresAt && row.expiresAt.getTime() <= this.now()) return this.bury(hex, 'expired')
       cached = {
         principal: {
           role: row.role,
@@ -182,11 +191,18 @@ export class ApiKeyring {
     await this.inFlight
   }
 
+  private bury(hex: string, why: KeyEnd): KeyEnd {
+    if (this.dead.size >= MAX_DEAD) this.dead.clear()
+    this.dead.set(hex, why)
+    return why
+  }
+
   private forget(id: number, why: KeyEnd = 'revoked'): void {
     const cached = this.byId.get(id)
     if (cached) {
       this.byId.delete(id)
       this.byDigest.delete(cached.digestHex)
+      this.bury(cached.digestHex, why)
     }
     const listeners = this.refusedListeners.get(id)
     if (listeners) for (const l of [...listeners]) l(why)
