@@ -80,6 +80,8 @@ export class ApiKeyring {
    * dead key costs no query. Bounded: past the bound it starts afresh.
    */
   private readonly dead = new Map<string, 'revoked' | 'expired'>()
+  /** Ids of keys ended here, for a lookup that was on its way when its key was revoked. */
+  private readonly deadIds = new Map<number, KeyEnd>()
   private readonly refusedListeners = new Map<number, Set<(why: KeyEnd) => void>>()
   private timer: NodeJS.Timeout | null = null
   private inFlight: Promise<void> | null = null
@@ -104,6 +106,8 @@ export class ApiKeyring {
       if (!row || !isRole(row.role)) return 'unknown'
       if (row.revokedAt) return this.bury(hex, 'revoked')
       if (row.expiresAt && row.expiresAt.getTime() <= this.now()) return this.bury(hex, 'expired')
+      const ended = this.deadIds.get(row.id)
+      if (ended) return this.bury(hex, ended)
       cached = {
         principal: {
           role: row.role,
@@ -198,6 +202,8 @@ export class ApiKeyring {
   }
 
   private forget(id: number, why: KeyEnd = 'revoked'): void {
+    if (this.deadIds.size >= MAX_DEAD) this.deadIds.clear()
+    this.deadIds.set(id, why)
     const cached = this.byId.get(id)
     if (cached) {
       this.byId.delete(id)
