@@ -54,7 +54,8 @@ export function useEndSubscriptionsWithCredential(authenticator: Authenticator):
   return {
     onSubscribe({ args }) {
       const principal = (args.contextValue as ApiContext).principal
-      if (!principal) return
+      // Bootstrap tokens never end: their streams are left exactly as they were.
+      if (!principal || (principal.keyId === undefined && !principal.expiresAt)) return
       return {
         onSubscribeResult({ result, setResult }) {
           if (!(Symbol.asyncIterator in result)) return
