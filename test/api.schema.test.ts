@@ -211,6 +211,15 @@ describe('schema', () => {
       'Query.apiKeys': 'admin',
       'Mutation.createApiKey': 'admin',
       'Mutation.revokeApiKey': 'admin',
+      // The calendar and operating many shows (v3).
+      'Query.calendars': 'viewer',
+      'Mutation.createCalendar': 'admin',
+      'Mutation.updateCalendar': 'admin',
+      'Mutation.deleteCalendar': 'admin',
+      'Mutation.skipOccurrence': 'operator',
+      'Mutation.moveOccurrence': 'operator',
+      'Mutation.bulkRuns': 'operator',
+      'Mutation.retryRun': 'operator',
     }
     expect(roles).toEqual(expected)
   })
