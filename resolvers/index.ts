@@ -1,4 +1,5 @@
 /** Every root field, by area. Importing this registers them on the builder. */
+import './apply.ts'
 import './definitions.ts'
 import './health.ts'
 import './liveSubscriptions.ts'

@@ -15,6 +15,7 @@ import './health.ts'
 import './results.ts'
 import './inputs.ts'
 import './runPage.ts'
+import './apply.ts'
 import '../resolvers/index.ts'
 
 export const schema = guardRootFields(builder.toSchema())

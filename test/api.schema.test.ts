@@ -191,6 +191,8 @@ describe('schema', () => {
       'Mutation.updateDefinition': 'admin',
       'Mutation.publishVersion': 'admin',
       'Mutation.setDefinitionState': 'admin',
+      'Query.exportDefinitions': 'viewer',
+      'Mutation.applyDefinitions': 'admin',
     }
     expect(roles).toEqual(expected)
   })
