@@ -1,6 +1,7 @@
 /**
  * Print the schema as SDL: `npm run schema:print` writes schema/schema.graphql
- * (and schema/definition.schema.json, the manifests' JSON Schema)
+ * (and schema/definition.schema.json, the manifests' JSON Schema, and
+ * src/client/introspection.d.ts, the typed client's schema)
  * (checked in; test/api.schema.test.ts fails when it is stale). `--check` only
  * compares and exits 1 when the file differs.
  */
@@ -9,6 +10,7 @@ import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { lexicographicSortSchema, printSchema } from 'graphql'
 import { definitionSchemaText } from '../src/api/definitionSchema.ts'
+import { INTROSPECTION_FILE, introspectionText } from '../src/client/generate.ts'
 import { schema } from './index.ts'
 
 export const SCHEMA_FILE = join(dirname(fileURLToPath(import.meta.url)), 'schema.graphql')
@@ -26,6 +28,8 @@ async function main(): Promise<void> {
   const files: [string, string][] = [
     [SCHEMA_FILE, printedSchema()],
     [DEFINITION_SCHEMA_FILE, definitionSchemaText()],
+    // The typed client's view of the schema (gql.tada), from the SDL above.
+    [INTROSPECTION_FILE, introspectionText(printedSchema())],
   ]
   for (const [file, text] of files) {
     if (process.argv.includes('--check')) {

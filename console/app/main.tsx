@@ -52,7 +52,7 @@ function SignIn({
           setBusy(true)
           setError(null)
           try {
-            const data = await gql<ViewerData>(token.trim(), VIEWER)
+            const data = await gql(token.trim(), VIEWER)
             onSignedIn(token.trim(), data.viewer)
           } catch (err) {
             setError(
@@ -282,7 +282,7 @@ function App() {
   }, [signOut])
 
   function confirmViewer(token: string) {
-    return gql<ViewerData>(token, VIEWER)
+    return gql(token, VIEWER)
       .then((d) => {
         // Signed out (or in with another token) while this was on its way: its answer is stale.
         if (storedToken() !== token) return
