@@ -2,7 +2,8 @@
 import { ApplyPlanRef } from '../schema/apply.ts'
 import { builder } from '../schema/builder.ts'
 import { requires } from '../src/api/authz.ts'
-import { redactProgram, seesLiterals } from '../src/api/redact.ts'
+import { redactedHeaderProblems, redactProgram, seesLiterals } from '../src/api/redact.ts'
+import { AppError, ERROR_CODES } from '../src/errors.ts'
 import { applyDefinitions, exportDefinitions } from '../src/operations/apply.ts'
 import { actorOf, definitionDeps } from './deps.ts'
 
@@ -32,12 +33,21 @@ builder.mutationFields((t) => ({
       dryRun: t.arg.boolean({ defaultValue: false }),
       prune: t.arg.boolean({ defaultValue: false }),
     },
-    resolve: (_root, args, ctx) =>
-      applyDefinitions(
+    resolve: (_root, args, ctx) => {
+      // Checked before the manifests themselves: applying a redacted export would overwrite real headers.
+      const redacted = redactedHeaderProblems(args.manifests)
+      if (redacted.length > 0)
+        throw new AppError(
+          ERROR_CODES.BAD_USER_INPUT,
+          `Nothing was applied: ${redacted.map((p) => `${p.path}: ${p.message}`).join('; ')}`,
+          { extensions: { problems: redacted } },
+        )
+      return applyDefinitions(
         definitionDeps(ctx),
         args.manifests,
         { dryRun: args.dryRun === true, prune: args.prune === true },
         actorOf(ctx),
-      ),
+      )
+    },
   }),
 }))

@@ -300,6 +300,17 @@ describe('validation', () => {
       url: 'https://example.com/hook',
       headers: { authorization: '[redacted]' },
     })
+    // Applying that export would overwrite the real header: refused, nothing written.
+    const before = await tables(source)
+    const res = await apply(source, viewer.body.data?.exportDefinitions)
+    expect(res.body.errors?.[0]?.extensions?.code).toBe('BAD_USER_INPUT')
+    expect(res.body.errors?.[0]?.extensions?.problems).toEqual([
+      {
+        path: '[0].program.phases[0].steps[0].params.headers["authorization"]',
+        message: expect.stringContaining('exported without an admin token'),
+      },
+    ])
+    expect(await tables(source)).toEqual(before)
   })
 })
 
