@@ -6,7 +6,7 @@
  * watch ends when the run ends.
  */
 import { execFile } from 'node:child_process'
-import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -166,6 +166,31 @@ describe('apply, diff, export', () => {
     expect(res.stderr).toMatch(/bad\.yaml: program\.phases\[0\]\.steps\[0\]\.params\.url: /)
     const after = await s.gql<{ definitions: unknown[] }>('{ definitions(includeArchived: true) { slug } }')
     expect(after.body.data).toEqual(before.body.data)
+  })
+
+  it('reads several YAML documents per file and JSON lists; problems name the document', async () => {
+    const multi = join(dir, 'multi')
+    const program = 'program: { phases: [{ name: m, steps: [{ kind: core.log, params: { message: x } }] }] }'
+    mkdirSync(multi)
+    writeFileSync(
+      join(multi, 'a.yaml'),
+      `slug: one\ntitle: One\n${program}\n---\nslug: two\ntitle: ""\n${program}\n`,
+    )
+    writeFileSync(
+      join(multi, 'b.json'),
+      JSON.stringify([{ slug: 'three', title: 'Three', program: { phases: [] } }]),
+    )
+    writeFileSync(join(multi, 'notes.txt'), 'not a manifest')
+    const res = await cli(['diff', '-f', multi])
+    expect(res.code).toBe(2)
+    expect(res.stderr).toContain(`${join(multi, 'a.yaml')}#2: title: must be 1–200 characters`)
+    expect(res.stderr).toContain(`${join(multi, 'b.json')}[0]: program.phases: must not be empty`)
+    expect(res.stderr).not.toContain('a.yaml#1')
+    const empty = join(dir, 'empty')
+    mkdirSync(empty)
+    const none = await cli(['apply', '-f', empty])
+    expect(none.code).toBe(1)
+    expect(none.stderr).toContain('no *.yaml, *.yml or *.json file')
   })
 
   it('refuses a bad token (exit 1, UNAUTHENTICATED) and a viewer applying (FORBIDDEN)', async () => {
