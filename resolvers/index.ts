@@ -1,5 +1,7 @@
 /** Every root field, by area. Importing this registers them on the builder. */
 import './apply.ts'
+import './bulk.ts'
+import './calendars.ts'
 import './definitions.ts'
 import './health.ts'
 import './liveSubscriptions.ts'

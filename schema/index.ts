@@ -16,6 +16,8 @@ import './results.ts'
 import './inputs.ts'
 import './runPage.ts'
 import './apply.ts'
+import './calendar.ts'
+import './bulk.ts'
 import '../resolvers/index.ts'
 
 export const schema = guardRootFields(builder.toSchema())

@@ -268,7 +268,7 @@ describe('validation', () => {
     expect(paths.every((p) => !p.startsWith('[0]'))).toBe(true)
     expect(error?.message).toContain('[1].program.phases[0].steps[2].params.url')
     expect(problems.find((p) => p.path === '[2].calendars')?.message).toContain(
-      'calendars are not available yet',
+      'no calendar named "holidays"',
     )
     const after = await tables(target)
     expect({ ...after, audits: before.audits }).toEqual(before)
@@ -314,6 +314,38 @@ describe('validation', () => {
   })
 })
 
+describe('calendars', () => {
+  it('a manifest names its blackout calendars; export writes them; re-applying changes nothing', async () => {
+    const cal = await target.gql(
+      `mutation { createCalendar(input: { name: "bank-holidays", timezone: "Europe/London",
+        entries: [{ from: "2026-12-25", yearly: true }] }) { id } }`,
+    )
+    expect(cal.body.errors).toBeUndefined()
+    const manifest = { slug: 'xmas', title: 'Not on Christmas', schedule: '0 9 * * *', program: LOG }
+    const created = await apply(target, [{ ...manifest, calendars: ['bank-holidays'] }])
+    expect(created.body.data?.applyDefinitions.changes[0]?.fields).toContain('calendars')
+    const read = await target.gql<{ definition: { calendars: { name: string }[] } }>(
+      '{ definition(slug: "xmas") { calendars { name } } }',
+    )
+    expect(read.body.data?.definition.calendars).toEqual([{ name: 'bank-holidays' }])
+    const [xmas] = (await exported(target, ['xmas'])) as Record<string, unknown>[]
+    expect(xmas?.calendars).toEqual(['bank-holidays'])
+    const before = await tables(target)
+    const again = await apply(target, [xmas])
+    expect(again.body.data?.applyDefinitions.changes[0]?.action).toBe('UNCHANGED')
+    expect(await tables(target)).toEqual(before)
+    const dropped = await apply(target, [manifest])
+    expect(dropped.body.data?.applyDefinitions.changes[0]).toMatchObject({
+      action: 'UPDATE',
+      fields: ['calendars'],
+    })
+    const after = await target.gql<{ definition: { calendars: unknown[] } }>(
+      '{ definition(slug: "xmas") { calendars { name } } }',
+    )
+    expect(after.body.data?.definition.calendars).toEqual([])
+  })
+})
+
 describe('prune', () => {
   it('archives the definitions no manifest names, refused (nothing written) while a run is in progress', async () => {
     const created = await apply(target, [
@@ -350,7 +382,7 @@ describe('prune', () => {
     const changes = pruned.body.data?.applyDefinitions.changes ?? []
     expect(changes[0]).toEqual({ slug: 'keep', action: 'UNCHANGED', fields: [], newVersion: null })
     expect(changes.filter((c) => c.action === 'ARCHIVE').map((c) => c.slug)).toEqual(
-      expect.arrayContaining(['gates', 'live', 'manual']),
+      expect.arrayContaining(['gates', 'live', 'manual', 'xmas']),
     )
     const states = await target.gql<{ definitions: { slug: string; state: string }[] }>(
       '{ definitions(includeArchived: true) { slug state } }',

@@ -193,6 +193,15 @@ describe('schema', () => {
       'Mutation.setDefinitionState': 'admin',
       'Query.exportDefinitions': 'viewer',
       'Mutation.applyDefinitions': 'admin',
+      // The calendar and operating many shows (v3).
+      'Query.calendars': 'viewer',
+      'Mutation.createCalendar': 'admin',
+      'Mutation.updateCalendar': 'admin',
+      'Mutation.deleteCalendar': 'admin',
+      'Mutation.skipOccurrence': 'operator',
+      'Mutation.moveOccurrence': 'operator',
+      'Mutation.bulkRuns': 'operator',
+      'Mutation.retryRun': 'operator',
     }
     expect(roles).toEqual(expected)
   })

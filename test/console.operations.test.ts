@@ -8,12 +8,13 @@ import { print } from '@0no-co/graphql.web'
 import { type DocumentNode, parse, validate } from 'graphql'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import * as ops from '../console/app/operations.ts'
+import * as showOps from '../console/app/showOps.ts'
 import { nextCue, standbyList } from '../console/app/standby.ts'
 import { schema } from '../schema/index.ts'
 import { startTestServer, type TestServer, TOKENS } from './helpers/server.ts'
 
 /** Each exported document as text (the typed documents are ASTs; the server gets them printed). */
-const documents: [string, string][] = Object.entries(ops as Record<string, unknown>)
+const documents: [string, string][] = Object.entries({ ...ops, ...showOps } as Record<string, unknown>)
   .filter((e): e is [string, DocumentNode] => (e[1] as { kind?: unknown } | null)?.kind === 'Document')
   .map(([name, doc]) => [name, print(doc)] as [string, string])
   .filter(([, text]) => /^\s*(query|mutation|subscription)\b/.test(text))
@@ -26,6 +27,10 @@ const VARIABLES: Record<string, unknown> = {
   state: 'PAUSED',
   first: 50,
   after: null,
+  at: '2030-01-01T00:00:00.000Z',
+  reason: 'test',
+  action: 'CANCEL',
+  filter: { definitionId: '999999' },
 }
 
 describe('the console operations', () => {

@@ -150,8 +150,8 @@ export const RESUME_RUN = graphql(`mutation ResumeRun($id: ID!) { resumeRun(id: 
 export const CANCEL_RUN = graphql(`
 mutation CancelRun($id: ID!, $reason: String) { cancelRun(id: $id, reason: $reason) { applied } }`)
 export const START_RUN = graphql(`
-mutation StartRun($definitionId: ID!, $scope: String, $rehearsal: Boolean) {
-  startRun(definitionId: $definitionId, scope: $scope, rehearsal: $rehearsal) { id }
+mutation StartRun($definitionId: ID!, $scope: String, $rehearsal: Boolean, $speed: Float) {
+  startRun(definitionId: $definitionId, scope: $scope, rehearsal: $rehearsal, speed: $speed) { id }
 }`)
 export const SET_DEFINITION_STATE = graphql(`
 mutation SetDefinitionState($id: ID!, $state: DefinitionState!) { setDefinitionState(id: $id, state: $state) { id state } }`)

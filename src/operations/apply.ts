@@ -11,6 +11,7 @@
  * the current one (compared as canonical JSON: key order does not count).
  */
 import * as audit from '../../sql/auditLog.ts'
+import * as calendars from '../../sql/calendars.ts'
 import { DB_ERRNO, isDbErrno, type Queryable } from '../../sql/db.ts'
 import type { DefinitionPatch, DefinitionRow } from '../../sql/eventDefinitions.ts'
 import * as definitions from '../../sql/eventDefinitions.ts'
@@ -19,6 +20,7 @@ import * as versions from '../../sql/eventVersions.ts'
 import { AppError, conflict, ERROR_CODES } from '../errors.ts'
 import { validateProgram } from '../runner/program.ts'
 import { canonicalTimezone } from '../runner/schedule.ts'
+import { MAX_DEFINITION_CALENDARS, resolveCalendarNames, setDefinitionCalendars } from './calendars.ts'
 import { type DefinitionDeps, dropUnscheduledRuns, fieldProblems } from './definitions.ts'
 import { canonicalJson, type Manifest, type ManifestProblem, parseManifests, toManifest } from './manifest.ts'
 
@@ -61,6 +63,7 @@ const FIELDS = [
   'startsAt',
   'endsAt',
   'state',
+  'calendars',
 ] as const satisfies readonly (keyof Manifest)[]
 type Field = (typeof FIELDS)[number]
 
@@ -77,6 +80,7 @@ const DEFAULTS: Record<Field, unknown> = {
   startsAt: null,
   endsAt: null,
   state: 'active',
+  calendars: [],
 }
 
 function same(a: unknown, b: unknown): boolean {
@@ -93,15 +97,23 @@ interface Target {
 }
 
 /** What changes from `current` to `target`: fields (the program last, as "program") and whether the program does. */
-function diff(
-  target: Target,
-  current: { def: DefinitionRow; program: unknown } | null,
-): { fields: string[]; programChanged: boolean } {
+interface Current {
+  def: DefinitionRow
+  program: unknown
+  /** The names of the calendars it observes, sorted. */
+  calendars: string[]
+}
+
+function currentValue(current: Current, field: Field): unknown {
+  return field === 'calendars' ? current.calendars : current.def[field]
+}
+
+function diff(target: Target, current: Current | null): { fields: string[]; programChanged: boolean } {
   if (!current) {
     const fields: string[] = FIELDS.filter((f) => f === 'title' || !same(target.values[f], DEFAULTS[f]))
     return { fields: [...fields, 'program'], programChanged: true }
   }
-  const fields: string[] = FIELDS.filter((f) => !same(target.values[f], current.def[f]))
+  const fields: string[] = FIELDS.filter((f) => !same(target.values[f], currentValue(current, f)))
   const programChanged = canonicalJson(target.program) !== canonicalJson(current.program)
   if (programChanged) fields.push('program')
   return { fields, programChanged }
@@ -194,17 +206,22 @@ async function applyAll(
     values.timezone = canonicalTimezone(m.timezone) ?? m.timezone
     targets.push({ manifest: m, values, program })
   }
+  problems.push(...(await calendarProblems(deps, manifests)))
   if (problems.length > 0) throw refuse(sortByPath(problems))
 
   const existing = await definitions.list(deps.db, { includeArchived: true })
   const bySlug = new Map(existing.map((d) => [d.slug, d]))
   const current = await currentVersions(deps.db, existing)
+  const observed = await calendarNames(deps.db, existing)
   const changes: ApplyChange[] = []
   const toWrite: { target: Target | null; def: DefinitionRow | null; change: ApplyChange }[] = []
   for (const target of targets) {
     const def = bySlug.get(target.manifest.slug) ?? null
     const version = def ? current.get(def.id) : undefined
-    const { fields, programChanged } = diff(target, def && { def, program: version?.program ?? null })
+    const { fields, programChanged } = diff(
+      target,
+      def && { def, program: version?.program ?? null, calendars: observed.get(def.id) ?? [] },
+    )
     const action = actionOf(def, target, fields)
     if (def?.state === 'archived' && target.values.state === 'archived' && fields.length > 0)
       problems.push({
@@ -230,13 +247,53 @@ async function applyAll(
   await refuseArchivesInProgress(deps, toWrite)
   if (opts.dryRun) return { changes, applied: false }
   for (const item of toWrite) {
-    const done = await deps.db.transaction((tx) => applyOne(deps, tx, item.target, item.def, actor), {
-      retryable: true,
-    })
+    const { id, ...done } = await deps.db.transaction(
+      (tx) => applyOne(deps, tx, item.target, item.def, actor),
+      { retryable: true },
+    )
     Object.assign(item.change, done)
+    // Calendars are set the way updateDefinition sets them (their own short
+    // transaction, then the runs a new blackout covers are withdrawn).
+    if (item.target && id !== null && done.fields.includes('calendars')) {
+      const names = item.target.values.calendars as string[]
+      await setDefinitionCalendars(deps, id, await resolveCalendarNames(deps.db, names))
+    }
   }
   if (toWrite.length > 0) deps.nudgeMaterialise?.()
   return { changes, applied: true }
+}
+
+/** Each definition's calendar names, sorted (definitions with none are absent). */
+async function calendarNames(db: Queryable, defs: readonly DefinitionRow[]): Promise<Map<number, string[]>> {
+  const rows = await calendars.ofDefinitions(
+    db,
+    defs.map((d) => d.id),
+  )
+  return new Map([...rows].map(([id, list]) => [id, list.map((c) => c.name).sort()]))
+}
+
+/** Calendars that do not exist, repeat, or are too many: each at its manifest. */
+async function calendarProblems(
+  deps: DefinitionDeps,
+  manifests: readonly Manifest[],
+): Promise<ManifestProblem[]> {
+  const problems: ManifestProblem[] = []
+  const names = [...new Set(manifests.flatMap((m) => m.calendars))]
+  const known = new Set((await calendars.getByNames(deps.db, names)).map((c) => c.name))
+  for (const m of manifests) {
+    const path = `[${m.index}].calendars`
+    if (m.calendars.length > MAX_DEFINITION_CALENDARS)
+      problems.push({ path, message: `at most ${MAX_DEFINITION_CALENDARS} calendars per definition` })
+    if (new Set(m.calendars).size !== m.calendars.length)
+      problems.push({ path, message: 'must not repeat a calendar' })
+    const unknown = m.calendars.filter((n) => !known.has(n))
+    if (unknown.length > 0)
+      problems.push({
+        path,
+        message: `no calendar named ${unknown.map((n) => JSON.stringify(n.slice(0, 100))).join(', ')}; create it first (createCalendar)`,
+      })
+  }
+  return problems
 }
 
 function sortByPath(problems: ManifestProblem[]): ManifestProblem[] {
@@ -279,18 +336,23 @@ async function applyOne(
   target: Target | null,
   planned: DefinitionRow | null,
   actor: string,
-): Promise<Pick<ApplyChange, 'action' | 'fields' | 'newVersion'>> {
+): Promise<Done> {
   const slug = target?.manifest.slug ?? (planned as DefinitionRow).slug
   const def = await definitions.getBySlug(tx, slug)
   if (!def) {
-    if (!target) return { action: 'unchanged', fields: [], newVersion: null }
+    if (!target) return { id: null, action: 'unchanged', fields: [], newVersion: null }
     return create(tx, target, actor)
   }
-  if (!target) return archive(tx, def, actor)
+  if (!target) return { id: def.id, ...(await archive(tx, def, actor)) }
   const [version] = def.currentVersionId ? await versions.getByIds(tx, [def.currentVersionId]) : []
-  const { fields, programChanged } = diff(target, { def, program: version?.program ?? null })
+  const observed = (await calendarNames(tx, [def])).get(def.id) ?? []
+  const { fields, programChanged } = diff(target, {
+    def,
+    program: version?.program ?? null,
+    calendars: observed,
+  })
   const action = actionOf(def, target, fields)
-  if (action === 'unchanged') return { action, fields, newVersion: null }
+  if (action === 'unchanged') return { id: def.id, action, fields, newVersion: null }
   const state = target.values.state as DefinitionRow['state']
   let stateChange: definitions.StateChange | null = null
   // A state change goes first: it takes the definition's run guard (what an archive must hold).
@@ -305,7 +367,8 @@ async function applyOne(
   }
   const patch: DefinitionPatch = {}
   for (const f of FIELDS)
-    if (f !== 'state' && fields.includes(f)) Object.assign(patch, { [f]: target.values[f] })
+    if (f !== 'state' && f !== 'calendars' && fields.includes(f))
+      Object.assign(patch, { [f]: target.values[f] })
   if (Object.keys(patch).length > 0) await definitions.update(tx, def.id, patch)
   if (patch.graceSeconds !== undefined) await runs.resetMissedAt(tx, def.id)
   let newVersion: number | null = null
@@ -332,14 +395,13 @@ async function applyOne(
         : {}),
     },
   })
-  return { action, fields, newVersion }
+  return { id: def.id, action, fields, newVersion }
 }
 
-async function create(
-  tx: Queryable,
-  target: Target,
-  actor: string,
-): Promise<Pick<ApplyChange, 'action' | 'fields' | 'newVersion'>> {
+/** What one definition's transaction did; `id` is the definition's (null: nothing to do). */
+type Done = Pick<ApplyChange, 'action' | 'fields' | 'newVersion'> & { id: number | null }
+
+async function create(tx: Queryable, target: Target, actor: string): Promise<Done> {
   const v = target.values
   let id: number
   try {
@@ -372,7 +434,7 @@ async function create(
     outcome: 'ok',
     detail: { slug: target.manifest.slug, change: 'create', fields, newVersion: version.version },
   })
-  return { action: 'create', fields, newVersion: version.version }
+  return { id, action: 'create', fields, newVersion: version.version }
 }
 
 async function archive(
@@ -426,5 +488,6 @@ export async function exportDefinitions(
     defs = [...new Set(slugs)].map((s) => all.get(s) as DefinitionRow)
   }
   const current = await currentVersions(deps.db, defs)
-  return defs.map((d) => toManifest(d, current.get(d.id)?.program ?? null))
+  const observed = await calendarNames(deps.db, defs)
+  return defs.map((d) => toManifest(d, current.get(d.id)?.program ?? null, observed.get(d.id) ?? []))
 }

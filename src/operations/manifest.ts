@@ -15,8 +15,6 @@ import {
 import { programProblems, programSchema } from '../runner/program.ts'
 import { zodProblems } from '../runner/steps/params.ts'
 import type { StepRegistry } from '../runner/steps/registry.ts'
-import { joinPath } from '../runner/template.ts'
-import { calendarProblems } from './manifestCalendars.ts'
 
 /** At most this many manifests per call: a show catalogue, not a bulk load. */
 export const MAX_MANIFESTS = 1000
@@ -152,8 +150,6 @@ export function parseManifests(
         })
       else slugs.set(raw.slug, i)
     }
-    if (Array.isArray(raw.calendars))
-      for (const p of calendarProblems(raw.calendars)) problems.push({ ...p, path: joinPath(base, p.path) })
     fields.push({ index: i, fields: wellTyped(raw) })
     if (!shape.success) return
     const m = shape.data
@@ -171,7 +167,7 @@ export function parseManifests(
       startsAt: m.startsAt ? new Date(m.startsAt) : null,
       endsAt: m.endsAt ? new Date(m.endsAt) : null,
       state: (m.state?.toLowerCase() ?? 'active') as DefinitionState,
-      calendars: m.calendars ?? [],
+      calendars: [...(m.calendars ?? [])].sort(),
       program: m.program,
     })
   })
@@ -203,7 +199,11 @@ function wellTyped(raw: Record<string, unknown>): Record<string, unknown> {
  * same bytes every time. Optional fields appear only when set; the defaults a
  * reader needs (zone, scopes, grace, overlap, state) always do.
  */
-export function toManifest(def: DefinitionRow, program: unknown): Record<string, unknown> {
+export function toManifest(
+  def: DefinitionRow,
+  program: unknown,
+  calendars: readonly string[] = [],
+): Record<string, unknown> {
   const m: Record<string, unknown> = { slug: def.slug, title: def.title }
   if (def.description !== null) m.description = def.description
   m.schedule = def.schedule
@@ -215,6 +215,7 @@ export function toManifest(def: DefinitionRow, program: unknown): Record<string,
   if (def.startsAt) m.startsAt = def.startsAt.toISOString()
   if (def.endsAt) m.endsAt = def.endsAt.toISOString()
   m.state = def.state.toUpperCase()
+  if (calendars.length > 0) m.calendars = [...calendars].sort()
   m.program = program
   return m
 }
