@@ -65,7 +65,10 @@ export function createMaskError(logger: Logger): MaskError {
     const cause = rootCause(error)
     const where = located(error)
     if (cause instanceof AppError) {
-      return new GraphQLError(cause.message, { ...where, extensions: { code: cause.code } })
+      return new GraphQLError(cause.message, {
+        ...where,
+        extensions: { ...cause.extensions, code: cause.code },
+      })
     }
     if (isPoolBusy(cause)) {
       // Load, not an outage: the statement never reached the database.

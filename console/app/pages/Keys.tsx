@@ -29,7 +29,7 @@ function CreateKey({ onCreated }: { onCreated: () => Promise<void> }) {
           e.preventDefault()
           setError(null)
           try {
-            const data = await gql<CreateApiKeyData>(session.token, CREATE_API_KEY, {
+            const data = await gql(session.token, CREATE_API_KEY, {
               name: name.trim(),
               role,
               teams: teams
