@@ -19,10 +19,9 @@ const KEY_FIELDS = graphql(`
 fragment KeyFields on ApiKey { id name role teams prefix createdAt createdBy expiresAt lastUsedAt revokedAt }`)
 export type ApiKey = ResultOf<typeof KEY_FIELDS>
 
-export const API_KEYS = graphql(
-  `query ApiKeys { apiKeys(includeRevoked: true) { ...KeyFields } }`,
-  [KEY_FIELDS],
-)
+export const API_KEYS = graphql(`query ApiKeys { apiKeys(includeRevoked: true) { ...KeyFields } }`, [
+  KEY_FIELDS,
+])
 export type ApiKeysData = ResultOf<typeof API_KEYS>
 export const CREATE_API_KEY = graphql(
   `mutation CreateApiKey($name: String!, $role: Role!, $teams: [String!], $expiresAt: DateTime) {

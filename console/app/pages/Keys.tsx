@@ -5,7 +5,6 @@ import {
   API_KEYS,
   type ApiKeysData,
   CREATE_API_KEY,
-  type CreateApiKeyData,
   REVOKE_API_KEY,
 } from '../identity.ts'
 import { useLive, useNow } from '../live.ts'
