@@ -13,6 +13,7 @@
  * every subscription (SSE streams end, WebSocket sockets close with 1001) →
  * drain HTTP connections → close the database pool.
  */
+
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import type { YogaServerInstance } from 'graphql-yoga'
@@ -36,6 +37,7 @@ import { createMetrics, type Metrics } from './metrics.ts'
 import { createProbes, PROBE_SNAPSHOT_MS } from './probes.ts'
 import { runCountsFor } from './runCounts.ts'
 import { type Clock, systemClock } from './runner/clock.ts'
+import { DbCueLadder } from './runner/cueLadder.ts'
 import { Runner } from './runner/runner.ts'
 import { createDefaultRegistry, type StepRegistry } from './runner/steps/registry.ts'
 
@@ -186,7 +188,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
           horizonMs: config.materialiseHorizonHours * 3_600_000,
           logRetentionMs: config.logRetentionDays * 86_400_000,
           runRetentionMs: config.runRetentionDays * 86_400_000,
-          settings: { webhookAllow: config.webhookAllow },
+          settings: { webhookAllow: config.webhookAllow, cueLadder: new DbCueLadder(runnerDb as Db) },
           logger: logger.child({ component: 'runner' }),
           observer: {
             stepFinished: (kind, outcome) => {
