@@ -2,6 +2,7 @@
 import './definitions.ts'
 import './health.ts'
 import './liveSubscriptions.ts'
+import './notifications.ts'
 import './runPage.ts'
 import './runs.ts'
 import './steps.ts'

@@ -34,6 +34,7 @@ import { type Config, generateToken } from './config.ts'
 import { sendJson } from './httpReply.ts'
 import { createLogger, type Logger } from './log.ts'
 import { createMetrics, type Metrics } from './metrics.ts'
+import { Dispatcher } from './notify/dispatcher.ts'
 import { createProbes, PROBE_SNAPSHOT_MS } from './probes.ts'
 import { runCountsFor } from './runCounts.ts'
 import { type Clock, systemClock } from './runner/clock.ts'
@@ -208,6 +209,20 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
         })
       : null
 
+  // Notifications out: sent by instances that run the runner (docs/notifications.md).
+  const dispatcher =
+    config.runner === 'on'
+      ? new Dispatcher({
+          db: runnerDb as Db,
+          owner: config.instanceId,
+          settings: { webhookAllow: config.webhookAllow, secrets: process.env },
+          publicUrl: config.publicUrl,
+          sendEmail: null,
+          intervalMs: config.notifyPollMs,
+          logger: logger.child({ component: 'notify' }),
+        })
+      : null
+
   const poller = new StatusPoller({
     db,
     intervalMs: config.statusPollMs,
@@ -225,6 +240,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
   const inbox = new InboxFeed(feedOptions)
   changes.on(() => runChanges.wake())
   changes.on(() => inbox.wake())
+  changes.on(() => dispatcher?.nudge())
 
   const services: ApiServices = {
     db,
@@ -240,6 +256,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     maxOccurrences: config.limits.maxOccurrences,
     nudge: () => runner?.nudge(),
     requestMaterialise: () => runner?.requestMaterialise(),
+    notifications: { webhookAllow: config.webhookAllow, nudge: () => dispatcher?.nudge() },
   }
 
   const yoga = createApiYoga({ config, logger, tokens, changes, services })
@@ -345,6 +362,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     const address = httpServer.address() as AddressInfo
     started = { host, port: address.port, url: `http://${urlHost(host)}:${address.port}` }
     runner?.start()
+    dispatcher?.start()
     if (generatedToken) {
       const where = deps.adminToken
         ? `this admin token is kept in ${deps.adminToken.file} and stays the same across restarts`
@@ -371,6 +389,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     } catch (err) {
       logger.error({ err }, 'the runner did not stop cleanly')
     }
+    await dispatcher?.stop()
     // Completing every watcher ends SSE streams and sends `complete` on WebSockets.
     await Promise.all([poller.close(), runChanges.close(), inbox.close()])
     await ws?.close()

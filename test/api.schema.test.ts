@@ -191,6 +191,13 @@ describe('schema', () => {
       'Mutation.updateDefinition': 'admin',
       'Mutation.publishVersion': 'admin',
       'Mutation.setDefinitionState': 'admin',
+      'Query.notificationChannels': 'admin',
+      'Query.notificationDeliveries': 'admin',
+      'Mutation.createNotificationChannel': 'admin',
+      'Mutation.updateNotificationChannel': 'admin',
+      'Mutation.deleteNotificationChannel': 'admin',
+      'Mutation.testNotificationChannel': 'admin',
+      'Mutation.redeliver': 'admin',
     }
     expect(roles).toEqual(expected)
   })

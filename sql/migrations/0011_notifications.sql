@@ -83,6 +83,8 @@ CREATE TABLE IF NOT EXISTS notification_deliveries (
   attempts         INT UNSIGNED    NOT NULL DEFAULT 0,
   last_error       VARCHAR(1000)   NULL,
   next_attempt_at  DATETIME(3)     NULL,
+  -- Retries stop here (24 h after the event, or after a redeliver) and it is FAILED.
+  give_up_at       DATETIME(3)     NULL,
   claimed_by       VARCHAR(100)    NULL,
   claim_token      CHAR(32)        NULL,
   claim_expires_at DATETIME(3)     NULL,

@@ -36,6 +36,17 @@ function matchArgs(e: NewEvent): (string | number | null)[] {
   return [e.type, def, def, e.cueTeams === null ? 0 : 1, toJson(e.cueTeams ?? [])]
 }
 
+/**
+ * next_attempt_at, give_up_at and delivered_at of a new delivery, on the
+ * database's clock (the dispatcher compares them with NOW(3)): due at once and
+ * retried for 24 hours; a rehearsal's is delivered at once and never sent.
+ */
+const DUE = `IF(? = 1, NULL, NOW(3)), IF(? = 1, NULL, NOW(3) + INTERVAL 24 HOUR), IF(? = 1, NOW(3), NULL)`
+function dueArgs(e: NewEvent): number[] {
+  const r = e.rehearsal ? 1 : 0
+  return [r, r, r]
+}
+
 /** A fresh public event id (`webhook-id`). */
 export function newEventId(): string {
   return `evt_${randomUUID().replaceAll('-', '')}`
@@ -65,20 +76,10 @@ export async function emit(tx: Queryable, e: NewEvent): Promise<number> {
   if (inserted.affectedRows !== 1) return 0
   const made = await tx.run(
     `INSERT IGNORE INTO notification_deliveries
-            (event_row_id, channel_id, run_id, status, rehearsal, next_attempt_at, delivered_at)
-     SELECT ?, c.id, ?, IF(? = 1, 'DELIVERED', 'PENDING'), ?, IF(? = 1, NULL, ?), IF(? = 1, ?, NULL)
+            (event_row_id, channel_id, run_id, status, rehearsal, next_attempt_at, give_up_at, delivered_at)
+     SELECT ?, c.id, ?, IF(? = 1, 'DELIVERED', 'PENDING'), ?, ${DUE}
        FROM notification_channels c WHERE ${MATCH}`,
-    [
-      inserted.insertId,
-      e.runId,
-      e.rehearsal ? 1 : 0,
-      e.rehearsal ? 1 : 0,
-      e.rehearsal ? 1 : 0,
-      e.occurredAt,
-      e.rehearsal ? 1 : 0,
-      e.occurredAt,
-      ...matchArgs(e),
-    ],
+    [inserted.insertId, e.runId, e.rehearsal ? 1 : 0, e.rehearsal ? 1 : 0, ...dueArgs(e), ...matchArgs(e)],
   )
   return made.affectedRows
 }
@@ -105,16 +106,16 @@ export async function emitFor(tx: Queryable, channelId: number, e: NewEvent): Pr
   )
   if (inserted.affectedRows !== 1) return null
   const made = await tx.run(
-    `INSERT INTO notification_deliveries (event_row_id, channel_id, run_id, status, rehearsal, next_attempt_at, delivered_at)
-     VALUES (?, ?, ?, ?, ?, ?, ?)`,
+    `INSERT INTO notification_deliveries
+            (event_row_id, channel_id, run_id, status, rehearsal, next_attempt_at, give_up_at, delivered_at)
+     VALUES (?, ?, ?, ?, ?, ${DUE})`,
     [
       inserted.insertId,
       channelId,
       e.runId,
       e.rehearsal ? 'DELIVERED' : 'PENDING',
       e.rehearsal ? 1 : 0,
-      e.rehearsal ? null : e.occurredAt,
-      e.rehearsal ? e.occurredAt : null,
+      ...dueArgs(e),
     ],
   )
   return made.insertId

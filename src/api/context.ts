@@ -36,6 +36,8 @@ export interface ApiServices {
   nudge(): void
   /** Ask the co-hosted runner to materialise at its next tick (a definition changed). */
   requestMaterialise(): void
+  /** Notification channels: what their targets are checked against, and the local dispatcher's wake-up. */
+  notifications: { webhookAllow: readonly string[]; nudge(): void }
 }
 
 export interface ApiContext {
