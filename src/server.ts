@@ -35,6 +35,7 @@ import { sendJson } from './httpReply.ts'
 import { createLogger, type Logger } from './log.ts'
 import { createMetrics, type Metrics } from './metrics.ts'
 import { Dispatcher } from './notify/dispatcher.ts'
+import { lateStartSweep } from './notify/lateStart.ts'
 import { createProbes, PROBE_SNAPSHOT_MS } from './probes.ts'
 import { runCountsFor } from './runCounts.ts'
 import { type Clock, systemClock } from './runner/clock.ts'
@@ -220,6 +221,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
           sendEmail: null,
           intervalMs: config.notifyPollMs,
           logger: logger.child({ component: 'notify' }),
+          afterPass: lateStartSweep(runnerDb as Db),
         })
       : null
 

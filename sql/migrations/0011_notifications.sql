@@ -115,3 +115,76 @@ CREATE TABLE IF NOT EXISTS cue_links (
   KEY idx_cuelink_step (step_id),
   CONSTRAINT fk_cuelink_step FOREIGN KEY (step_id) REFERENCES event_run_steps (id) ON DELETE CASCADE
 ) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_unicode_ci
+;;
+
+-- Run alerts (RUN_FAILED, RUN_MISSED, RUN_COMPLETED, RUN_DEGRADED) are written
+-- by a trigger on event_runs, so the event commits with the status change
+-- that made it, on every path that changes a run (one run, a batch, the
+-- start transaction, a cancel), and none of those paths has to remember it.
+-- The trigger's test is on NEW/OLD only; the procedure is called for the few
+-- updates that change a status to one of those (or health to degraded), and
+-- writes nothing unless an enabled channel listens. Times are UTC: every
+-- connection of this service sets time_zone = '+00:00'.
+
+CREATE OR REPLACE PROCEDURE notify_run_event(
+  IN p_event      VARCHAR(32),
+  IN p_run        BIGINT UNSIGNED,
+  IN p_definition BIGINT UNSIGNED,
+  IN p_scope      VARCHAR(191),
+  IN p_scheduled  DATETIME(3),
+  IN p_rehearsal  TINYINT,
+  IN p_status     VARCHAR(16),
+  IN p_health     VARCHAR(16),
+  IN p_error      VARCHAR(1000)
+)
+MODIFIES SQL DATA
+BEGIN
+  DECLARE v_key VARCHAR(191) DEFAULT CONCAT('run:', p_run, ':', LOWER(p_event));
+  DECLARE v_definition VARCHAR(24) DEFAULT CAST(p_definition AS CHAR);
+  IF EXISTS (SELECT 1 FROM notification_channels c
+              WHERE c.enabled = 1 AND JSON_CONTAINS(c.events, JSON_QUOTE(p_event))
+                AND (c.definition_ids IS NULL OR JSON_CONTAINS(c.definition_ids, v_definition))) THEN
+    INSERT IGNORE INTO notification_events (event_id, type, run_id, step_id, dedupe_key, payload, occurred_at)
+    SELECT CONCAT('evt_', REPLACE(UUID(), '-', '')), p_event, p_run, NULL, v_key,
+           JSON_OBJECT(
+             'type', CONCAT('run.', LOWER(SUBSTRING(p_event, 5))),
+             'event', p_event,
+             'occurredAt', CONCAT(LEFT(DATE_FORMAT(NOW(3), '%Y-%m-%dT%H:%i:%s.%f'), 23), 'Z'),
+             'run', JSON_OBJECT(
+               'id', CAST(p_run AS CHAR),
+               'definition', JSON_OBJECT('id', v_definition, 'slug', d.slug, 'title', d.title),
+               'scope', p_scope,
+               'scheduledFor', CONCAT(LEFT(DATE_FORMAT(p_scheduled, '%Y-%m-%dT%H:%i:%s.%f'), 23), 'Z'),
+               'rehearsal', IF(p_rehearsal = 1, JSON_EXTRACT('true', '$'), JSON_EXTRACT('false', '$')),
+               'status', UPPER(p_status),
+               'health', UPPER(p_health),
+               'error', p_error),
+             'step', NULL,
+             'cue', NULL),
+           NOW(3)
+      FROM event_definitions d WHERE d.id = p_definition;
+    IF ROW_COUNT() = 1 THEN
+      INSERT IGNORE INTO notification_deliveries
+             (event_row_id, channel_id, run_id, status, rehearsal, next_attempt_at, give_up_at, delivered_at)
+      SELECT LAST_INSERT_ID(), c.id, p_run, IF(p_rehearsal = 1, 'DELIVERED', 'PENDING'), p_rehearsal,
+             IF(p_rehearsal = 1, NULL, NOW(3)), IF(p_rehearsal = 1, NULL, NOW(3) + INTERVAL 24 HOUR),
+             IF(p_rehearsal = 1, NOW(3), NULL)
+        FROM notification_channels c
+       WHERE c.enabled = 1 AND JSON_CONTAINS(c.events, JSON_QUOTE(p_event))
+         AND (c.definition_ids IS NULL OR JSON_CONTAINS(c.definition_ids, v_definition));
+    END IF;
+  END IF;
+END
+;;
+
+CREATE OR REPLACE TRIGGER trg_evrun_notify AFTER UPDATE ON event_runs FOR EACH ROW
+BEGIN
+  IF NEW.status <> OLD.status AND NEW.status IN ('failed', 'missed', 'completed') THEN
+    CALL notify_run_event(CONCAT('RUN_', UPPER(NEW.status)), NEW.id, NEW.definition_id, NEW.scope,
+                          NEW.scheduled_for, NEW.rehearsal, NEW.status, NEW.health, NEW.last_error);
+  END IF;
+  IF NEW.health = 'degraded' AND OLD.health <> 'degraded' THEN
+    CALL notify_run_event('RUN_DEGRADED', NEW.id, NEW.definition_id, NEW.scope,
+                          NEW.scheduled_for, NEW.rehearsal, NEW.status, NEW.health, NEW.last_error);
+  END IF;
+END
