@@ -65,6 +65,8 @@ export interface Config {
   publicUrl: string | null
   /** The mail server EMAIL channels send through, e.g. smtp://mail:25; null = EMAIL channels fail. */
   smtpUrl: string | null
+  /** The From address of notification mails. @default 'showrunner@localhost' */
+  smtpFrom: string
   /** Milliseconds between the dispatcher's looks for due deliveries. @default 500 */
   notifyPollMs: number
   /** Limits on what one client may ask for (docs/security.md). */
@@ -337,6 +339,7 @@ const envSchema = z
     INSTANCE_ID: instanceIdSchema,
     PUBLIC_URL: urlSetting('PUBLIC_URL', ['http:', 'https:']),
     SMTP_URL: urlSetting('SMTP_URL', ['smtp:', 'smtps:']),
+    SMTP_FROM: optionalString,
     NOTIFY_POLL_MS: wholeNumber('NOTIFY_POLL_MS', 500, 10, 3_600_000, 'a whole number of milliseconds ≥ 10'),
     MAX_QUERY_DEPTH: wholeNumber(
       'MAX_QUERY_DEPTH',
@@ -477,6 +480,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     instanceId: e.INSTANCE_ID ?? defaultInstanceId(),
     publicUrl: e.PUBLIC_URL?.replace(/\/+$/, '') ?? null,
     smtpUrl: e.SMTP_URL ?? null,
+    smtpFrom: e.SMTP_FROM ?? 'showrunner@localhost',
     notifyPollMs: e.NOTIFY_POLL_MS,
     limits: {
       maxDepth: e.MAX_QUERY_DEPTH,

@@ -35,6 +35,7 @@ import { sendJson } from './httpReply.ts'
 import { createLogger, type Logger } from './log.ts'
 import { createMetrics, type Metrics } from './metrics.ts'
 import { Dispatcher } from './notify/dispatcher.ts'
+import { emailSender } from './notify/email.ts'
 import { lateStartSweep } from './notify/lateStart.ts'
 import { createProbes, PROBE_SNAPSHOT_MS } from './probes.ts'
 import { runCountsFor } from './runCounts.ts'
@@ -218,7 +219,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
           owner: config.instanceId,
           settings: { webhookAllow: config.webhookAllow, secrets: process.env },
           publicUrl: config.publicUrl,
-          sendEmail: null,
+          sendEmail: config.smtpUrl ? emailSender(config.smtpUrl, config.smtpFrom) : null,
           intervalMs: config.notifyPollMs,
           logger: logger.child({ component: 'notify' }),
           afterPass: lateStartSweep(runnerDb as Db),
