@@ -34,6 +34,8 @@ import { type Config, generateToken } from './config.ts'
 import { sendJson } from './httpReply.ts'
 import { createLogger, type Logger } from './log.ts'
 import { createMetrics, type Metrics } from './metrics.ts'
+import { issueAnswerLink } from './notify/answerLinks.ts'
+import { createAnswerPageHandler, isAnswerPath } from './notify/answerPage.ts'
 import { Dispatcher } from './notify/dispatcher.ts'
 import { emailSender } from './notify/email.ts'
 import { lateStartSweep } from './notify/lateStart.ts'
@@ -106,13 +108,14 @@ export interface App {
   readonly generatedToken: string | null
 }
 
-type Route = '/graphql' | '/graphiql' | '/healthz' | '/readyz' | '/metrics' | 'console' | 'other'
+type Route = '/graphql' | '/graphiql' | '/healthz' | '/readyz' | '/metrics' | 'console' | 'answer' | 'other'
 
 function routeOf(pathname: string): Route {
   if (pathname === GRAPHQL_PATH || pathname === `${GRAPHQL_PATH}/`) return '/graphql'
   if (pathname === '/healthz' || pathname === '/readyz' || pathname === '/metrics') return pathname
   if (pathname.startsWith(GRAPHIQL_ASSET_PATH)) return '/graphiql'
   if (CONSOLE_PATHS.has(pathname)) return 'console'
+  if (isAnswerPath(pathname)) return 'answer'
   return 'other'
 }
 
@@ -223,6 +226,9 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
           intervalMs: config.notifyPollMs,
           logger: logger.child({ component: 'notify' }),
           afterPass: lateStartSweep(runnerDb as Db),
+          answerLink: config.publicUrl
+            ? (d, c) => issueAnswerLink(runnerDb as Db, config.publicUrl as string, d, c)
+            : undefined,
         })
       : null
 
@@ -272,6 +278,9 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     onBuildError: (err) => logger.error({ err }, 'the console could not be built'),
   })
 
+  // Answer links from notifications (PUBLIC_URL): a page per cue, no token needed.
+  const handleAnswerPage = createAnswerPageHandler({ db, clock, nudge: () => runner?.nudge(), logger })
+
   function handleRequest(req: IncomingMessage, res: ServerResponse): void {
     const target = requestTarget(req)
     if (!target.ok) {
@@ -302,6 +311,14 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     if (route === 'console') {
       handleConsole(req, res, pathname).catch((err) => {
         logger.error({ err }, 'console request failed')
+        if (!res.headersSent) sendJson(res, 500, { ok: false })
+        else res.destroy()
+      })
+      return
+    }
+    if (route === 'answer') {
+      handleAnswerPage(req, res, pathname).catch((err) => {
+        logger.error({ err }, 'answer page request failed')
         if (!res.headersSent) sendJson(res, 500, { ok: false })
         else res.destroy()
       })
