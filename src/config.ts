@@ -69,6 +69,8 @@ export interface Config {
   smtpFrom: string
   /** Milliseconds between the dispatcher's looks for due deliveries. @default 500 */
   notifyPollMs: number
+  /** Days a finished notification (event and deliveries) is kept. @default 30 */
+  notificationRetentionDays: number
   /** Limits on what one client may ask for (docs/security.md). */
   limits: RequestLimits
   /** Connections the API may hold open to the database. @default 10 */
@@ -341,6 +343,13 @@ const envSchema = z
     SMTP_URL: urlSetting('SMTP_URL', ['smtp:', 'smtps:']),
     SMTP_FROM: optionalString,
     NOTIFY_POLL_MS: wholeNumber('NOTIFY_POLL_MS', 500, 10, 3_600_000, 'a whole number of milliseconds ≥ 10'),
+    NOTIFICATION_RETENTION_DAYS: wholeNumber(
+      'NOTIFICATION_RETENTION_DAYS',
+      30,
+      1,
+      36_500,
+      'a whole number of days ≥ 1',
+    ),
     MAX_QUERY_DEPTH: wholeNumber(
       'MAX_QUERY_DEPTH',
       DEFAULT_LIMITS.maxDepth,
@@ -482,6 +491,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     smtpUrl: e.SMTP_URL ?? null,
     smtpFrom: e.SMTP_FROM ?? 'showrunner@localhost',
     notifyPollMs: e.NOTIFY_POLL_MS,
+    notificationRetentionDays: e.NOTIFICATION_RETENTION_DAYS,
     limits: {
       maxDepth: e.MAX_QUERY_DEPTH,
       maxCost: e.MAX_QUERY_COST,

@@ -38,7 +38,7 @@ import { issueAnswerLink } from './notify/answerLinks.ts'
 import { createAnswerPageHandler, isAnswerPath } from './notify/answerPage.ts'
 import { Dispatcher } from './notify/dispatcher.ts'
 import { emailSender } from './notify/email.ts'
-import { lateStartSweep } from './notify/lateStart.ts'
+import { notifyHousekeeping } from './notify/housekeeping.ts'
 import { createProbes, PROBE_SNAPSHOT_MS } from './probes.ts'
 import { runCountsFor } from './runCounts.ts'
 import { type Clock, systemClock } from './runner/clock.ts'
@@ -225,7 +225,9 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
           sendEmail: config.smtpUrl ? emailSender(config.smtpUrl, config.smtpFrom) : null,
           intervalMs: config.notifyPollMs,
           logger: logger.child({ component: 'notify' }),
-          afterPass: lateStartSweep(runnerDb as Db),
+          afterPass: notifyHousekeeping(runnerDb as Db, {
+            retentionMs: config.notificationRetentionDays * 86_400_000,
+          }),
           answerLink: config.publicUrl
             ? (d, c) => issueAnswerLink(runnerDb as Db, config.publicUrl as string, d, c)
             : undefined,

@@ -38,13 +38,3 @@ export async function sweepLateStarts(db: Db, now: Date = new Date()): Promise<n
   }
   return written
 }
-
-/** The sweep as the dispatcher calls it after each pass: at most once a second. */
-export function lateStartSweep(db: Db, everyMs = 1000): () => Promise<void> {
-  let last = 0
-  return async () => {
-    if (Date.now() - last < everyMs) return
-    last = Date.now()
-    await sweepLateStarts(db)
-  }
-}
