@@ -42,7 +42,13 @@ builder.mutationFields((t) => ({
     extensions: requires('operator'),
     args: { stepId: t.arg.id({ required: true }), note: t.arg.string() },
     resolve: (_root, args, ctx) =>
-      resolveCueAs(controlDeps(ctx), parseId(args.stepId, 'stepId'), callerOf(ctx), args.note ?? null, 'api'),
+      resolveCueAs(
+        controlDeps(ctx),
+        parseId(args.stepId, 'stepId'),
+        callerOf(ctx),
+        args.note ?? null,
+        ctx.client,
+      ),
   }),
   skipStep: t.field({
     type: StepResultRef,
@@ -51,6 +57,12 @@ builder.mutationFields((t) => ({
     extensions: requires('operator'),
     args: { stepId: t.arg.id({ required: true }), reason: t.arg.string() },
     resolve: (_root, args, ctx) =>
-      skipStepAs(controlDeps(ctx), parseId(args.stepId, 'stepId'), callerOf(ctx), args.reason ?? null, 'api'),
+      skipStepAs(
+        controlDeps(ctx),
+        parseId(args.stepId, 'stepId'),
+        callerOf(ctx),
+        args.reason ?? null,
+        ctx.client,
+      ),
   }),
 }))

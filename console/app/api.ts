@@ -69,6 +69,8 @@ export async function gql<T>(token: string, query: string, variables?: Record<st
         'content-type': 'application/json',
         accept: 'application/graphql-response+json, application/json',
         authorization: `Bearer ${token}`,
+        // Answers given here are recorded `via: console`.
+        'x-showrunner-client': 'console',
       },
       body: JSON.stringify({ query, variables }),
     })

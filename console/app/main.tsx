@@ -3,6 +3,7 @@
  * this tab only), learns the token's role from `viewer`, and shows only the
  * controls that role may use. Everything it knows comes over GraphQL.
  */
+import { CueAlerts } from './cueAlerts.tsx'
 import './style.css'
 import { render } from 'preact'
 import { useCallback, useEffect, useRef, useState } from 'preact/hooks'
@@ -187,6 +188,7 @@ function Shell({ session, onSignOut }: { session: Session; onSignOut: () => void
       <button type="button" class="skip-link" onClick={() => mainRef.current?.focus()}>
         Skip to content
       </button>
+      <CueAlerts token={session.token} />
       <header class="top">
         <span class="brand">showrunner</span>
         <nav aria-label="Pages">

@@ -102,7 +102,20 @@ export interface BoardData {
 export const RUN_CHANGES = /* GraphQL */ `
 subscription RunChanges { runChanges(filter: { statuses: [STARTING, RUNNING, PAUSED, ENDING] }) { id status } }`
 
-const CUE_FIELDS = `id seq phase kind params startedAt
+/** Where a cue's ladder stands (RunStep.cue): who it is for, rungs sent, who answered. */
+const CUE_LADDER = `cue { openedAt deadlineAt assignees exclusive escalationLevel remindersSent
+  answer { outcome by via at note } }`
+export interface CueLadder {
+  openedAt: DateTime
+  deadlineAt: DateTime | null
+  assignees: string[]
+  exclusive: boolean
+  escalationLevel: number
+  remindersSent: number
+  answer: { outcome: string; by: string; via: string; at: DateTime; note: string | null } | null
+}
+
+const CUE_FIELDS = `id seq phase kind params startedAt ${CUE_LADDER}
   run { id scope status currentPhase rehearsal definition { id slug title } }`
 export interface Cue {
   id: string
@@ -111,6 +124,7 @@ export interface Cue {
   kind: string
   params: Json
   startedAt: DateTime | null
+  cue?: CueLadder | null
   run: {
     id: string
     scope: string
@@ -127,8 +141,12 @@ export const INBOX_LIVE = /* GraphQL */ `subscription InboxLive { waitingSteps(l
 export interface InboxData {
   waitingSteps: Cue[]
 }
+/** The cues for me: assigned to my name or one of my teams, or to nobody. */
+export const INBOX_MINE = /* GraphQL */ `query InboxMine { waitingSteps(limit: 500, mine: true) { ${CUE_FIELDS} } }`
+export const INBOX_MINE_LIVE = /* GraphQL */ `subscription InboxMineLive { waitingSteps(limit: 500, mine: true) { ${CUE_FIELDS} } }`
 
-const STEP_FIELDS = `id seq phase kind params status parked attempts maxAttempts wakeAt startedAt endedAt lastError`
+const STEP_FIELDS = `id seq phase kind params status parked attempts maxAttempts wakeAt startedAt endedAt lastError
+  ${CUE_LADDER}`
 export interface StepCard {
   id: string
   seq: number
@@ -143,6 +161,8 @@ export interface StepCard {
   startedAt: DateTime | null
   endedAt: DateTime | null
   lastError: string | null
+  /** null for other kinds (and absent in older fixtures). */
+  cue?: CueLadder | null
 }
 
 /** Stand-by: the steps of every run in progress, to find each one's next cue. */

@@ -47,10 +47,17 @@ export interface ApiContext {
   loaders: Loaders
   /** What this request may still compute (see src/api/queryBudget.ts). */
   budget: { occurrencesLeft: number }
+  /** `console` when the built-in console sent it (its `x-showrunner-client` header): how a cue answer records `via`. */
+  client: 'api' | 'console'
 }
 
-export function createApiContext(services: ApiServices, principal: Principal | null): ApiContext {
+export function createApiContext(
+  services: ApiServices,
+  principal: Principal | null,
+  client: 'api' | 'console' = 'api',
+): ApiContext {
   return {
+    client,
     principal,
     services,
     loaders: createLoaders(services.db),
