@@ -3,7 +3,9 @@
  * this tab only), learns the token's role from `viewer`, and shows only the
  * controls that role may use. Everything it knows comes over GraphQL.
  */
+
 import { CueAlerts } from './cueAlerts.tsx'
+import { Channels } from './pages/Channels.tsx'
 import './style.css'
 import { render } from 'preact'
 import { useCallback, useEffect, useRef, useState } from 'preact/hooks'
@@ -109,6 +111,8 @@ function Page({ route, inbox }: { route: Route; inbox: ReturnType<typeof useInbo
       return <Definitions />
     case 'definition':
       return <DefinitionPage id={route.id} />
+    case 'channels':
+      return <Channels />
     default:
       return (
         <>
@@ -128,6 +132,7 @@ const PAGE_TITLES: Record<Route['page'], string> = {
   run: 'Run',
   definitions: 'Definitions',
   definition: 'Definition',
+  channels: 'Notification channels',
   notFound: 'Not found',
 }
 
@@ -209,6 +214,7 @@ function Shell({ session, onSignOut }: { session: Session; onSignOut: () => void
             )}
             {link('standby', '#/standby', 'Stand-by')}
             {link('definitions', '#/definitions', 'Definitions')}
+            {session.role === 'ADMIN' && link('channels', '#/channels', 'Channels')}
           </ul>
         </nav>
         <div class="who">
