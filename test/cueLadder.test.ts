@@ -4,7 +4,9 @@
  * times, each once; answers that cannot race; exclusive cues; `mine`.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { tokenActor } from '../src/auth.ts'
+import * as cueLadders from '../sql/cueLadders.ts'
+import { identitiesOf, personOf } from '../src/api/person.ts'
+import { type Principal, tokenActor } from '../src/auth.ts'
 import { countRows, unique } from './helpers/fixtures.ts'
 import {
   eventually,
@@ -328,5 +330,37 @@ describe('mine', () => {
     } finally {
       await client.dispose()
     }
+  })
+
+  it('two people in different teams each see the cues of their team, their own, and the unassigned ones', async () => {
+    const ops = await startRun(
+      await createDefinition(cueProgram({ prompt: 'for ops', assignee: 'team:ops' })),
+    )
+    const stage = await startRun(
+      await createDefinition(cueProgram({ prompt: 'for stage', assignee: 'team:stage' })),
+    )
+    const alice = await startRun(
+      await createDefinition(cueProgram({ prompt: 'for alice', assignee: 'alice' })),
+    )
+    const anyone = await startRun(await createDefinition(cueProgram({ prompt: 'for anyone' })))
+    const [opsCue, stageCue, aliceCue, anyoneCue] = await Promise.all(
+      [ops, stage, alice, anyone].map(async (r) => (await parkedCue(r)).id),
+    )
+    // The people as the auth layer will describe them once principals carry names and teams.
+    const seen = async (name: string, teams: string[]) =>
+      (
+        await cueLadders.listWaiting(
+          s.t.db,
+          500,
+          identitiesOf(personOf({ role: 'operator', actor: 'operator#00000000', name, teams } as Principal)),
+        )
+      ).map((st) => String(st.id))
+    const forAlice = await seen('alice', ['ops'])
+    expect(forAlice).toEqual(expect.arrayContaining([opsCue, aliceCue, anyoneCue]))
+    expect(forAlice).not.toContain(stageCue)
+    const forBob = await seen('bob', ['stage'])
+    expect(forBob).toEqual(expect.arrayContaining([stageCue, anyoneCue]))
+    expect(forBob).not.toContain(opsCue)
+    expect(forBob).not.toContain(aliceCue)
   })
 })
