@@ -1,13 +1,43 @@
 /** Notification channels and deliveries: the types of the notifications API. */
 
+import DataLoader from 'dataloader'
+import type { StepRow } from '../sql/eventSteps/index.ts'
 import * as steps from '../sql/eventSteps/index.ts'
 import type { ChannelRow } from '../sql/notifications/channels.ts'
 import * as channels from '../sql/notifications/channels.ts'
 import type { DeliveryRow } from '../sql/notifications/deliveries.ts'
+import type { ApiContext } from '../src/api/context.ts'
 import { NOTIFICATION_EVENTS } from '../src/notify/payload.ts'
 import { builder } from './builder.ts'
 import { EventRunRef, RunStepRef } from './refs.ts'
 import { PageInfoRef, type PageInfoShape } from './runPage.ts'
+
+/**
+ * Per-request loaders for a delivery page's channels and steps (one statement
+ * each for the whole page), kept beside the request's other loaders.
+ */
+const pageLoaders = new WeakMap<
+  object,
+  { channel: DataLoader<number, ChannelRow | null>; step: DataLoader<number, StepRow | null> }
+>()
+function loadersOf(ctx: ApiContext) {
+  let l = pageLoaders.get(ctx.loaders)
+  if (!l) {
+    const db = ctx.services.db
+    l = {
+      channel: new DataLoader(async (ids) => {
+        const rows = await channels.getByIds(db, ids)
+        return ids.map((id) => rows.find((c) => c.id === id) ?? null)
+      }),
+      step: new DataLoader(async (ids) => {
+        const rows = await steps.getByIds(db, ids)
+        return ids.map((id) => rows.find((st) => st.id === id) ?? null)
+      }),
+    }
+    pageLoaders.set(ctx.loaders, l)
+  }
+  return l
+}
 
 export const ChannelKindEnum = builder.enumType('ChannelKind', {
   values: ['WEBHOOK', 'SLACK', 'EMAIL'] as const,
@@ -58,7 +88,7 @@ export const NotificationDeliveryRef = builder.objectRef<DeliveryRow>('Notificat
     channel: t.field({
       type: NotificationChannelRef,
       resolve: async (d, _args, ctx) => {
-        const c = await channels.getById(ctx.services.db, d.channelId)
+        const c = await loadersOf(ctx).channel.load(d.channelId)
         if (!c) throw new Error(`channel ${d.channelId} is missing`)
         return c
       },
@@ -71,7 +101,7 @@ export const NotificationDeliveryRef = builder.objectRef<DeliveryRow>('Notificat
     step: t.field({
       type: RunStepRef,
       nullable: true,
-      resolve: (d, _args, ctx) => (d.stepId === null ? null : steps.getById(ctx.services.db, d.stepId)),
+      resolve: (d, _args, ctx) => (d.stepId === null ? null : loadersOf(ctx).step.load(d.stepId)),
     }),
     status: t.expose('status', { type: DeliveryStatusEnum }),
     rehearsal: t.exposeBoolean('rehearsal', {

@@ -176,9 +176,10 @@ describe('run alerts', () => {
     await pause(500)
     const page = await s.gql<{
       notificationDeliveries: { nodes: { event: string; status: string; rehearsal: boolean }[] }
-    }>('query ($r: ID) { notificationDeliveries(runId: $r) { nodes { event status rehearsal } } }', {
-      variables: { r: runId },
-    })
+    }>(
+      'query ($r: ID, $c: ID) { notificationDeliveries(runId: $r, channelId: $c) { nodes { event status rehearsal } } }',
+      { variables: { r: runId, c: ch.id } },
+    )
     const nodes = page.body.data?.notificationDeliveries.nodes ?? []
     expect(nodes.map((n) => n.event).sort()).toEqual([
       'CUE_REMINDER',

@@ -179,11 +179,15 @@ END
 
 CREATE OR REPLACE TRIGGER trg_evrun_notify AFTER UPDATE ON event_runs FOR EACH ROW
 BEGIN
-  IF NEW.status <> OLD.status AND NEW.status IN ('failed', 'missed', 'completed') THEN
+  -- Most updates are claims and lease renewals: the tests on NEW/OLD come
+  -- first, and no procedure is called while no channel is enabled.
+  IF NEW.status <> OLD.status AND NEW.status IN ('failed', 'missed', 'completed')
+     AND EXISTS (SELECT 1 FROM notification_channels WHERE enabled = 1) THEN
     CALL notify_run_event(CONCAT('RUN_', UPPER(NEW.status)), NEW.id, NEW.definition_id, NEW.scope,
                           NEW.scheduled_for, NEW.rehearsal, NEW.status, NEW.health, NEW.last_error);
   END IF;
-  IF NEW.health = 'degraded' AND OLD.health <> 'degraded' THEN
+  IF NEW.health = 'degraded' AND OLD.health <> 'degraded'
+     AND EXISTS (SELECT 1 FROM notification_channels WHERE enabled = 1) THEN
     CALL notify_run_event('RUN_DEGRADED', NEW.id, NEW.definition_id, NEW.scope,
                           NEW.scheduled_for, NEW.rehearsal, NEW.status, NEW.health, NEW.last_error);
   END IF;
