@@ -65,9 +65,11 @@ export async function answerCue(deps: ControlDeps, input: CueAnswerInput): Promi
       if (ladder?.answer) return { applied: false, why: `already answered by ${ladder.answer.by}` }
       if (ladder?.deadlineAt && ladder.deadlineAt.getTime() <= now.getTime())
         return { applied: false, why: 'its deadline has passed' }
+      // A cue with a ladder may be answered while the runner re-enters it at a rung.
+      const resolve = ladder ? steps.resolveCue : steps.resolveParked
       const moved =
         outcome === 'resolved'
-          ? await steps.resolveParked(tx, stepId, { resolvedBy: by, note: text })
+          ? await resolve(tx, stepId, { resolvedBy: by, note: text })
           : await steps.skip(tx, stepId, text)
       if (!moved) return { applied: false, why: 'the step is no longer waiting' }
       if (ladder) {
