@@ -1,4 +1,7 @@
 /** Every root field, by area. Importing this registers them on the builder. */
+import './apiKeys.ts'
+import './bulk.ts'
+import './calendars.ts'
 import './definitions.ts'
 import './health.ts'
 import './liveSubscriptions.ts'

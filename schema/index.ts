@@ -17,6 +17,8 @@ import './health.ts'
 import './results.ts'
 import './inputs.ts'
 import './runPage.ts'
+import './calendar.ts'
+import './bulk.ts'
 import '../resolvers/index.ts'
 
 export const schema = guardRootFields(builder.toSchema())

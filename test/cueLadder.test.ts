@@ -6,7 +6,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import * as cueLadders from '../sql/cueLadders.ts'
 import { identitiesOf, personOf } from '../src/api/person.ts'
-import { type Principal, tokenActor } from '../src/auth.ts'
+import { tokenActor } from '../src/auth.ts'
 import { countRows, unique } from './helpers/fixtures.ts'
 import {
   eventually,
@@ -352,7 +352,7 @@ describe('mine', () => {
         await cueLadders.listWaiting(
           s.t.db,
           500,
-          identitiesOf(personOf({ role: 'operator', actor: 'operator#00000000', name, teams } as Principal)),
+          identitiesOf(personOf({ role: 'operator', actor: name, name, teams })),
         )
       ).map((st) => String(st.id))
     const forAlice = await seen('alice', ['ops'])

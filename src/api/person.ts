@@ -1,9 +1,8 @@
 /**
  * The person behind a request, as cues see it: a name, the teams they are in,
- * and whether they are an admin. The one place that reads them off the
- * principal, so names and teams from API keys or an identity provider plug in
- * here when the principal carries them; until then the name is the token's
- * actor string and nobody is in a team.
+ * and whether they are an admin. The one place cue code reads them off the
+ * principal (API keys, named bootstrap tokens and OIDC claims all arrive
+ * there; see docs/identity.md).
  */
 import type { Principal } from '../auth.ts'
 
@@ -13,13 +12,9 @@ export interface Person {
   admin: boolean
 }
 
-export function personOf(principal: Principal): Person {
-  const extra = principal as Principal & { name?: unknown; teams?: unknown }
-  const name = typeof extra.name === 'string' && extra.name !== '' ? extra.name : principal.actor
-  const teams = Array.isArray(extra.teams)
-    ? extra.teams.filter((t): t is string => typeof t === 'string')
-    : []
-  return { name, teams, admin: principal.role === 'admin' }
+export function personOf(principal: Pick<Principal, 'role' | 'name' | 'teams' | 'actor'>): Person {
+  const name = principal.name !== '' ? principal.name : principal.actor
+  return { name, teams: [...principal.teams], admin: principal.role === 'admin' }
 }
 
 /** What a cue's assignees are matched against: the name and each `team:NAME`. */

@@ -16,6 +16,7 @@ import { NON_TERMINAL } from '../../sql/states.ts'
 import { badInput, conflict, notFound } from '../errors.ts'
 import type { Clock } from '../runner/clock.ts'
 import { resolveConcurrencyKey } from '../runner/materialise.ts'
+import { speedProblem } from '../runner/speed.ts'
 
 export interface ControlDeps {
   db: Db
@@ -45,6 +46,8 @@ export interface StartRunInput {
   params?: unknown
   /** Walk the program without side effects and without taking the concurrency key. @default false */
   rehearsal?: boolean
+  /** A rehearsal's speed, 1..3600 (speed.ts). @default 1 */
+  speed?: number
   actor: string
 }
 
@@ -63,6 +66,9 @@ export async function startRun(deps: ControlDeps, input: StartRunInput): Promise
     throw badInput('params must be a JSON object, e.g. {"room": "A"}.')
   }
   if (input.at && Number.isNaN(input.at.getTime())) throw badInput('at must be a valid ISO-8601 date-time.')
+  const speed = input.speed ?? 1
+  const badSpeed = speedProblem(speed, input.rehearsal === true)
+  if (badSpeed) throw badInput(badSpeed)
   const def = await definitions.getById(deps.db, input.definitionId)
   if (!def) throw notFound('definition', input.definitionId)
   const archived = () => conflict(`Definition "${def.slug}" is archived; set it ACTIVE to start runs.`)
@@ -79,7 +85,7 @@ export async function startRun(deps: ControlDeps, input: StartRunInput): Promise
   const id = await deps.db.transaction(
     async (tx) => {
       if ((await definitions.lockForNewRuns(tx, def.id)) === 'archived') throw archived()
-      return runs.materialise(tx, {
+      const made = await runs.materialise(tx, {
         definitionId: def.id,
         versionId,
         scope,
@@ -93,6 +99,8 @@ export async function startRun(deps: ControlDeps, input: StartRunInput): Promise
         startedBy: input.actor,
         overlap: definitions.runOverlap(def.overlap),
       })
+      if (made !== null && speed !== 1) await runs.setSpeed(tx, made, speed)
+      return made
     },
     { retryable: true },
   )
@@ -101,7 +109,7 @@ export async function startRun(deps: ControlDeps, input: StartRunInput): Promise
       runId: id,
       message: `${rehearsal ? 'rehearsal' : 'run'} requested by ${input.actor} for ${scheduledFor.toISOString()}`,
       actor: input.actor,
-      data: { scope, params: typedParams, rehearsal },
+      data: { scope, params: typedParams, rehearsal, ...(speed !== 1 && { speed }) },
     })
     deps.nudge?.()
     return mustGetRun(deps.db, id)

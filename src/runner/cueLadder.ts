@@ -17,6 +17,7 @@ import type { Db, Queryable } from '../../sql/db.ts'
 import * as logs from '../../sql/eventRunLogs.ts'
 import * as events from '../../sql/notifications/events.ts'
 import { body, type NotificationEventName, type RunSummary, teamsOf } from '../notify/payload.ts'
+import { showTimeAfter } from './speed.ts'
 import type { CueLadderPort, CueLadderState, CuePlan, StepRunInfo } from './steps/types.ts'
 
 /** The actor the runner's own moves of a ladder are recorded under. */
@@ -56,10 +57,14 @@ export async function emitCueEvent(
   })
 }
 
-const at = (base: Date, seconds: number) => new Date(base.getTime() + seconds * 1000)
+/** When a rung `seconds` after `base` falls, in the show's time (a rehearsal at speed runs it faster). */
+function rungTime(plan: CuePlan): (base: Date, seconds: number) => Date {
+  return (base, seconds) => showTimeAfter(base, seconds, plan.run.speed)
+}
 
 /** The next rung after `now` of a ladder (reminder, escalation or deadline), or null. */
 export function nextRung(plan: CuePlan, ladder: LadderRow, now: Date): Date | null {
+  const at = rungTime(plan)
   const times = [
     ...plan.remindAfterSeconds.map((s) => at(ladder.openedAt, s)),
     ...plan.escalate.map((e) => at(ladder.openedAt, e.afterSeconds)),
@@ -86,6 +91,7 @@ export class DbCueLadder implements CueLadderPort {
   }
 
   private async open(plan: CuePlan, run: RunSummary): Promise<LadderRow> {
+    const at = rungTime(plan)
     const openedAt = plan.openedAt
     const deadlineAt = plan.timeoutSeconds === undefined ? null : at(openedAt, plan.timeoutSeconds)
     await this.db.transaction(
@@ -115,6 +121,7 @@ export class DbCueLadder implements CueLadderPort {
   }
 
   private async remind(plan: CuePlan, run: RunSummary, ladder: LadderRow, now: Date): Promise<LadderRow> {
+    const at = rungTime(plan)
     const due = plan.remindAfterSeconds.filter(
       (s) => at(ladder.openedAt, s).getTime() <= now.getTime(),
     ).length
@@ -144,6 +151,7 @@ export class DbCueLadder implements CueLadderPort {
   }
 
   private async escalate(plan: CuePlan, run: RunSummary, ladder: LadderRow, now: Date): Promise<LadderRow> {
+    const at = rungTime(plan)
     const due = plan.escalate.filter((e) => at(ladder.openedAt, e.afterSeconds).getTime() <= now.getTime())
     if (due.length <= ladder.escalationLevel) return ladder
     const from = ladder.escalationLevel

@@ -8,6 +8,7 @@
  * `onTimeout` decides between failing the step (default) and going on.
  */
 import { z } from 'zod'
+import { showTimeAfter } from '../speed.ts'
 import { parseParams, schemaProblems } from './params.ts'
 import { type CuePlan, StepFailure, type StepKind } from './types.ts'
 
@@ -126,7 +127,7 @@ export const cueStep: StepKind<CueParams> = {
           ? null
           : ctx.step.resumed && ctx.step.wakeAt
             ? ctx.step.wakeAt
-            : new Date(openedAt.getTime() + timeoutSeconds * 1000)
+            : showTimeAfter(openedAt, timeoutSeconds, ctx.run.speed)
       nextAt = deadline
     }
     // The runner logs the prompt when it parks the step; nothing to add here.
