@@ -196,6 +196,29 @@ describe('the ladder', () => {
     expect(lines.filter((l) => l.message.startsWith('cue escalated'))).toHaveLength(1)
   })
 
+  it('a rehearsal at speed walks the ladder in show time', async () => {
+    const def = await createDefinition(
+      cueProgram({ prompt: 'Fast', remindAfterSeconds: [60], timeoutSeconds: 120, onTimeout: 'continue' }),
+    )
+    const res = await s.gql<{ startRun: { id: string } }>(
+      'mutation ($d: ID!) { startRun(definitionId: $d, rehearsal: true, speed: 60) { id } }',
+      { variables: { d: def }, auth: 'operator' },
+    )
+    expect(res.body.errors).toBeUndefined()
+    const runId = res.body.data?.startRun.id as string
+    const opened = await parkedCue(runId)
+    const openedAt = Date.parse(opened.cue?.openedAt as string)
+    // 120 show seconds at x60 are two real seconds.
+    expect(Date.parse(opened.cue?.deadlineAt as string) - openedAt).toBe(2000)
+    await eventually(async () => (await cueOf(runId)).cue?.remindersSent === 1, 5000)
+    expect(Date.now() - openedAt).toBeGreaterThanOrEqual(1000)
+    const done = await eventually(async () => {
+      const c = await cueOf(runId)
+      return c.status === 'COMPLETED' ? c : null
+    }, 5000)
+    expect(done.cue?.answer?.outcome).toBe('timedOut')
+  })
+
   it('answers: the run log and the audit name the person; a late answer does not apply', async () => {
     const def = await createDefinition(cueProgram({ prompt: 'Doors?' }))
     const runId = await startRun(def)
