@@ -61,6 +61,17 @@ export interface Config {
   runnerStartConcurrency: number
   /** This process's name in claims and heartbeats. @default `${hostname}-${pid}-${4 hex}` */
   instanceId: string
+  // Notifications (docs/notifications.md).
+  /** Where people reach this server (answer links, console links in notifications); null = no links. */
+  publicUrl: string | null
+  /** The mail server EMAIL channels send through, e.g. smtp://mail:25; null = EMAIL channels fail. */
+  smtpUrl: string | null
+  /** The From address of notification mails. @default 'showrunner@localhost' */
+  smtpFrom: string
+  /** Milliseconds between the dispatcher's looks for due deliveries. @default 500 */
+  notifyPollMs: number
+  /** Days a finished notification (event and deliveries) is kept. @default 30 */
+  notificationRetentionDays: number
   /** Limits on what one client may ask for (docs/security.md). */
   limits: RequestLimits
   /** Connections the API may hold open to the database. @default 10 */
@@ -133,6 +144,31 @@ const optionalString = z.preprocess(
   (v) => (typeof v === 'string' && v.trim() !== '' ? v.trim() : undefined),
   z.string().optional(),
 )
+
+/** An optional absolute URL with one of `protocols` (PUBLIC_URL, SMTP_URL). */
+function urlSetting(name: string, protocols: readonly string[]) {
+  return optionalString.transform((raw, ctx): string | undefined => {
+    if (raw === undefined) return undefined
+    let url: URL
+    try {
+      url = new URL(raw)
+    } catch {
+      ctx.addIssue({
+        code: 'custom',
+        message: `${name} must be an absolute URL (${protocols.join(' or ')}//…)`,
+      })
+      return z.NEVER
+    }
+    if (!protocols.includes(url.protocol)) {
+      ctx.addIssue({
+        code: 'custom',
+        message: `${name} must use ${protocols.join(' or ')}, not ${url.protocol}`,
+      })
+      return z.NEVER
+    }
+    return raw
+  })
+}
 
 function wholeNumber(name: string, def: number, min: number, max: number, what: string) {
   return optionalString.transform((raw, ctx) => {
@@ -324,6 +360,17 @@ const envSchema = z
       'a whole number of hours from 1 to 8760',
     ),
     INSTANCE_ID: instanceIdSchema,
+    PUBLIC_URL: urlSetting('PUBLIC_URL', ['http:', 'https:']),
+    SMTP_URL: urlSetting('SMTP_URL', ['smtp:', 'smtps:']),
+    SMTP_FROM: optionalString,
+    NOTIFY_POLL_MS: wholeNumber('NOTIFY_POLL_MS', 500, 10, 3_600_000, 'a whole number of milliseconds ≥ 10'),
+    NOTIFICATION_RETENTION_DAYS: wholeNumber(
+      'NOTIFICATION_RETENTION_DAYS',
+      30,
+      1,
+      36_500,
+      'a whole number of days ≥ 1',
+    ),
     MAX_QUERY_DEPTH: wholeNumber(
       'MAX_QUERY_DEPTH',
       DEFAULT_LIMITS.maxDepth,
@@ -463,6 +510,11 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     runnerParallelism: e.RUNNER_PARALLELISM,
     runnerStartConcurrency: e.RUNNER_START_CONCURRENCY,
     instanceId: e.INSTANCE_ID ?? defaultInstanceId(),
+    publicUrl: e.PUBLIC_URL?.replace(/\/+$/, '') ?? null,
+    smtpUrl: e.SMTP_URL ?? null,
+    smtpFrom: e.SMTP_FROM ?? 'showrunner@localhost',
+    notifyPollMs: e.NOTIFY_POLL_MS,
+    notificationRetentionDays: e.NOTIFICATION_RETENTION_DAYS,
     limits: {
       maxDepth: e.MAX_QUERY_DEPTH,
       maxCost: e.MAX_QUERY_COST,

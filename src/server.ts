@@ -13,6 +13,7 @@
  * every subscription (SSE streams end, WebSocket sockets close with 1001) →
  * drain HTTP connections → close the database pool.
  */
+
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import type { YogaServerInstance } from 'graphql-yoga'
@@ -38,9 +39,15 @@ import { OidcVerifier } from './identity/oidc.ts'
 import { AUTH_PATHS, createSsoHandler } from './identity/ssoEndpoints.ts'
 import { createLogger, type Logger } from './log.ts'
 import { createMetrics, type Metrics } from './metrics.ts'
+import { issueAnswerLink } from './notify/answerLinks.ts'
+import { createAnswerPageHandler, isAnswerPath } from './notify/answerPage.ts'
+import { Dispatcher } from './notify/dispatcher.ts'
+import { emailSender } from './notify/email.ts'
+import { notifyHousekeeping } from './notify/housekeeping.ts'
 import { createProbes, PROBE_SNAPSHOT_MS } from './probes.ts'
 import { runCountsFor } from './runCounts.ts'
 import { type Clock, systemClock } from './runner/clock.ts'
+import { DbCueLadder } from './runner/cueLadder.ts'
 import { Runner } from './runner/runner.ts'
 import { createDefaultRegistry, type StepRegistry } from './runner/steps/registry.ts'
 
@@ -117,6 +124,7 @@ type Route =
   | typeof DEFINITION_SCHEMA_PATH
   | 'console'
   | 'auth'
+  | 'answer'
   | 'other'
 
 function routeOf(pathname: string): Route {
@@ -126,6 +134,7 @@ function routeOf(pathname: string): Route {
   if (pathname === DEFINITION_SCHEMA_PATH) return DEFINITION_SCHEMA_PATH
   if (CONSOLE_PATHS.has(pathname)) return 'console'
   if (AUTH_PATHS.has(pathname)) return 'auth'
+  if (isAnswerPath(pathname)) return 'answer'
   return 'other'
 }
 
@@ -204,7 +213,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
           horizonMs: config.materialiseHorizonHours * 3_600_000,
           logRetentionMs: config.logRetentionDays * 86_400_000,
           runRetentionMs: config.runRetentionDays * 86_400_000,
-          settings: { webhookAllow: config.webhookAllow },
+          settings: { webhookAllow: config.webhookAllow, cueLadder: new DbCueLadder(runnerDb as Db) },
           logger: logger.child({ component: 'runner' }),
           observer: {
             stepFinished: (kind, outcome) => {
@@ -221,6 +230,26 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
             tickLag: (ms) => metrics.tickLagMs.set(ms),
             runsDeleted: (byStatus) => runCounts.adjustForDeletedRuns(byStatus),
           },
+        })
+      : null
+
+  // Notifications out: sent by instances that run the runner (docs/notifications.md).
+  const dispatcher =
+    config.runner === 'on'
+      ? new Dispatcher({
+          db: runnerDb as Db,
+          owner: config.instanceId,
+          settings: { webhookAllow: config.webhookAllow, secrets: process.env },
+          publicUrl: config.publicUrl,
+          sendEmail: config.smtpUrl ? emailSender(config.smtpUrl, config.smtpFrom) : null,
+          intervalMs: config.notifyPollMs,
+          logger: logger.child({ component: 'notify' }),
+          afterPass: notifyHousekeeping(runnerDb as Db, {
+            retentionMs: config.notificationRetentionDays * 86_400_000,
+          }),
+          answerLink: config.publicUrl
+            ? (d, c) => issueAnswerLink(runnerDb as Db, config.publicUrl as string, d, c)
+            : undefined,
         })
       : null
 
@@ -241,6 +270,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
   const inbox = new InboxFeed(feedOptions)
   changes.on(() => runChanges.wake())
   changes.on(() => inbox.wake())
+  changes.on(() => dispatcher?.nudge())
 
   // API keys are read through the API's pool; revocations are polled at the live feeds' pace.
   const keyring = new ApiKeyring({ db, pollMs: config.statusPollMs, logger })
@@ -268,6 +298,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     maxOccurrences: config.limits.maxOccurrences,
     nudge: () => runner?.nudge(),
     requestMaterialise: () => runner?.requestMaterialise(),
+    notifications: { webhookAllow: config.webhookAllow, nudge: () => dispatcher?.nudge() },
   }
 
   const yoga = createApiYoga({ config, logger, authenticator, changes, services })
@@ -282,6 +313,8 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
 
   // The console's single sign-on: a public config and the code exchange.
   const handleAuth = createSsoHandler(config.oidc, logger.child({ component: 'sso' }))
+  // Answer links from notifications (PUBLIC_URL): a page per cue, no token needed.
+  const handleAnswerPage = createAnswerPageHandler({ db, clock, nudge: () => runner?.nudge(), logger })
 
   function handleRequest(req: IncomingMessage, res: ServerResponse): void {
     const target = requestTarget(req)
@@ -325,6 +358,14 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     if (route === 'auth') {
       handleAuth(req, res, pathname).catch((err) => {
         logger.error({ err }, 'sign-in request failed')
+        if (!res.headersSent) sendJson(res, 500, { ok: false })
+        else res.destroy()
+      })
+      return
+    }
+    if (route === 'answer') {
+      handleAnswerPage(req, res, pathname).catch((err) => {
+        logger.error({ err }, 'answer page request failed')
         if (!res.headersSent) sendJson(res, 500, { ok: false })
         else res.destroy()
       })
@@ -388,6 +429,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     const address = httpServer.address() as AddressInfo
     started = { host, port: address.port, url: `http://${urlHost(host)}:${address.port}` }
     runner?.start()
+    dispatcher?.start()
     if (generatedToken) {
       const where = deps.adminToken
         ? `this admin token is kept in ${deps.adminToken.file} and stays the same across restarts`
@@ -414,6 +456,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     } catch (err) {
       logger.error({ err }, 'the runner did not stop cleanly')
     }
+    await dispatcher?.stop()
     // Completing every watcher ends SSE streams and sends `complete` on WebSockets.
     await Promise.all([poller.close(), runChanges.close(), inbox.close()])
     await ws?.close()

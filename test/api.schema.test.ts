@@ -222,6 +222,13 @@ describe('schema', () => {
       'Mutation.moveOccurrence': 'operator',
       'Mutation.bulkRuns': 'operator',
       'Mutation.retryRun': 'operator',
+      'Query.notificationChannels': 'admin',
+      'Query.notificationDeliveries': 'admin',
+      'Mutation.createNotificationChannel': 'admin',
+      'Mutation.updateNotificationChannel': 'admin',
+      'Mutation.deleteNotificationChannel': 'admin',
+      'Mutation.testNotificationChannel': 'admin',
+      'Mutation.redeliver': 'admin',
     }
     expect(roles).toEqual(expected)
   })

@@ -106,6 +106,7 @@ describe('stand-by', () => {
     startedAt: null,
     endedAt: null,
     lastError: null,
+    cue: null,
     ...extra,
   })
   const run = (steps: ops.StepCard[], status: ops.RunStatus = 'RUNNING'): ops.RunWithSteps => ({

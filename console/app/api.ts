@@ -61,7 +61,12 @@ export function onUnauthenticated(fn: () => void): void {
 
 /** Send a typed document with the signed-in token; its answer's type comes from the document. */
 export async function gql<R, V>(token: string, document: TadaDocumentNode<R, V>, variables?: V): Promise<R> {
-  const client = createClient({ url: '/graphql', token, onUnauthenticated: () => unauthenticatedListener() })
+  const client = createClient({
+    url: '/graphql',
+    token,
+    clientName: 'console',
+    onUnauthenticated: () => unauthenticatedListener(),
+  })
   try {
     return await client.request(document, variables)
   } catch (err) {

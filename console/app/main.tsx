@@ -3,6 +3,9 @@
  * this tab only), learns the token's role from `viewer`, and shows only the
  * controls that role may use. Everything it knows comes over GraphQL.
  */
+
+import { CueAlerts } from './cueAlerts.tsx'
+import { Channels } from './pages/Channels.tsx'
 import './style.css'
 import { render } from 'preact'
 import { useCallback, useEffect, useRef, useState } from 'preact/hooks'
@@ -136,6 +139,8 @@ function Page({ route, inbox }: { route: Route; inbox: ReturnType<typeof useInbo
       return <DefinitionPage id={route.id} />
     case 'keys':
       return <Keys />
+    case 'channels':
+      return <Channels />
     default:
       return (
         <>
@@ -156,6 +161,7 @@ const PAGE_TITLES: Record<Route['page'], string> = {
   definitions: 'Definitions',
   definition: 'Definition',
   keys: 'API keys',
+  channels: 'Notification channels',
   notFound: 'Not found',
 }
 
@@ -216,6 +222,7 @@ function Shell({ session, onSignOut }: { session: Session; onSignOut: () => void
       <button type="button" class="skip-link" onClick={() => mainRef.current?.focus()}>
         Skip to content
       </button>
+      <CueAlerts token={session.token} />
       <header class="top">
         <span class="brand">showrunner</span>
         <nav aria-label="Pages">
@@ -237,6 +244,7 @@ function Shell({ session, onSignOut }: { session: Session; onSignOut: () => void
             {link('standby', '#/standby', 'Stand-by')}
             {link('definitions', '#/definitions', 'Definitions')}
             {can(session, 'ADMIN') && link('keys', '#/keys', 'API keys')}
+            {can(session, 'ADMIN') && link('channels', '#/channels', 'Channels')}
           </ul>
         </nav>
         <div class="who">

@@ -62,11 +62,22 @@ export type BoardData = ResultOf<typeof BOARD>
 export const RUN_CHANGES = graphql(`
 subscription RunChanges { runChanges(filter: { statuses: [STARTING, RUNNING, PAUSED, ENDING] }) { id status } }`)
 
-const CUE_FIELDS = graphql(`
-fragment CueFields on RunStep {
-  id seq phase kind params startedAt
-  run { id scope status currentPhase rehearsal definition { id slug title } }
+/** Where a cue's ladder stands (RunStep.cue): who it is for, rungs sent, who answered. */
+const CUE_LADDER = graphql(`
+fragment CueLadder on Cue {
+  openedAt deadlineAt assignees exclusive escalationLevel remindersSent
+  answer { outcome by via at note }
 }`)
+export type CueLadder = ResultOf<typeof CUE_LADDER>
+
+const CUE_FIELDS = graphql(
+  `
+fragment CueFields on RunStep {
+  id seq phase kind params startedAt cue { ...CueLadder }
+  run { id scope status currentPhase rehearsal definition { id slug title } }
+}`,
+  [CUE_LADDER],
+)
 export type Cue = ResultOf<typeof CUE_FIELDS>
 
 /** The inbox: every parked cue, oldest first. */
@@ -75,11 +86,24 @@ export const INBOX_LIVE = graphql(`subscription InboxLive { waitingSteps(limit: 
   CUE_FIELDS,
 ])
 export type InboxData = ResultOf<typeof INBOX>
+/** The cues for me: assigned to my name or one of my teams, or to nobody. */
+export const INBOX_MINE = graphql(
+  `query InboxMine { waitingSteps(limit: 500, mine: true) { ...CueFields } }`,
+  [CUE_FIELDS],
+)
+export const INBOX_MINE_LIVE = graphql(
+  `subscription InboxMineLive { waitingSteps(limit: 500, mine: true) { ...CueFields } }`,
+  [CUE_FIELDS],
+)
 
-const STEP_FIELDS = graphql(`
+const STEP_FIELDS = graphql(
+  `
 fragment StepCard on RunStep {
   id seq phase kind params status parked attempts maxAttempts wakeAt startedAt endedAt lastError
-}`)
+  cue { ...CueLadder }
+}`,
+  [CUE_LADDER],
+)
 export type StepCard = ResultOf<typeof STEP_FIELDS>
 
 /** Stand-by: the steps of every run in progress, to find each one's next cue. */

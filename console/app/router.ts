@@ -9,6 +9,7 @@ export type Route =
   | { page: 'definitions' }
   | { page: 'definition'; id: string }
   | { page: 'keys' }
+  | { page: 'channels' }
   | { page: 'notFound'; path: string }
 
 export function parseRoute(hash: string): Route {
@@ -18,6 +19,7 @@ export function parseRoute(hash: string): Route {
   if (path === '/standby') return { page: 'standby' }
   if (path === '/definitions') return { page: 'definitions' }
   if (path === '/keys') return { page: 'keys' }
+  if (path === '/channels') return { page: 'channels' }
   const run = /^\/runs\/(\d+)$/.exec(path)
   if (run) return { page: 'run', id: run[1] as string }
   const def = /^\/definitions\/(\d+)$/.exec(path)

@@ -39,6 +39,8 @@ export interface ApiServices {
   nudge(): void
   /** Ask the co-hosted runner to materialise at its next tick (a definition changed). */
   requestMaterialise(): void
+  /** Notification channels: what their targets are checked against, and the local dispatcher's wake-up. */
+  notifications: { webhookAllow: readonly string[]; nudge(): void }
 }
 
 export interface ApiContext {
@@ -48,10 +50,17 @@ export interface ApiContext {
   loaders: Loaders
   /** What this request may still compute (see src/api/queryBudget.ts). */
   budget: { occurrencesLeft: number }
+  /** `console` when the built-in console sent it (its `x-showrunner-client` header): how a cue answer records `via`. */
+  client: 'api' | 'console'
 }
 
-export function createApiContext(services: ApiServices, principal: Principal | null): ApiContext {
+export function createApiContext(
+  services: ApiServices,
+  principal: Principal | null,
+  client: 'api' | 'console' = 'api',
+): ApiContext {
   return {
+    client,
     principal,
     services,
     loaders: createLoaders(services.db),

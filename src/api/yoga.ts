@@ -119,7 +119,12 @@ export function createApiYoga(opts: ApiYogaOptions): YogaServerInstance<any, Api
     },
     // Every asset from this server: GraphiQL works with no network beyond it.
     renderGraphiQL: renderSelfHostedGraphiQL,
-    context: (initial) => createApiContext(services, principalOf(initial)),
+    context: (initial) =>
+      createApiContext(
+        services,
+        principalOf(initial),
+        initial.request?.headers.get('x-showrunner-client') === 'console' ? 'console' : 'api',
+      ),
     plugins: [
       useCsrfPrevention([CSRF_HEADER]),
       useAuthGate(authenticator, logger.child({ component: 'auth' })),

@@ -35,6 +35,11 @@ export interface ClientOptions {
   token: string | null
   /** Called once per UNAUTHENTICATED answer (a token revoked, a server restarted with new tokens). */
   onUnauthenticated?: () => void
+  /**
+   * Sent as `x-showrunner-client`: the server records a cue answered through a
+   * client named `console` as `via: console` (any other answer is `via: api`).
+   */
+  clientName?: string
 }
 
 interface GraphQLBody {
@@ -57,6 +62,7 @@ function errorOf(body: GraphQLBody, opts: ClientOptions): ClientError | null {
 function headers(opts: ClientOptions, accept: string): Record<string, string> {
   const h: Record<string, string> = { 'content-type': 'application/json', accept }
   if (opts.token) h.authorization = `Bearer ${opts.token}`
+  if (opts.clientName) h['x-showrunner-client'] = opts.clientName
   return h
 }
 

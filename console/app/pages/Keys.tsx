@@ -1,12 +1,7 @@
 /** API keys (admins): who holds which, when each was last used; make one (its secret shown once), revoke one. */
 import { useState } from 'preact/hooks'
 import { ApiError, gql } from '../api.ts'
-import {
-  API_KEYS,
-  type ApiKeysData,
-  CREATE_API_KEY,
-  REVOKE_API_KEY,
-} from '../identity.ts'
+import { API_KEYS, type ApiKeysData, CREATE_API_KEY, REVOKE_API_KEY } from '../identity.ts'
 import { useLive, useNow } from '../live.ts'
 import type { Role } from '../operations.ts'
 import { can, useSession } from '../session.ts'

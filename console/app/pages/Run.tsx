@@ -2,6 +2,7 @@
 import type { TadaDocumentNode } from '../../../src/client/graphql.ts'
 import { ApiError, gql } from '../api.ts'
 import { duration, json, promptOf, scopeLabel } from '../format.ts'
+import { Ladder } from '../ladder.tsx'
 import { useLive, useNow } from '../live.ts'
 import { CANCEL_RUN, PAUSE_RUN, RESUME_RUN, RUN, RUN_STATUS, type RunData } from '../operations.ts'
 import { can, useSession } from '../session.ts'
@@ -121,6 +122,7 @@ export function RunPage({ id }: { id: string }) {
                   )}
                 </div>
                 {s.kind === 'core.cue' && <div>“{promptOf(s.params)}”</div>}
+                {s.kind === 'core.cue' && <Ladder cue={s.cue} />}
                 <div class="muted small">
                   {s.startedAt && (
                     <>

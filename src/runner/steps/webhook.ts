@@ -218,7 +218,7 @@ function guardedAgent(allow: readonly string[]): Agent {
 }
 
 /** The refusal a guarded lookup made, found along the error's causes; null when it was not one. */
-function refusalOf(err: unknown): string | null {
+export function refusalOf(err: unknown): string | null {
   let at: unknown = err
   for (let depth = 0; depth < 8 && at !== null && typeof at === 'object'; depth++) {
     const reason = (at as { [REFUSED]?: unknown })[REFUSED]
@@ -236,7 +236,7 @@ function refusalOf(err: unknown): string | null {
 const agents = new Map<string, Agent>()
 const MAX_AGENTS = 16
 
-function agentFor(allow: readonly string[]): Agent {
+export function agentFor(allow: readonly string[]): Agent {
   const key = allow.join('\n')
   let agent = agents.get(key)
   if (agent === undefined) {
