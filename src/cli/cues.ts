@@ -14,17 +14,21 @@ export function registerCueCommands(program: Command): void {
     program
       .command('cues')
       .description('the cues waiting on a person, oldest first')
-      .option('-n, --limit <n>', 'at most this many (1..500)', '100'),
-  ).action((opts: { limit: string }, cmd: Command) =>
+      .option('-n, --limit <n>', 'at most this many (1..500)', '100')
+      .option('--mine', 'only the cues for me: assigned to my name or one of my teams, or to nobody'),
+  ).action((opts: { limit: string; mine?: boolean }, cmd: Command) =>
     runCommand(async () => {
       const ctx = contextOf(cmd)
-      const data = await ctx.client.request(CUES, { limit: Number(opts.limit) || 100 })
+      const data = await ctx.client.request(CUES, {
+        limit: Number(opts.limit) || 100,
+        mine: opts.mine === true,
+      })
       if (ctx.json) printJson(data.waitingSteps)
       else if (data.waitingSteps.length === 0) ctx.out('no cues waiting')
       else
         ctx.out(
           table(
-            ['STEP', 'RUN', 'DEFINITION', 'SCOPE', 'PHASE', 'WAITING', 'PROMPT'],
+            ['STEP', 'RUN', 'DEFINITION', 'SCOPE', 'PHASE', 'WAITING', 'FOR', 'PROMPT'],
             data.waitingSteps.map((s) => [
               s.id,
               s.run.id,
@@ -32,6 +36,7 @@ export function registerCueCommands(program: Command): void {
               s.run.scope === '' ? '""' : s.run.scope,
               s.phase,
               ago(s.startedAt),
+              s.cue?.assignees.length ? s.cue.assignees.join(',') : 'anyone',
               promptOf(s.params),
             ]),
           ),

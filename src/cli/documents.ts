@@ -52,9 +52,10 @@ export const CANCEL_RUN = graphql(
 )
 
 export const CUES = graphql(`
-query Cues($limit: Int) {
-  waitingSteps(limit: $limit) {
+query Cues($limit: Int, $mine: Boolean) {
+  waitingSteps(limit: $limit, mine: $mine) {
     id phase kind params startedAt
+    cue { assignees deadlineAt }
     run { id scope status definition { slug } }
   }
 }`)

@@ -14,7 +14,6 @@ const CHANNELS = graphql(`query Channels {
   }
 }`)
 type ChannelsData = ResultOf<typeof CHANNELS>
-type Channel = ChannelsData['notificationChannels'][number]
 type Delivery = ChannelsData['notificationDeliveries']['nodes'][number]
 
 const TEST = graphql(`mutation TestChannel($id: ID!) { testNotificationChannel(id: $id) { id status } }`)
