@@ -14,7 +14,7 @@ export function actorOf(ctx: ApiContext): string {
 
 export function controlDeps(ctx: ApiContext): ControlDeps {
   const s = ctx.services
-  return { db: s.db, clock: s.clock, nudge: () => s.nudge() }
+  return { db: s.db, clock: s.clock, nudge: () => s.nudge(), maxParamsBytes: s.maxParamsBytes }
 }
 
 export function definitionDeps(ctx: ApiContext): DefinitionDeps {

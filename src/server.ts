@@ -236,6 +236,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     tickMs: config.tickMs,
     horizonMs: config.materialiseHorizonHours * 3_600_000,
     maxOccurrences: config.limits.maxOccurrences,
+    maxParamsBytes: config.limits.maxParamsBytes,
     nudge: () => runner?.nudge(),
     requestMaterialise: () => runner?.requestMaterialise(),
   }

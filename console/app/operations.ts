@@ -57,9 +57,9 @@ export interface HealthData {
   runners: { id: string; host: string; tickLagMs: number; lastTickAt: DateTime }[]
 }
 
-/** Runs per request: the query budget weighs `first` times what each run selects. */
+/** Runs per request: the query budget weighs `first` times what each run selects (a run with its steps weighs up to 1,000 steps, the program limit). */
 export const IN_PROGRESS_PAGE_SIZE = 100
-export const STANDBY_PAGE_SIZE = 25
+export const STANDBY_PAGE_SIZE = 10
 
 /** A page of the runs in progress (the server's query budget weighs `first`, so long lists come in pages). */
 export const IN_PROGRESS_PAGE = /* GraphQL */ `

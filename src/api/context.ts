@@ -32,6 +32,8 @@ export interface ApiServices {
   horizonMs: number
   /** Schedule occurrences one request may compute in all (MAX_OCCURRENCES_PER_REQUEST). */
   maxOccurrences: number
+  /** Largest run `params` accepted, in bytes (MAX_PARAMS_BYTES). */
+  maxParamsBytes: number
   /** Wake the co-hosted runner (a run was started, a cue resolved); a no-op with RUNNER=off. */
   nudge(): void
   /** Ask the co-hosted runner to materialise at its next tick (a definition changed). */

@@ -18,6 +18,7 @@ import { schema } from '../../schema/index.ts'
 import { authenticate, type Principal, type TokenEntry } from '../auth.ts'
 import type { Config } from '../config.ts'
 import type { Logger } from '../log.ts'
+import { useAnswerSizeCap } from './answerSize.ts'
 import { type ChangeSignal, useChangeSignalAfterMutations } from './changeSignal.ts'
 import { type ApiContext, type ApiServices, createApiContext } from './context.ts'
 import { useDocumentNestingLimit } from './documentLimits.ts'
@@ -131,7 +132,14 @@ export function createApiYoga(opts: ApiYogaOptions): YogaServerInstance<any, Api
         ...armorReports('MAX_QUERY_DEPTH'),
       }),
       maxAliasesPlugin({ n: config.limits.maxAliases, ...armorReports('MAX_QUERY_ALIASES') }),
-      useQueryBudget({ maxCost: config.limits.maxCost, maxOccurrences: config.limits.maxOccurrences }),
+      useQueryBudget({
+        maxCost: config.limits.maxCost,
+        maxOccurrences: config.limits.maxOccurrences,
+        maxAnswerBytes: config.limits.maxAnswerBytes,
+        maxParamsBytes: config.limits.maxParamsBytes,
+        maxProgramBytes: config.maxBodyBytes,
+      }),
+      useAnswerSizeCap(config.limits.maxAnswerBytes),
       useValidationErrorCodes(),
       useChangeSignalAfterMutations(changes),
       useQueryJit({

@@ -22,7 +22,12 @@ export interface ControlDeps {
   clock: Clock
   /** Wake the local runner so a change is acted on now, not at the next tick. */
   nudge?: () => void
+  /** Largest `params` accepted, in bytes of JSON (MAX_PARAMS_BYTES). @default 65536 */
+  maxParamsBytes?: number
 }
+
+/** The default of MAX_PARAMS_BYTES. */
+export const DEFAULT_MAX_PARAMS_BYTES = 64 * 1024
 
 export interface TransitionAnswer {
   applied: boolean
@@ -61,6 +66,14 @@ export async function startRun(deps: ControlDeps, input: StartRunInput): Promise
   const params = input.params ?? null
   if (params !== null && (typeof params !== 'object' || Array.isArray(params))) {
     throw badInput('params must be a JSON object, e.g. {"room": "A"}.')
+  }
+  const maxParams = deps.maxParamsBytes ?? DEFAULT_MAX_PARAMS_BYTES
+  // Bytes as stored (UTF-8 JSON): each run keeps its params, and its first log line repeats them.
+  const paramsBytes = params === null ? 0 : Buffer.byteLength(JSON.stringify(params))
+  if (paramsBytes > maxParams) {
+    throw badInput(
+      `params is ${paramsBytes} bytes of JSON; at most ${maxParams} (MAX_PARAMS_BYTES). Pass a reference (an id, a URL) instead of the data.`,
+    )
   }
   if (input.at && Number.isNaN(input.at.getTime())) throw badInput('at must be a valid ISO-8601 date-time.')
   const def = await definitions.getById(deps.db, input.definitionId)
