@@ -4,8 +4,9 @@
  * - **Before it runs**, from the document ({@link estimateFieldBytes}, used by
  *   the query budget's walk): every object and scalar costs a few dozen bytes,
  *   and the fields that can be large count at their bound (a run's `params`
- *   at MAX_PARAMS_BYTES, a version's `program` at MAX_BODY_BYTES, a step's
- *   `result` at its 2 KiB cut). An operation whose estimate passes
+ *   at MAX_PARAMS_BYTES, a step's `result` at its 2 KiB cut) or, where only
+ *   a whole is bounded, at a generous estimate (a version's `program`, a
+ *   step's `params`). An operation whose estimate passes
  *   MAX_ANSWER_BYTES is refused before any resolver runs, so no statement
  *   fetches what could not be sent.
  * - **Before it is serialised**, from the data ({@link useAnswerSizeCap}): the
@@ -28,6 +29,12 @@ export const OBJECT_BYTES = 2
 export const SCALAR_BYTES = 40
 /** A step's params as an estimate only: a program's steps share one bound (MAX_BODY_BYTES) between them. */
 export const STEP_PARAMS_BYTES = 256
+/**
+ * A version's program as an estimate only: one may weigh MAX_BODY_BYTES, but a
+ * definition's versions (counted as 10) are rarely all that large, and the
+ * console's definition page asks for every one of them.
+ */
+export const PROGRAM_BYTES = 128 * 1024
 export const SCHEMA_INTROSPECTION_BYTES = 512 * 1024
 export const TYPE_INTROSPECTION_BYTES = 32 * 1024
 
@@ -47,7 +54,7 @@ export function estimateFieldBytes(coordinate: string, responseName: string, bou
     case 'EventRun.params':
       return key + bounds.maxParamsBytes
     case 'EventVersion.program':
-      return key + bounds.maxProgramBytes
+      return key + Math.min(PROGRAM_BYTES, bounds.maxProgramBytes)
     case 'RunStep.params':
       return key + STEP_PARAMS_BYTES
     case 'RunStep.result':

@@ -78,6 +78,40 @@ export class SecretScope {
   /** `text` with every form of every resolved value replaced by `[secret.NAME]`. */
   scrub(text: string): string {
     if (this.resolved.size === 0) return text
+    let out = text
+    for (const [form, name] of this.forms()) out = out.split(form).join(`[secret.${name}]`)
+    return out
+  }
+
+  /**
+   * `text` scrubbed, then cut to `maxChars` characters, in that order: cutting
+   * first would leave the start of a value that straddles the cut. What is left
+   * at the end that could be the start of a value (text cut here, or by
+   * whoever read it: `alreadyCut`) is dropped too, so no prefix of a secret
+   * survives, however the padding before it was chosen. A cut text ends in `ellipsis`.
+   */
+  scrubAndCut(text: string, maxChars: number, alreadyCut = false, ellipsis = ''): string {
+    const scrubbed = this.scrub(text)
+    if (scrubbed.length <= maxChars && !alreadyCut) return scrubbed
+    return `${this.withoutPartialTail(scrubbed.slice(0, maxChars))}${ellipsis}`
+  }
+
+  /** `text` without a tail that is the start of any form of a resolved value. */
+  private withoutPartialTail(text: string): string {
+    let cut = text.length
+    for (const [form] of this.forms()) {
+      for (let k = Math.min(form.length - 1, text.length); k > 0; k--) {
+        if (text.length - k < cut && text.endsWith(form.slice(0, k))) {
+          cut = text.length - k
+          break
+        }
+      }
+    }
+    return text.slice(0, cut)
+  }
+
+  /** Every form of every resolved value, longest first. */
+  private forms(): [form: string, name: string][] {
     const forms: [form: string, name: string][] = []
     for (const [name, value] of this.resolved) {
       const variants = new Set([
@@ -97,9 +131,7 @@ export class SecretScope {
     }
     // Longest first, so a value that contains another is replaced whole.
     forms.sort((a, b) => b[0].length - a[0].length)
-    let out = text
-    for (const [form, name] of forms) out = out.split(form).join(`[secret.${name}]`)
-    return out
+    return forms
   }
 
   /** {@link scrub} applied to every string inside `value` (keys included). */

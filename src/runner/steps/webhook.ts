@@ -129,22 +129,33 @@ export interface WebhookResult {
   body: string
 }
 
-/** Read at most `limit` bytes of a body as text, then let the rest go. */
-async function readPrefix(res: Response, limit: number): Promise<string> {
-  if (!res.body) return ''
+/** Characters of a refused response's body quoted in the step's error. */
+export const ERROR_SNIPPET_CHARS = 200
+
+/**
+ * Read at most `limit` bytes of a body as text, then let the rest go. `cut`
+ * says there may have been more (the end of the body was not seen).
+ */
+async function readPrefix(res: Response, limit: number): Promise<{ text: string; cut: boolean }> {
+  if (!res.body) return { text: '', cut: false }
   const reader = res.body.getReader()
   const chunks: Uint8Array[] = []
   let size = 0
+  let ended = false
   try {
     while (size < limit) {
       const { done, value } = await reader.read()
-      if (done) break
+      if (done) {
+        ended = true
+        break
+      }
       chunks.push(value)
       size += value.byteLength
     }
   } finally {
     await reader.cancel().catch(() => {})
   }
+  const cut = size > limit || !ended
   const bytes = new Uint8Array(Math.min(size, limit))
   let at = 0
   for (const chunk of chunks) {
@@ -154,7 +165,7 @@ async function readPrefix(res: Response, limit: number): Promise<string> {
     if (at >= bytes.length) break
   }
   // stream: true keeps a character cut at the limit out instead of garbling it.
-  return new TextDecoder().decode(bytes, { stream: true })
+  return { text: new TextDecoder().decode(bytes, { stream: true }), cut }
 }
 
 function networkReason(err: unknown): string {
@@ -170,10 +181,11 @@ function abortReason(signal: AbortSignal): string {
   return reason === undefined ? 'aborted' : String(reason)
 }
 
-function snippet(text: string): string {
-  const flat = text.replace(/\s+/g, ' ').trim()
+/** The start of a refused response's body for the error: scrubbed of secrets first, then cut. */
+function snippet(body: { text: string; cut: boolean }, secrets: SecretScope): string {
+  const flat = body.text.replace(/\s+/g, ' ').trim()
   if (flat === '') return ''
-  return `: ${flat.length > 200 ? `${flat.slice(0, 200)}…` : flat}`
+  return `: ${secrets.scrubAndCut(flat, ERROR_SNIPPET_CHARS, body.cut, '…')}`
 }
 
 type LookupCallback = (
@@ -252,16 +264,24 @@ function agentFor(allow: readonly string[]): Agent {
   return agent
 }
 
-/** Perform one attempt, following (and re-checking) redirects. */
-async function send(ctx: StepContext<WebhookParams>, params: unknown): Promise<WebhookResult> {
+/**
+ * Perform one attempt, following (and re-checking) redirects. What the
+ * receiver answers is scrubbed of `secrets` before it is cut to size.
+ */
+async function send(
+  ctx: StepContext<WebhookParams>,
+  params: unknown,
+  secrets: SecretScope,
+): Promise<WebhookResult> {
   const p = parseParams(schema, params, 'core.webhook')
-  return sendWith(ctx, p, agentFor(ctx.settings.webhookAllow))
+  return sendWith(ctx, p, agentFor(ctx.settings.webhookAllow), secrets)
 }
 
 async function sendWith(
   ctx: StepContext<WebhookParams>,
   p: WebhookParams,
   agent: Agent,
+  secrets: SecretScope,
 ): Promise<WebhookResult> {
   const allow = ctx.settings.webhookAllow
   let url = p.url
@@ -291,7 +311,7 @@ async function sendWith(
     if (body !== undefined && !headers.has('content-type')) headers.set('Content-Type', 'application/json')
 
     let res: Response
-    let text: string
+    let answer: { text: string; cut: boolean }
     try {
       res = await fetch(target, {
         method,
@@ -331,7 +351,7 @@ async function sendWith(
         url = next.href
         continue
       }
-      text = await readPrefix(res, RESPONSE_BODY_BYTES)
+      answer = await readPrefix(res, RESPONSE_BODY_BYTES)
     } catch (err) {
       if (err instanceof StepFailure) throw err
       const refused = refusalOf(err)
@@ -344,10 +364,12 @@ async function sendWith(
       }
       throw new StepFailure(`webhook ${method} ${shownUrl(target)} failed: ${networkReason(err)}`)
     }
-    if (res.status >= 200 && res.status < 300) return { status: res.status, body: text }
+    if (res.status >= 200 && res.status < 300) {
+      return { status: res.status, body: secrets.scrubAndCut(answer.text, RESPONSE_BODY_BYTES, answer.cut) }
+    }
     const retryable = res.status === 408 || res.status === 429 || res.status >= 500
     throw new StepFailure(
-      `webhook ${method} ${shownUrl(target)} answered HTTP ${res.status}${snippet(text)}`,
+      `webhook ${method} ${shownUrl(target)} answered HTTP ${res.status}${snippet(answer, secrets)}`,
       {
         retryable,
       },
@@ -363,7 +385,7 @@ export const webhookStep: StepKind<WebhookParams> = {
   async execute(ctx) {
     const secrets = new SecretScope(ctx.settings.secrets ?? process.env)
     try {
-      const result = await send(ctx, secrets.resolve(ctx.params))
+      const result = await send(ctx, secrets.resolve(ctx.params), secrets)
       return { type: 'completed', result: secrets.scrubValue(result) }
     } catch (err) {
       throw secrets.scrubError(err)
