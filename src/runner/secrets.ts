@@ -21,6 +21,11 @@ export const SECRET_NAME = /^[A-Z][A-Z0-9_]{0,63}$/
 /** `{{secret.NAME}}` (whitespace inside the braces allowed), capturing what follows `secret.`. */
 const SECRET_REF = /\{\{\s*secret\.([^{}]*?)\s*\}\}/g
 
+/** A fresh copy of the pattern {@link SecretScope.resolve} resolves (global, so each caller gets its own state). */
+export function secretReferencePattern(): RegExp {
+  return new RegExp(SECRET_REF.source, 'g')
+}
+
 /** The environment secrets are read from. */
 export type SecretSource = Readonly<Record<string, string | undefined>>
 
