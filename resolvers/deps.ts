@@ -14,7 +14,13 @@ export function actorOf(ctx: ApiContext): string {
 
 export function controlDeps(ctx: ApiContext): ControlDeps {
   const s = ctx.services
-  return { db: s.db, clock: s.clock, nudge: () => s.nudge(), maxParamsBytes: s.maxParamsBytes }
+  return {
+    db: s.db,
+    clock: s.clock,
+    nudge: () => s.nudge(),
+    maxParamsBytes: s.maxParamsBytes,
+    quota: s.runQuota,
+  }
 }
 
 export function definitionDeps(ctx: ApiContext): DefinitionDeps {

@@ -38,6 +38,7 @@ import { runCountsFor } from './runCounts.ts'
 import { type Clock, systemClock } from './runner/clock.ts'
 import { Runner } from './runner/runner.ts'
 import { createDefaultRegistry, type StepRegistry } from './runner/steps/registry.ts'
+import { createRunQuota } from './runQuota.ts'
 
 // Callers (tests, the CLI) import these from the server.
 export { GRAPHQL_PATH, PROBE_SNAPSHOT_MS }
@@ -237,6 +238,8 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     horizonMs: config.materialiseHorizonHours * 3_600_000,
     maxOccurrences: config.limits.maxOccurrences,
     maxParamsBytes: config.limits.maxParamsBytes,
+    // Wall time, not the runner's clock: a quota is about requests per real minute.
+    runQuota: createRunQuota(db, config.maxRunsPerMinute, () => new Date()),
     nudge: () => runner?.nudge(),
     requestMaterialise: () => runner?.requestMaterialise(),
   }

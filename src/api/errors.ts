@@ -67,7 +67,15 @@ export function createMaskError(logger: Logger): MaskError {
     const cause = rootCause(error)
     const where = located(error)
     if (cause instanceof AppError) {
-      return new GraphQLError(cause.message, { ...where, extensions: { code: cause.code } })
+      const retryAfterSeconds = cause.details?.retryAfterSeconds
+      return new GraphQLError(cause.message, {
+        ...where,
+        extensions: {
+          code: cause.code,
+          ...(cause.code === ERROR_CODES.RATE_LIMITED &&
+            typeof retryAfterSeconds === 'number' && { retryAfterSeconds }),
+        },
+      })
     }
     if (isPoolBusy(cause)) {
       // Load, not an outage: the statement never reached the database.

@@ -27,6 +27,7 @@ import { renderSelfHostedGraphiQL } from './graphiql.ts'
 import { CSRF_HEADER, useAuthGate, useCsrfPrevention } from './httpGuards.ts'
 import { useQueryJit } from './jit.ts'
 import { useQueryBudget } from './queryBudget.ts'
+import { useRetryAfterHeader } from './retryAfter.ts'
 import { WS_PRINCIPAL } from './ws.ts'
 
 export const GRAPHQL_PATH = '/graphql'
@@ -140,6 +141,7 @@ export function createApiYoga(opts: ApiYogaOptions): YogaServerInstance<any, Api
         maxProgramBytes: config.maxBodyBytes,
       }),
       useAnswerSizeCap(config.limits.maxAnswerBytes),
+      useRetryAfterHeader(),
       useValidationErrorCodes(),
       useChangeSignalAfterMutations(changes),
       useQueryJit({

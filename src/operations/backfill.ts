@@ -19,6 +19,7 @@ import * as runs from '../../sql/eventRuns/index.ts'
 import { AppError, badInput, conflict, notFound } from '../errors.ts'
 import { resolveConcurrencyKey } from '../runner/materialise.ts'
 import { occurrenceStream } from '../runner/schedule.ts'
+import type { RunQuota } from '../runQuota.ts'
 
 /** Occurrences (instant × scope) one call may make, at most. */
 export const MAX_BACKFILL_OCCURRENCES = 1000
@@ -42,6 +43,8 @@ export interface BackfillDeps {
   db: Db
   /** Wake the local runner so due runs start now. */
   nudge?: () => void
+  /** Runs per principal per minute (MAX_RUNS_PER_MINUTE); none in library use. */
+  quota?: RunQuota
 }
 
 /** Make the runs of every occurrence in `[from, to)`; audited with the actor, refusals included. */
@@ -133,6 +136,8 @@ async function backfill(deps: BackfillDeps, input: BackfillInput): Promise<Backf
       wanted.has(`${r.scope}|${r.scheduledFor.getTime()}`),
     )
   const before = new Set((await inRange()).map((r) => r.id))
+  // What this call would add counts against the caller's runs per minute.
+  await deps.quota?.take(input.actor, rows.length - before.size)
   // After writing the definition's guard, so an archive cannot slip in between
   // (see eventDefinitions.setState); safe to repeat when it loses that race
   // through another cluster node: a second attempt inserts what is still missing.

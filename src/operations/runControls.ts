@@ -16,6 +16,7 @@ import { NON_TERMINAL } from '../../sql/states.ts'
 import { badInput, conflict, notFound } from '../errors.ts'
 import type { Clock } from '../runner/clock.ts'
 import { resolveConcurrencyKey } from '../runner/materialise.ts'
+import type { RunQuota } from '../runQuota.ts'
 
 export interface ControlDeps {
   db: Db
@@ -24,6 +25,8 @@ export interface ControlDeps {
   nudge?: () => void
   /** Largest `params` accepted, in bytes of JSON (MAX_PARAMS_BYTES). @default 65536 */
   maxParamsBytes?: number
+  /** Runs per principal per minute (MAX_RUNS_PER_MINUTE); none in library use. */
+  quota?: RunQuota
 }
 
 /** The default of MAX_PARAMS_BYTES. */
@@ -81,6 +84,8 @@ export async function startRun(deps: ControlDeps, input: StartRunInput): Promise
   const archived = () => conflict(`Definition "${def.slug}" is archived; set it ACTIVE to start runs.`)
   if (def.state === 'archived') throw archived()
   if (def.currentVersionId === null) throw conflict(`Definition "${def.slug}" has no published version.`)
+  // Counted before the insert (an idempotent repeat counts too): a refusal costs no write.
+  await deps.quota?.take(input.actor, 1)
   const scheduledFor = input.at ?? deps.clock.now()
   const rehearsal = input.rehearsal === true
   const typedParams = params as Record<string, unknown> | null
