@@ -11,8 +11,9 @@
  * The allow-list is checked twice: on the URL, and on the address its host
  * resolves to when the connection is made (the connector's own DNS lookup, so
  * what is checked is what is dialled, also after a redirect). A hostname that
- * resolves to a loopback, link-local or private address is refused unless the
- * allow-list names that IP address itself. undici's fetch is used for that
+ * resolves to a loopback, link-local, private or other special-purpose address
+ * (ipaddr.js's classes) is refused unless the allow-list names that IP address
+ * and port itself. undici's fetch is used for that
  * hook (the same fetch Node ships, with a dispatcher we may configure).
  *
  * Secrets: `{{secret.NAME}}` in the url, headers and body are resolved here,
@@ -20,10 +21,11 @@
  * scrubbed from the error or result before the runner stores it.
  */
 import { lookup as dnsLookup, type LookupAddress } from 'node:dns'
-import { Agent, fetch, Headers, type Response } from 'undici'
+import { Agent, buildConnector, fetch, Headers, type Response } from 'undici'
 import { z } from 'zod'
 import { SecretScope } from '../secrets.ts'
 import {
+  addressPortKey,
   allowedInternalAddresses,
   allowListRefusal,
   internalAddressKind,
@@ -199,34 +201,44 @@ const REFUSED = Symbol('webhook address refused')
 
 /**
  * A connection pool whose DNS lookup refuses internal addresses the allow-list
- * does not name. The check is made when a connection is made, on the address
- * dialled; a kept-alive connection was checked when it was opened, and a
- * hostname that now resolves elsewhere gets a new connection, checked again.
+ * does not name, on the port being dialled. The check is made when a
+ * connection is made, on the address dialled; a kept-alive connection was
+ * checked when it was opened, and a hostname that now resolves elsewhere gets
+ * a new connection, checked again. A lookup does not know the port it
+ * resolves for, so each port gets its own connector whose lookup does.
  */
 function guardedAgent(allow: readonly string[]): Agent {
   const allowedInternal = allowedInternalAddresses(allow)
-  const lookup = (
-    hostname: string,
-    options: { all?: boolean; family?: number },
-    callback: LookupCallback,
-  ) => {
-    dnsLookup(hostname, { family: options.family ?? 0, all: true }, (err, addresses) => {
-      if (err) return callback(err, [])
-      for (const a of addresses) {
-        const kind = internalAddressKind(a.address)
-        if (kind && !allowedInternal.has(a.address.toLowerCase())) {
-          const reason = `${hostname} resolves to ${a.address}, ${kind}; only an allow-list entry naming that IP address allows it`
-          return callback(Object.assign(new Error(reason), { code: 'EACCES', [REFUSED]: reason }), [])
+  const lookupFor =
+    (port: number) =>
+    (hostname: string, options: { all?: boolean; family?: number }, callback: LookupCallback) => {
+      dnsLookup(hostname, { family: options.family ?? 0, all: true }, (err, addresses) => {
+        if (err) return callback(err, [])
+        for (const a of addresses) {
+          const kind = internalAddressKind(a.address)
+          if (kind && !allowedInternal.has(addressPortKey(a.address, port))) {
+            const reason = `${hostname} resolves to ${a.address}, ${kind}; only an allow-list entry naming that IP address and port ${port} allows it`
+            return callback(Object.assign(new Error(reason), { code: 'EACCES', [REFUSED]: reason }), [])
+          }
         }
-      }
-      if (options.all) return callback(null, addresses)
-      const first = addresses[0]
-      if (!first)
-        return callback(Object.assign(new Error(`${hostname} has no address`), { code: 'ENOTFOUND' }), [])
-      callback(null, first.address, first.family)
-    })
+        if (options.all) return callback(null, addresses)
+        const first = addresses[0]
+        if (!first)
+          return callback(Object.assign(new Error(`${hostname} has no address`), { code: 'ENOTFOUND' }), [])
+        callback(null, first.address, first.family)
+      })
+    }
+  const connectors = new Map<number, buildConnector.connector>()
+  const connect: buildConnector.connector = (opts, callback) => {
+    const port = opts.port ? Number(opts.port) : opts.protocol === 'https:' ? 443 : 80
+    let connector = connectors.get(port)
+    if (!connector) {
+      connector = buildConnector({ lookup: lookupFor(port) } as buildConnector.BuildOptions)
+      connectors.set(port, connector)
+    }
+    connector(opts, callback)
   }
-  return new Agent({ connect: { lookup } as Record<string, unknown> })
+  return new Agent({ connect })
 }
 
 /** The refusal a guarded lookup made, found along the error's causes; null when it was not one. */
