@@ -24,6 +24,7 @@ import { type ApiContext, type ApiServices, createApiContext } from './context.t
 import { useDocumentNestingLimit } from './documentLimits.ts'
 import { API_CODES, createMaskError, useValidationErrorCodes } from './errors.ts'
 import { renderSelfHostedGraphiQL } from './graphiql.ts'
+import { useHtmlSecurityHeaders } from './htmlHeaders.ts'
 import { CSRF_HEADER, useAuthGate, useCsrfPrevention } from './httpGuards.ts'
 import { useQueryJit } from './jit.ts'
 import { useQueryBudget } from './queryBudget.ts'
@@ -142,6 +143,7 @@ export function createApiYoga(opts: ApiYogaOptions): YogaServerInstance<any, Api
       }),
       useAnswerSizeCap(config.limits.maxAnswerBytes),
       useRetryAfterHeader(),
+      useHtmlSecurityHeaders(),
       useValidationErrorCodes(),
       useChangeSignalAfterMutations(changes),
       useQueryJit({
