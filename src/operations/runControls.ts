@@ -159,7 +159,10 @@ async function recordControl(
 /** `running | ending → paused`: the runner takes no further step until resumed. */
 export async function pauseRun(deps: ControlDeps, id: number, actor: string): Promise<TransitionAnswer> {
   await mustGetRun(deps.db, id)
-  const applied = await runs.transition(deps.db, id, ['running', 'ending'], 'paused')
+  // A run whose last step is done is the runner's to complete: the pause loses.
+  const applied = await runs.transition(deps.db, id, ['running', 'ending'], 'paused', {
+    onlyWithStepsLeft: true,
+  })
   const run = await mustGetRun(deps.db, id)
   await recordControl(deps, id, actor, 'pause', applied, run)
   return { applied, run }
@@ -184,8 +187,10 @@ export async function cancelRun(
 ): Promise<TransitionAnswer> {
   if (reason !== null && reason.length > 500) throw badInput('reason must be at most 500 characters.')
   await mustGetRun(deps.db, id)
+  // A run whose last step is done is the runner's to complete: the cancel loses.
   const applied = await runs.endWithSteps(deps.db, id, NON_TERMINAL, 'cancelled', {
     error: `cancelled by ${actor}${reason ? `: ${reason}` : ''}`,
+    onlyWithStepsLeft: true,
   })
   const run = await mustGetRun(deps.db, id)
   await recordControl(deps, id, actor, 'cancel', applied, run, { reason })
