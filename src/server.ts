@@ -187,6 +187,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
           horizonMs: config.materialiseHorizonHours * 3_600_000,
           logRetentionMs: config.logRetentionDays * 86_400_000,
           runRetentionMs: config.runRetentionDays * 86_400_000,
+          auditRetentionMs: config.auditRetentionDays * 86_400_000,
           settings: { webhookAllow: config.webhookAllow },
           logger: logger.child({ component: 'runner' }),
           observer: {

@@ -17,6 +17,7 @@ import * as logs from '../../sql/eventRunLogs.ts'
 import type { NewRun, RunListRow } from '../../sql/eventRuns/index.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
 import { AppError, badInput, conflict, notFound } from '../errors.ts'
+import { refusals } from '../refusalSampler.ts'
 import { resolveConcurrencyKey } from '../runner/materialise.ts'
 import { occurrenceStream } from '../runner/schedule.ts'
 import type { RunQuota } from '../runQuota.ts'
@@ -67,14 +68,16 @@ export async function backfillRuns(deps: BackfillDeps, input: BackfillInput): Pr
     })
     return result
   } catch (err) {
-    if (err instanceof AppError) {
+    // Sampled per actor: a flood of refused backfills (a quota, a typo in a loop) is counted, not written row by row.
+    const suppressed = err instanceof AppError ? refusals.take(`backfillRuns|${input.actor}`) : null
+    if (err instanceof AppError && suppressed !== null) {
       await audit.record(deps.db, {
         actor: input.actor,
         action: 'backfillRuns',
         targetType: 'definition',
         targetId: String(input.definitionId).slice(0, 100),
         outcome: 'refused',
-        detail: { code: err.code, reason: err.message.slice(0, 1000) },
+        detail: { code: err.code, reason: err.message.slice(0, 1000), ...(suppressed > 0 && { suppressed }) },
       })
     }
     throw err
