@@ -18,7 +18,7 @@ import {
 import { actorOf, definitionDeps } from './deps.ts'
 
 /** Fields of UpdateDefinitionInput whose column cannot be NULL: null there is a mistake, not "clear". */
-const NOT_NULLABLE = ['title', 'timezone', 'graceSeconds', 'scopes', 'overlap'] as const
+const NOT_NULLABLE = ['title', 'timezone', 'graceSeconds', 'scopes', 'overlap', 'calendars'] as const
 
 builder.queryFields((t) => ({
   definitions: t.field({
@@ -74,6 +74,7 @@ builder.mutationFields((t) => ({
           overlap: input.overlap ?? 'allow_all',
           startsAt: input.startsAt ?? null,
           endsAt: input.endsAt ?? null,
+          ...(input.calendars != null && { calendars: input.calendars }),
         },
         actorOf(ctx),
       ),
@@ -92,7 +93,7 @@ builder.mutationFields((t) => ({
           `${nulls.join(', ')} cannot be null; omit ${nulls.length === 1 ? 'it' : 'them'} to leave ${nulls.length === 1 ? 'it' : 'them'} unchanged.`,
         )
       }
-      const patch: DefinitionPatch = {}
+      const patch: DefinitionPatch & { calendars?: string[] } = {}
       if (input.title != null) patch.title = input.title
       if (input.timezone != null) patch.timezone = input.timezone
       if (input.graceSeconds != null) patch.graceSeconds = input.graceSeconds
@@ -103,6 +104,7 @@ builder.mutationFields((t) => ({
       if (input.overlap != null) patch.overlap = input.overlap
       if (input.startsAt !== undefined) patch.startsAt = input.startsAt
       if (input.endsAt !== undefined) patch.endsAt = input.endsAt
+      if (input.calendars != null) patch.calendars = input.calendars
       return updateDefinition(definitionDeps(ctx), id, patch, actorOf(ctx))
     },
   }),

@@ -1,4 +1,6 @@
 /** Every root field, by area. Importing this registers them on the builder. */
+import './bulk.ts'
+import './calendars.ts'
 import './definitions.ts'
 import './health.ts'
 import './liveSubscriptions.ts'

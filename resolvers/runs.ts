@@ -60,6 +60,10 @@ builder.mutationFields((t) => ({
       at: t.arg({ type: 'DateTime' }),
       params: t.arg({ type: 'JSON' }),
       rehearsal: t.arg.boolean({ defaultValue: false }),
+      speed: t.arg.float({
+        defaultValue: 1,
+        description: 'Rehearsals only, 1..3600: the show’s waits and deadlines run 1/speed as long.',
+      }),
     },
     resolve: (_root, args, ctx) =>
       startRun(controlDeps(ctx), {
@@ -68,6 +72,7 @@ builder.mutationFields((t) => ({
         at: args.at ?? null,
         params: args.params ?? null,
         rehearsal: args.rehearsal ?? false,
+        speed: args.speed ?? 1,
         actor: actorOf(ctx),
       }),
   }),

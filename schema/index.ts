@@ -15,6 +15,8 @@ import './health.ts'
 import './results.ts'
 import './inputs.ts'
 import './runPage.ts'
+import './calendar.ts'
+import './bulk.ts'
 import '../resolvers/index.ts'
 
 export const schema = guardRootFields(builder.toSchema())

@@ -21,6 +21,7 @@ export const CreateDefinitionInput = builder.inputType('CreateDefinitionInput', 
     overlap: t.field({ type: OverlapPolicyEnum, defaultValue: 'allow_all' }),
     startsAt: t.field({ type: 'DateTime', description: 'No occurrence before this instant.' }),
     endsAt: t.field({ type: 'DateTime', description: 'No occurrence after this instant.' }),
+    calendars: t.stringList({ description: 'Names of the blackout calendars it observes.' }),
   }),
 })
 
@@ -38,5 +39,6 @@ export const UpdateDefinitionInput = builder.inputType('UpdateDefinitionInput', 
     overlap: t.field({ type: OverlapPolicyEnum }),
     startsAt: t.field({ type: 'DateTime', description: 'null removes the bound.' }),
     endsAt: t.field({ type: 'DateTime', description: 'null removes the bound.' }),
+    calendars: t.stringList({ description: 'Names of the blackout calendars it observes; [] = none.' }),
   }),
 })

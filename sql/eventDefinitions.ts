@@ -22,6 +22,8 @@ export interface DefinitionRow {
   state: DefinitionState
   currentVersionId: number | null
   materialisedThrough: Date | null
+  /** Bumped with every change to its calendars or one-off occurrence changes (see {@link bumpExceptions}). */
+  exceptionsRev: number
   /** What an occurrence does when an earlier run of its scope is still in progress. */
   overlap: OverlapPolicy
   /** No occurrence before this instant (inclusive bound); null = unbounded. */
@@ -35,8 +37,8 @@ export interface DefinitionRow {
 type Raw = Record<string, unknown>
 
 const SELECT_DEF = `SELECT id, slug, title, description, schedule, timezone, grace_seconds, concurrency_key, scopes,
-  state, current_version_id, materialized_through, overlap, starts_at, ends_at, created_at, updated_at
-  FROM event_definitions`
+  state, current_version_id, materialized_through, overlap, starts_at, ends_at, created_at, updated_at,
+  exceptions_rev FROM event_definitions`
 
 function hydrate(row: Raw): DefinitionRow {
   return {
@@ -52,6 +54,7 @@ function hydrate(row: Raw): DefinitionRow {
     state: row.state as DefinitionState,
     currentVersionId: row.current_version_id == null ? null : Number(row.current_version_id),
     materialisedThrough: (row.materialized_through as Date | null) ?? null,
+    exceptionsRev: Number(row.exceptions_rev ?? 0),
     overlap: (row.overlap as OverlapPolicy | null) ?? 'allow_all',
     startsAt: (row.starts_at as Date | null) ?? null,
     endsAt: (row.ends_at as Date | null) ?? null,
@@ -323,4 +326,38 @@ export async function setWatermark(db: Queryable, id: number, through: Date): Pr
       WHERE id = ? AND (materialized_through IS NULL OR materialized_through < ?)`,
     [through, id, through],
   )
+}
+
+/**
+ * Materialise a definition afresh from now: what a change of the days it may
+ * run on (its calendars) needs, so the occurrences such a change frees inside
+ * the horizon are made. The runs that exist are kept (the unique key makes the
+ * next pass skip them).
+ */
+export async function replan(db: Queryable, id: number): Promise<void> {
+  await db.run('UPDATE event_definitions SET materialized_through = NULL WHERE id = ?', [id])
+  await clearWatermarks(db, id)
+}
+
+/**
+ * Note a change to what excepts these definitions' occurrences (a calendar,
+ * a skip, a move), in the transaction that makes it; see {@link exceptionsRevOf}.
+ */
+export async function bumpExceptions(db: Queryable, ids: readonly number[]): Promise<void> {
+  if (ids.length === 0) return
+  await db.runQuery(
+    `UPDATE event_definitions SET exceptions_rev = exceptions_rev + 1, updated_at = updated_at
+      WHERE id IN (${placeholders(ids.length)})`,
+    [...ids],
+  )
+}
+
+/**
+ * A definition's exceptions revision, read inside a transaction that holds its
+ * run guard ({@link lockForNewRuns}): a materialisation pass compares it with
+ * the revision its exceptions were read at.
+ */
+export async function exceptionsRevOf(tx: Queryable, id: number): Promise<number> {
+  const [row] = await tx.execute<Raw>('SELECT exceptions_rev FROM event_definitions WHERE id = ?', [id])
+  return Number(row?.exceptions_rev ?? 0)
 }

@@ -191,6 +191,15 @@ describe('schema', () => {
       'Mutation.updateDefinition': 'admin',
       'Mutation.publishVersion': 'admin',
       'Mutation.setDefinitionState': 'admin',
+      // The calendar and operating many shows (v3).
+      'Query.calendars': 'viewer',
+      'Mutation.createCalendar': 'admin',
+      'Mutation.updateCalendar': 'admin',
+      'Mutation.deleteCalendar': 'admin',
+      'Mutation.skipOccurrence': 'operator',
+      'Mutation.moveOccurrence': 'operator',
+      'Mutation.bulkRuns': 'operator',
+      'Mutation.retryRun': 'operator',
     }
     expect(roles).toEqual(expected)
   })

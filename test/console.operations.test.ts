@@ -7,11 +7,15 @@
 import { parse, validate } from 'graphql'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import * as ops from '../console/app/operations.ts'
+import * as showOps from '../console/app/showOps.ts'
 import { nextCue, standbyList } from '../console/app/standby.ts'
 import { schema } from '../schema/index.ts'
 import { startTestServer, type TestServer, TOKENS } from './helpers/server.ts'
 
-const documents: [string, string][] = Object.entries(ops as Record<string, unknown>).filter(
+const documents: [string, string][] = Object.entries({ ...ops, ...showOps } as Record<
+  string,
+  unknown
+>).filter(
   (e): e is [string, string] => typeof e[1] === 'string' && /^\s*(query|mutation|subscription)\b/.test(e[1]),
 )
 
@@ -23,6 +27,10 @@ const VARIABLES: Record<string, unknown> = {
   state: 'PAUSED',
   first: 50,
   after: null,
+  at: '2030-01-01T00:00:00.000Z',
+  reason: 'test',
+  action: 'CANCEL',
+  filter: { definitionId: '999999' },
 }
 
 describe('the console operations', () => {

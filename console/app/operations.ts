@@ -244,8 +244,8 @@ export const RESUME_RUN = /* GraphQL */ `mutation ResumeRun($id: ID!) { resumeRu
 export const CANCEL_RUN = /* GraphQL */ `
 mutation CancelRun($id: ID!, $reason: String) { cancelRun(id: $id, reason: $reason) { applied } }`
 export const START_RUN = /* GraphQL */ `
-mutation StartRun($definitionId: ID!, $scope: String, $rehearsal: Boolean) {
-  startRun(definitionId: $definitionId, scope: $scope, rehearsal: $rehearsal) { id }
+mutation StartRun($definitionId: ID!, $scope: String, $rehearsal: Boolean, $speed: Float) {
+  startRun(definitionId: $definitionId, scope: $scope, rehearsal: $rehearsal, speed: $speed) { id }
 }`
 export const SET_DEFINITION_STATE = /* GraphQL */ `
 mutation SetDefinitionState($id: ID!, $state: DefinitionState!) { setDefinitionState(id: $id, state: $state) { id state } }`

@@ -134,7 +134,7 @@ export async function claimStart(
 }
 
 /** Take `key` for `runId` inside the claim's transaction; answers the live holder that blocks it, or null. */
-async function takeKey(tx: Queryable, key: string, runId: number): Promise<number | null> {
+export async function takeKey(tx: Queryable, key: string, runId: number): Promise<number | null> {
   const ins = await tx.run('INSERT IGNORE INTO concurrency_locks (lock_key, run_id) VALUES (?, ?)', [
     key,
     runId,

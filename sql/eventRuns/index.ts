@@ -5,6 +5,7 @@
  * health, metrics and history. Callers import this index.
  */
 export { TERMINAL } from '../states.ts'
+export * from './bulk.ts'
 export * from './claimStart.ts'
 export * from './claims.ts'
 export * from './counts.ts'
@@ -13,5 +14,6 @@ export * from './materialise.ts'
 export type { OverlapOutcome } from './overlap.ts'
 export * from './read.ts'
 export * from './retention.ts'
+export * from './retry.ts'
 export type { RunListRow, RunRow } from './rows.ts'
 export * from './transitions.ts'

@@ -92,3 +92,39 @@ export async function resetMissedAt(db: Queryable, definitionId: number): Promis
   )
   return res.affectedRows
 }
+
+/**
+ * Withdraw never-started runs (delete them: a run the schedule made and
+ * nothing started is a projection, not history). Guarded on `scheduled`, so a
+ * run that started meanwhile stays. Answers how many went.
+ */
+export async function withdrawScheduled(db: Queryable, ids: readonly number[]): Promise<number> {
+  if (ids.length === 0) return 0
+  const res = await db.runQuery(
+    `DELETE FROM event_runs WHERE id IN (${placeholders(ids.length)}) AND status = 'scheduled'`,
+    [...ids],
+  )
+  return res.affectedRows
+}
+
+/**
+ * Move a never-started run to another instant (its due time and the instant it
+ * becomes missed move with it), with the key its template gives there.
+ * Answers false when it is no longer `scheduled`. A run already at `to` in the
+ * same scope surfaces as DB_ERRNO.DUP_ENTRY for the caller to map.
+ */
+export async function moveScheduled(
+  db: Queryable,
+  id: number,
+  to: Date,
+  concurrencyKey: string | null,
+): Promise<boolean> {
+  const res = await db.run(
+    `UPDATE event_runs r SET r.scheduled_for = ?, r.wake_at = ?, r.concurrency_key = ?,
+        r.missed_at = IF(r.grace_exempt = 1, NULL,
+          ? + INTERVAL (SELECT d.grace_seconds FROM event_definitions d WHERE d.id = r.definition_id) SECOND)
+      WHERE r.id = ? AND r.status = 'scheduled'`,
+    [to, to, concurrencyKey, to, id],
+  )
+  return res.affectedRows === 1
+}

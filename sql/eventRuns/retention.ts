@@ -51,6 +51,7 @@ export async function deleteTerminalRuns(
   // run delete itself cascades over nothing and stays short.
   await db.runQuery(`DELETE FROM event_run_logs WHERE run_id IN ${terminal}`, [...ids, ...TERMINAL])
   await db.runQuery(`DELETE FROM event_run_steps WHERE run_id IN ${terminal}`, [...ids, ...TERMINAL])
+  await db.runQuery(`DELETE FROM bulk_action_runs WHERE run_id IN ${terminal}`, [...ids, ...TERMINAL])
   for (const status of TERMINAL) {
     const mine = runs.filter((r) => r.status === status).map((r) => r.id)
     if (mine.length === 0) continue

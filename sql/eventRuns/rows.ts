@@ -24,6 +24,10 @@ export interface RunRow {
   overlap: 'skip' | 'buffer_one' | 'cancel_other' | null
   /** True when its grace window does not apply (backfilled, or held back by BUFFER_ONE). */
   graceExempt: boolean
+  /** A rehearsal's speed: its timers run 1/speed as long. 1 for every other run. */
+  speed: number
+  /** The FAILED run this one retries, or null. */
+  retryOf: number | null
   status: RunStatus
   health: RunHealth
   currentPhase: string | null
@@ -52,7 +56,7 @@ export interface RunListRow extends RunRow {
 export const RUN_COLUMNS = `r.id, r.definition_id, r.version_id, r.scope, r.scheduled_for, r.timezone, r.concurrency_key,
   r.params, r.rehearsal, r.started_by, r.status, r.health, r.current_phase, r.last_error, r.claimed_by,
   r.claim_expires_at, r.claim_token, r.wake_at, r.missed_at, r.started_at, r.ended_at, r.created_at, r.updated_at,
-  r.overlap, r.grace_exempt`
+  r.overlap, r.grace_exempt, r.speed, r.retry_of`
 
 // `waitingSteps` counts PARKED steps only: a cue waiting on a person. It is
 // derived from the steps rather than stored on the run, because a column would
@@ -116,6 +120,8 @@ export function hydrate(row: Raw): RunRow {
     startedBy: (row.started_by as string | null) ?? null,
     overlap: (row.overlap as RunRow['overlap']) ?? null,
     graceExempt: Boolean(Number(row.grace_exempt ?? 0)),
+    speed: row.speed == null ? 1 : Number(row.speed),
+    retryOf: row.retry_of == null ? null : Number(row.retry_of),
     status: row.status as RunStatus,
     health: row.health as RunHealth,
     currentPhase: (row.current_phase as string | null) ?? null,

@@ -335,6 +335,24 @@ export async function skip(db: Queryable, id: number, reason: string | null): Pr
   return res.affectedRows === 1
 }
 
+/**
+ * Skip a new run's steps before `seq`, each with `result`: a retry that goes
+ * on from a later step (the original run already did these).
+ */
+export async function skipBefore(
+  db: Queryable,
+  runId: number,
+  seq: number,
+  result: unknown,
+): Promise<number> {
+  const res = await db.run(
+    `UPDATE event_run_steps SET status = 'skipped', result = ?, ended_at = NOW(3)
+      WHERE run_id = ? AND seq < ? AND status = 'pending'`,
+    [toJson(result), runId, seq],
+  )
+  return res.affectedRows
+}
+
 /** Cancel every unfinished step of a run (the run was cancelled or failed). */
 export async function cancelUnfinished(db: Queryable, runId: number): Promise<number> {
   const res = await db.run(
@@ -343,6 +361,19 @@ export async function cancelUnfinished(db: Queryable, runId: number): Promise<nu
             claimed_by = NULL, claim_expires_at = NULL
       WHERE run_id = ? AND status IN ('pending','running')`,
     [runId],
+  )
+  return res.affectedRows
+}
+
+/** {@link cancelUnfinished} for many runs in one statement (a bulk cancel's batch). */
+export async function cancelUnfinishedOfRuns(db: Queryable, runIds: readonly number[]): Promise<number> {
+  if (runIds.length === 0) return 0
+  const res = await db.runQuery(
+    `UPDATE event_run_steps
+        SET status = 'cancelled', ended_at = NOW(3), parked = 0, wake_at = NULL,
+            claimed_by = NULL, claim_expires_at = NULL
+      WHERE run_id IN (${runIds.map(() => '?').join(', ')}) AND status IN ('pending','running')`,
+    [...runIds],
   )
   return res.affectedRows
 }

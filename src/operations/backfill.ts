@@ -18,6 +18,7 @@ import type { NewRun, RunListRow } from '../../sql/eventRuns/index.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
 import { AppError, badInput, conflict, notFound } from '../errors.ts'
 import { refusals } from '../refusalSampler.ts'
+import { loadExceptions, NO_EXCEPTIONS, placeOf } from '../runner/calendar.ts'
 import { resolveConcurrencyKey } from '../runner/materialise.ts'
 import { occurrenceStream } from '../runner/schedule.ts'
 import type { RunQuota } from '../runQuota.ts'
@@ -118,21 +119,28 @@ async function backfill(deps: BackfillDeps, input: BackfillInput): Promise<Backf
     }
   }
   const versionId = def.currentVersionId
-  const rows: NewRun[] = instants.flatMap((scheduledFor) =>
-    scopes.map((scope) => ({
-      definitionId: def.id,
-      versionId,
-      scope,
-      scheduledFor,
-      timezone: def.timezone,
-      concurrencyKey: resolveConcurrencyKey(def.concurrencyKey, { scope, scheduledFor, params: null }, def),
-      params: null,
-      rehearsal: false,
-      startedBy: input.actor,
-      overlap: definitions.runOverlap(def.overlap),
-      graceExempt: true,
-    })),
+  // A blackout day or a skipped occurrence gets no run; a moved one is made where it went.
+  const ex =
+    (await loadExceptions(deps.db, [def.id], new Date(from.getTime() - 1), to)).get(def.id) ?? NO_EXCEPTIONS
+  const places = instants.flatMap((at) =>
+    scopes.flatMap((scope) => {
+      const place = placeOf(ex, scope, at)
+      return place ? [{ scope, scheduledFor: place }] : []
+    }),
   )
+  const rows: NewRun[] = places.map(({ scope, scheduledFor }) => ({
+    definitionId: def.id,
+    versionId,
+    scope,
+    scheduledFor,
+    timezone: def.timezone,
+    concurrencyKey: resolveConcurrencyKey(def.concurrencyKey, { scope, scheduledFor, params: null }, def),
+    params: null,
+    rehearsal: false,
+    startedBy: input.actor,
+    overlap: definitions.runOverlap(def.overlap),
+    graceExempt: true,
+  }))
   const wanted = new Set(rows.map((r) => `${r.scope}|${r.scheduledFor.getTime()}`))
   const inRange = async () =>
     (await runs.occurrencesInRange(deps.db, def.id, scopes, from, to)).filter((r) =>

@@ -10,14 +10,16 @@ import * as definitions from '../../sql/eventDefinitions.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
 import type { VersionRow } from '../../sql/eventVersions.ts'
 import * as versions from '../../sql/eventVersions.ts'
+import * as overrides from '../../sql/occurrenceOverrides.ts'
 import type { DefinitionState } from '../../sql/states.ts'
 import { AppError, badInput, conflict, ERROR_CODES, notFound } from '../errors.ts'
 import type { Clock } from '../runner/clock.ts'
 import { occurrenceRuns } from '../runner/materialise.ts'
 import { validateProgram } from '../runner/program.ts'
-import { canonicalTimezone, validateSchedule } from '../runner/schedule.ts'
+import { canonicalTimezone, occurrenceStream, validateSchedule } from '../runner/schedule.ts'
 import type { StepRegistry } from '../runner/steps/registry.ts'
 import { templateProblems } from '../runner/template.ts'
+import { resolveCalendarNames, setDefinitionCalendars } from './calendars.ts'
 
 export interface DefinitionDeps {
   db: Db
@@ -32,6 +34,8 @@ export interface DefinitionDeps {
 /** Every field a definition has besides its state and program; the slug is set once. */
 export interface DefinitionFields extends DefinitionPatch {
   slug?: string
+  /** Names of the blackout calendars it observes; omitted = unchanged (none on create). */
+  calendars?: string[]
 }
 
 export interface CreateDefinitionInput extends DefinitionFields {
@@ -207,6 +211,7 @@ async function create(
     problems.push(err.message)
   }
   assertValid(problems)
+  const calendarIds = input.calendars ? await resolveCalendarNames(deps.db, input.calendars) : []
   let id: number
   try {
     id = await versions.createWithFirstVersion(
@@ -236,6 +241,7 @@ async function create(
     }
     throw err
   }
+  if (calendarIds.length > 0) await setDefinitionCalendars(deps, id, calendarIds)
   await recordAudit(deps, actor, 'createDefinition', String(id), 'ok', { slug: input.slug })
   deps.nudgeMaterialise?.()
   return mustGet(deps.db, id)
@@ -249,7 +255,7 @@ async function create(
 export function updateDefinition(
   deps: DefinitionDeps,
   id: number,
-  patch: DefinitionPatch,
+  patch: DefinitionPatch & { calendars?: string[] },
   actor: string,
 ): Promise<DefinitionRow> {
   return auditingRefusals(deps, actor, 'updateDefinition', String(id), () => update(deps, id, patch, actor))
@@ -258,7 +264,7 @@ export function updateDefinition(
 async function update(
   deps: DefinitionDeps,
   id: number,
-  patch: DefinitionPatch,
+  patch: DefinitionPatch & { calendars?: string[] },
   actor: string,
 ): Promise<DefinitionRow> {
   const current = await mustGet(deps.db, id)
@@ -268,6 +274,7 @@ async function update(
   if (patch.schedule !== undefined) normalised.schedule = patch.schedule?.trim() || null
   if (patch.timezone !== undefined) normalised.timezone = canonicalTimezone(patch.timezone) ?? patch.timezone
   assertValid(fieldProblems(patch, current))
+  const calendarIds = patch.calendars ? await resolveCalendarNames(deps.db, patch.calendars) : null
   await definitions.update(deps.db, id, normalised)
   // Runs waiting to start become missed at their start plus the grace: a new
   // grace moves that instant for every one of them.
@@ -276,6 +283,7 @@ async function update(
   const rescheduled = definitions.reschedules(patch)
   let cancelled = 0
   if (rescheduled) cancelled = await dropUnscheduledRuns(deps, updated)
+  if (calendarIds) cancelled += await setDefinitionCalendars(deps, id, calendarIds)
   await recordAudit(deps, actor, 'updateDefinition', String(id), 'ok', {
     fields: Object.keys(patch),
     cancelledRuns: cancelled,
@@ -295,10 +303,20 @@ async function dropUnscheduledRuns(deps: DefinitionDeps, def: DefinitionRow): Pr
       (r) => `${r.scope}|${r.scheduledFor.getTime()}`,
     ),
   )
+  // A moved occurrence's run stays while its original instant is still one of the schedule's.
+  for (const o of await overrides.movedInto(deps.db, def.id, new Date(now.getTime() - 1), latest))
+    if (o.movedTo && occursAt(def, o.originalAt)) wanted.add(`${o.scope}|${o.movedTo.getTime()}`)
   const stale = future.filter((r) => !wanted.has(`${r.scope}|${r.scheduledFor.getTime()}`)).map((r) => r.id)
   return runs.transitionMany(deps.db, stale, 'scheduled', 'cancelled', {
     error: 'the definition schedule changed',
   })
+}
+
+/** True when `at` is one of the definition's schedule instants. */
+function occursAt(def: DefinitionRow, at: Date): boolean {
+  if (!def.schedule) return false
+  const next = occurrenceStream(def.schedule, def.timezone, new Date(at.getTime() - 1), def).next()
+  return !next.done && next.value === at.getTime()
 }
 
 /** Publish a new immutable version; new runs pin it, existing runs keep theirs. */

@@ -17,6 +17,7 @@ import { badInput, conflict, notFound } from '../errors.ts'
 import type { Clock } from '../runner/clock.ts'
 import { resolveConcurrencyKey } from '../runner/materialise.ts'
 import type { RunQuota } from '../runQuota.ts'
+import { speedProblem } from '../runner/speed.ts'
 
 export interface ControlDeps {
   db: Db
@@ -53,6 +54,8 @@ export interface StartRunInput {
   params?: unknown
   /** Walk the program without side effects and without taking the concurrency key. @default false */
   rehearsal?: boolean
+  /** A rehearsal's speed, 1..3600 (speed.ts). @default 1 */
+  speed?: number
   actor: string
 }
 
@@ -79,6 +82,9 @@ export async function startRun(deps: ControlDeps, input: StartRunInput): Promise
     )
   }
   if (input.at && Number.isNaN(input.at.getTime())) throw badInput('at must be a valid ISO-8601 date-time.')
+  const speed = input.speed ?? 1
+  const badSpeed = speedProblem(speed, input.rehearsal === true)
+  if (badSpeed) throw badInput(badSpeed)
   const def = await definitions.getById(deps.db, input.definitionId)
   if (!def) throw notFound('definition', input.definitionId)
   const archived = () => conflict(`Definition "${def.slug}" is archived; set it ACTIVE to start runs.`)
@@ -97,7 +103,7 @@ export async function startRun(deps: ControlDeps, input: StartRunInput): Promise
   const id = await deps.db.transaction(
     async (tx) => {
       if ((await definitions.lockForNewRuns(tx, def.id)) === 'archived') throw archived()
-      return runs.materialise(tx, {
+      const made = await runs.materialise(tx, {
         definitionId: def.id,
         versionId,
         scope,
@@ -111,6 +117,8 @@ export async function startRun(deps: ControlDeps, input: StartRunInput): Promise
         startedBy: input.actor,
         overlap: definitions.runOverlap(def.overlap),
       })
+      if (made !== null && speed !== 1) await runs.setSpeed(tx, made, speed)
+      return made
     },
     { retryable: true },
   )
@@ -119,7 +127,7 @@ export async function startRun(deps: ControlDeps, input: StartRunInput): Promise
       runId: id,
       message: `${rehearsal ? 'rehearsal' : 'run'} requested by ${input.actor} for ${scheduledFor.toISOString()}`,
       actor: input.actor,
-      data: { scope, params: typedParams, rehearsal },
+      data: { scope, params: typedParams, rehearsal, ...(speed !== 1 && { speed }) },
     })
     deps.nudge?.()
     return mustGetRun(deps.db, id)

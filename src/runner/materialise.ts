@@ -23,6 +23,7 @@ import type { NewRun } from '../../sql/eventRuns/index.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
 import * as watermarks from '../../sql/scheduleWatermarks.ts'
 import { occurrencesAhead, rememberAhead } from './aheadCount.ts'
+import { loadExceptions, NO_EXCEPTIONS, type OccurrenceExceptions, placeOf } from './calendar.ts'
 import { occurrenceStream, occurrencesBetween } from './schedule.ts'
 import { renderTemplate } from './template.ts'
 
@@ -133,6 +134,7 @@ export async function materialiseDefinition(
   def: DefinitionRow,
   now: Date,
   bounds: MaterialiseBounds | number,
+  exceptions?: OccurrenceExceptions,
 ): Promise<MaterialiseOutcome> {
   const { horizonMs, maxRunsAhead = DEFAULT_MAX_RUNS_AHEAD } =
     typeof bounds === 'number' ? { horizonMs: bounds } : bounds
@@ -140,6 +142,12 @@ export async function materialiseDefinition(
   if (!def.schedule || def.currentVersionId === null) return outcome
   const to = new Date(now.getTime() + horizonMs)
   const floor = now.getTime() - MAX_CATCH_UP_MS
+  // Blackout days and one-off changes: an instant they remove gets no run,
+  // but the watermark still passes it (it was decided, not forgotten).
+  let ex =
+    exceptions ?? (await loadExceptions(db, [def.id], new Date(floor), to)).get(def.id) ?? NO_EXCEPTIONS
+  // The revision `ex` is at least as new as (the definition row was read before it).
+  let exRev = def.exceptionsRev
   const marks = await watermarks.watermarksOf(db, def.id)
   // Scopes that share a watermark (all of them, usually) share one walk of the schedule.
   const groups = new Map<number, string[]>()
@@ -160,7 +168,15 @@ export async function materialiseDefinition(
     const perStatement = Math.max(1, Math.floor(ROWS_PER_STATEMENT / instants.length))
     for (let i = 0; i < scopes.length; i += perStatement) {
       const slice = scopes.slice(i, i + perStatement)
-      const rows = slice.flatMap((scope) => instants.map((at) => newScheduledRun(def, scope, at)))
+      const rowsOf = (exceptions: OccurrenceExceptions) =>
+        slice.flatMap((scope) =>
+          instants.flatMap((at) => {
+            const place = placeOf(exceptions, scope, at)
+            return place ? [newScheduledRun(def, scope, place)] : []
+          }),
+        )
+      const rowsFrom = ex
+      const rows = rowsOf(rowsFrom)
       // One short transaction that first writes the definition's guard: a
       // pause or archive racing this pass either waits (or, through another
       // cluster node, loses at COMMIT) and then withdraws these runs, or wins
@@ -170,7 +186,17 @@ export async function materialiseDefinition(
       const made = await db.transaction(
         async (tx) => {
           if ((await definitions.lockForNewRuns(tx, def.id)) !== 'active') return null
-          const created = await runs.materialiseMany(tx, rows)
+          // A skip, a move or a calendar change committed since the exceptions
+          // were read (each bumps the revision under this same guard): read
+          // them again, so the pass never makes a run one of them withdrew.
+          const rev = await definitions.exceptionsRevOf(tx, def.id)
+          if (rev !== exRev) {
+            ex = (await loadExceptions(tx, [def.id], new Date(floor), to)).get(def.id) ?? NO_EXCEPTIONS
+            exRev = rev
+          }
+          // (A repeated attempt after a reload in an earlier one builds from the reloaded set too.)
+          const batch = ex === rowsFrom ? rows : rowsOf(ex)
+          const created = await runs.materialiseMany(tx, batch)
           await watermarks.advance(tx, def.id, slice, last)
           return created
         },
@@ -211,12 +237,28 @@ export async function materialiseAll(
   const defs = await definitions.listMaterialisable(db)
   const out: MaterialiseAllOutcome = { created: 0, refillAt: null }
   const horizonMs = typeof bounds === 'number' ? bounds : bounds.horizonMs
-  for (const def of defs) {
-    // Materialised to the horizon already (within a second): nothing to read.
-    if (def.materialisedThrough && def.materialisedThrough.getTime() >= now.getTime() + horizonMs - 1000)
-      continue
+  // Materialised to the horizon already (within a second): nothing to read.
+  const pending = defs.filter(
+    (def) =>
+      !(def.materialisedThrough && def.materialisedThrough.getTime() >= now.getTime() + horizonMs - 1000),
+  )
+  if (pending.length === 0) return out
+  // Every pending definition's calendars and one-off changes in two queries, not two each.
+  const exceptions = await loadExceptions(
+    db,
+    pending.map((d) => d.id),
+    new Date(now.getTime() - MAX_CATCH_UP_MS),
+    new Date(now.getTime() + horizonMs),
+  )
+  for (const def of pending) {
     try {
-      const { created, windowEnd } = await materialiseDefinition(db, def, now, bounds)
+      const { created, windowEnd } = await materialiseDefinition(
+        db,
+        def,
+        now,
+        bounds,
+        exceptions.get(def.id) ?? NO_EXCEPTIONS,
+      )
       out.created += created
       if (windowEnd) {
         const half = new Date(now.getTime() + Math.max(0, windowEnd.getTime() - now.getTime()) / 2)

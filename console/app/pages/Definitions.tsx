@@ -15,6 +15,7 @@ import {
 import { go } from '../router.ts'
 import { can, type Session, useSession } from '../session.ts'
 import { ActionButton, Ago, At, ErrorNote, Loading, Section, StatusBadge } from '../ui.tsx'
+import { BulkControls, UpcomingSection } from './ShowOps.tsx'
 
 function Occurrence({ iso, zone }: { iso: string; zone: string }) {
   return (
@@ -131,6 +132,7 @@ function StartRun({ definitionId, scopes }: { definitionId: string; scopes: stri
   const session = useSession()
   const [scope, setScope] = useState(scopes[0] ?? '')
   const [rehearsal, setRehearsal] = useState(false)
+  const [speed, setSpeed] = useState(1)
   if (!can(session, 'OPERATOR')) return null
   return (
     <form
@@ -143,6 +145,7 @@ function StartRun({ definitionId, scopes }: { definitionId: string; scopes: stri
             definitionId,
             scope,
             rehearsal,
+            speed: rehearsal ? speed : 1,
           })
           session.notify(`Run ${data.startRun.id} started.`)
           go(`/runs/${data.startRun.id}`)
@@ -169,6 +172,19 @@ function StartRun({ definitionId, scopes }: { definitionId: string; scopes: stri
         />{' '}
         rehearsal
       </label>
+      {rehearsal && (
+        <label>
+          at speed{' '}
+          <input
+            type="number"
+            min={1}
+            max={3600}
+            step="any"
+            value={speed}
+            onInput={(e) => setSpeed(Number((e.target as HTMLInputElement).value) || 1)}
+          />
+        </label>
+      )}
       <button type="submit" class="primary">
         Start a run now
       </button>
@@ -221,6 +237,8 @@ export function DefinitionPage({ id }: { id: string }) {
       </dl>
       <StateControls id={d.id} state={d.state} title={d.title} refetch={q.refetch} />
       {d.state !== 'ARCHIVED' && <StartRun definitionId={d.id} scopes={d.scopes} />}
+      <BulkControls definitionId={d.id} title={d.title} />
+      {d.schedule && <UpcomingSection definitionId={d.id} zone={d.timezone} />}
       <div class="columns">
         <Section title="Next occurrences" id="next-occurrences">
           {d.state !== 'ACTIVE' ? (

@@ -5,6 +5,7 @@ import { useLive, useNow } from '../live.ts'
 import { CANCEL_RUN, PAUSE_RUN, RESUME_RUN, RUN, RUN_STATUS, type RunData } from '../operations.ts'
 import { can, useSession } from '../session.ts'
 import { ActionButton, Ago, At, ErrorNote, HealthBadge, Loading, Section, StatusBadge } from '../ui.tsx'
+import { RunOrigins } from './ShowOps.tsx'
 
 const UNFINISHED = new Set(['SCHEDULED', 'STARTING', 'RUNNING', 'PAUSED', 'ENDING'])
 
@@ -74,6 +75,7 @@ export function RunPage({ id }: { id: string }) {
         )}
       </div>
       {run.lastError && <p class="row-error">Last error: {run.lastError}</p>}
+      <RunOrigins id={run.id} status={run.status} ended={run.endedAt} />
       {run.concurrencyHolder && (
         <p class="muted">
           Held back by{' '}

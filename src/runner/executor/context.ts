@@ -53,6 +53,7 @@ export function stepContext(
       timezone: run.timezone,
       params: run.params,
       rehearsal: run.rehearsal,
+      speed: run.speed,
     },
     step: {
       id: step.id,

@@ -5,6 +5,7 @@
  * due: then `onTimeout` decides between failing the step (default) and going on.
  */
 import { z } from 'zod'
+import { showTimeAfter } from '../speed.ts'
 import { parseParams, schemaProblems } from './params.ts'
 import { StepFailure, type StepKind } from './types.ts'
 
@@ -39,7 +40,7 @@ export const cueStep: StepKind<CueParams> = {
     const deadline =
       ctx.step.resumed && ctx.step.wakeAt
         ? ctx.step.wakeAt
-        : new Date((ctx.step.startedAt ?? now).getTime() + timeoutSeconds * 1000)
+        : showTimeAfter(ctx.step.startedAt ?? now, timeoutSeconds, ctx.run.speed)
     if (now.getTime() < deadline.getTime()) return { type: 'park', until: deadline }
     if (onTimeout === 'continue') {
       await ctx.log('warn', `Cue timed out after ${timeoutSeconds}s without an answer; continuing: ${prompt}`)

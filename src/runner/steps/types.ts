@@ -15,6 +15,8 @@ export interface StepRunInfo {
   timezone: string
   params: Record<string, unknown> | null
   rehearsal: boolean
+  /** A rehearsal's speed (1 = real time): scale the show's timers with `showTimeAfter` (speed.ts). */
+  speed?: number
 }
 
 /** What the step looks like to its handler (read-only). */

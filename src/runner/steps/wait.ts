@@ -9,6 +9,7 @@
  *   starts before its scheduled time, so they would always be in the past.
  */
 import { z } from 'zod'
+import { showTimeAfter } from '../speed.ts'
 import { parseParams, schemaProblems } from './params.ts'
 import type { StepKind } from './types.ts'
 
@@ -70,10 +71,11 @@ export const waitStep: StepKind<WaitParams> = {
   async execute(ctx) {
     const p = parseParams(schema, ctx.params, 'core.wait')
     const now = ctx.now()
+    // A rehearsal at speed passes the show's time faster (speed.ts).
     const wakeAt =
       p.seconds !== undefined
-        ? new Date((ctx.step.startedAt ?? now).getTime() + p.seconds * 1000)
-        : new Date(ctx.run.scheduledFor.getTime() + parseOffset(p.until!)! * 1000)
+        ? showTimeAfter(ctx.step.startedAt ?? now, p.seconds, ctx.run.speed)
+        : showTimeAfter(ctx.run.scheduledFor, parseOffset(p.until!)!, ctx.run.speed)
     // One rule for first entry and re-entry: a timer that came due early sleeps again.
     if (wakeAt.getTime() > now.getTime()) return { type: 'sleep', until: wakeAt }
     return { type: 'completed', result: { wakeAt: wakeAt.toISOString() } }
