@@ -1,6 +1,6 @@
 /**
- * Runs created per principal per minute (MAX_RUNS_PER_MINUTE): startRun and
- * backfillRuns take from one count per principal, kept in the database, so a
+ * Runs created per principal per minute (MAX_RUNS_PER_MINUTE): startRun,
+ * backfillRuns and retryRun take from one count per principal, kept in the database, so a
  * second instance on the same database sees the same count. Past it the
  * mutation answers RATE_LIMITED with extensions.retryAfterSeconds and an HTTP
  * Retry-After header, and creates nothing; another principal is not affected.
@@ -115,6 +115,20 @@ describe('runs per principal per minute', () => {
       to: '2032-01-01T00:01:00Z',
     })
     expect(refusedBackfill.body.errors?.[0]?.extensions?.code).toBe('RATE_LIMITED')
+    // retryRun creates a run too.
+    const [failed] = await s.t.db.query<{ id: number }>('SELECT id FROM event_runs ORDER BY id LIMIT 1')
+    await s.t.db.execute(`UPDATE event_runs SET status = 'failed', ended_at = NOW(3) WHERE id = ?`, [
+      failed!.id,
+    ])
+    const refusedRetry = await post(
+      s.url,
+      TOKENS.operator,
+      'mutation ($id: ID!) { retryRun(id: $id) { id } }',
+      {
+        id: String(failed!.id),
+      },
+    )
+    expect(refusedRetry.body.errors?.[0]?.extensions?.code).toBe('RATE_LIMITED')
     expect(await runCount()).toBe(made)
 
     // Another principal has its own count.

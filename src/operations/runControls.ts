@@ -16,8 +16,8 @@ import { NON_TERMINAL } from '../../sql/states.ts'
 import { badInput, conflict, notFound } from '../errors.ts'
 import type { Clock } from '../runner/clock.ts'
 import { resolveConcurrencyKey } from '../runner/materialise.ts'
-import type { RunQuota } from '../runQuota.ts'
 import { speedProblem } from '../runner/speed.ts'
+import type { RunQuota } from '../runQuota.ts'
 
 export interface ControlDeps {
   db: Db
