@@ -416,12 +416,13 @@ it('the third round: heavy answers, truncation edges, joined placeholders, runs 
         MAX_RUNS_PER_MINUTE: '1500',
       },
     })
-    const quiet = (await probeInChild(`${s.url}/healthz`, 2000, 50)).latencies
+    // Probed every 20 ms: a round of a few seconds still gives a p99 of a few hundred samples.
+    const quiet = (await probeInChild(`${s.url}/healthz`, 2000, 20)).latencies
     let stopProbe = false
     const healthz: number[] = []
     const probing = (async () => {
       while (!stopProbe) {
-        const r = await probeInChild(`${s?.url}/healthz`, 2000, 50)
+        const r = await probeInChild(`${s?.url}/healthz`, 2000, 20)
         healthz.push(...r.latencies)
       }
     })()
