@@ -1,4 +1,5 @@
 /** Every root field, by area. Importing this registers them on the builder. */
+import './apiKeys.ts'
 import './bulk.ts'
 import './calendars.ts'
 import './definitions.ts'

@@ -9,7 +9,8 @@ import { randomBytes } from 'node:crypto'
 import { hostname } from 'node:os'
 import { z } from 'zod'
 import { parseDatabaseUrl, redactDatabaseUrl } from '../sql/db.ts'
-import { isRole, ROLES, type TokenEntry, tokenActor } from './auth.ts'
+import { isRole, ROLES, type TokenEntry, tokenEntry } from './auth.ts'
+import { loadOidcConfig, type OidcConfig } from './identity/oidcConfig.ts'
 
 /** pino's level names, lowest-volume last; `silent` turns logging off. */
 export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const
@@ -72,6 +73,8 @@ export interface Config {
   maxRunsPerMinute: number
   /** Days an audit_log row is kept; 0 keeps every row (AUDIT_RETENTION_DAYS). @default 90 */
   auditRetentionDays: number
+  /** Single sign-on (OIDC_*): bearer JWTs from this issuer are accepted; null when OIDC_ISSUER is unset. */
+  oidc: OidcConfig | null
   /** Things worth telling the operator at start that are not errors. */
   warnings: string[]
 }
@@ -166,6 +169,24 @@ function oneOf<const T extends readonly string[]>(name: string, values: T, def: 
   })
 }
 
+/** What a bootstrap token may be named: a letter or digit, then letters, digits, spaces and `._@+-`. */
+const TOKEN_NAME = /^[\p{L}\p{N}][\p{L}\p{N} ._@+-]{0,99}$/u
+
+/**
+ * `name=token` or a bare token. A token may itself hold `=` (base64 padding
+ * at its end), so the entry is named only when what precedes the first `=` is
+ * a plausible name and something other than more `=` follows it: `abc==`
+ * stays the token `abc==`.
+ */
+export function splitNamedToken(rest: string): { name?: string; token: string } {
+  const eq = rest.indexOf('=')
+  if (eq <= 0) return { token: rest }
+  const name = rest.slice(0, eq).trim()
+  const token = rest.slice(eq + 1).trim()
+  if (!TOKEN_NAME.test(name) || token === '' || /^=*$/.test(token)) return { token: rest }
+  return { name, token }
+}
+
 const tokensSchema = optionalString.transform((raw, ctx): TokenEntry[] => {
   if (raw === undefined) return []
   const out: TokenEntry[] = []
@@ -183,7 +204,7 @@ const tokensSchema = optionalString.transform((raw, ctx): TokenEntry[] => {
       return
     }
     const role = entry.slice(0, colon).trim().toLowerCase()
-    const token = entry.slice(colon + 1).trim()
+    const { name, token } = splitNamedToken(entry.slice(colon + 1).trim())
     let ok = true
     if (!isRole(role)) {
       problem(`entry ${n} has unknown role ${shown(role)} (roles: ${ROLES.join(', ')})`)
@@ -205,7 +226,7 @@ const tokensSchema = optionalString.transform((raw, ctx): TokenEntry[] => {
     } else {
       seen.set(token, n)
     }
-    if (ok && isRole(role)) out.push({ role, token, actor: tokenActor(role, token) })
+    if (ok && isRole(role)) out.push(tokenEntry(role, token, name))
   })
   return out
 })
@@ -437,7 +458,9 @@ function defaultInstanceId(): string {
  */
 export function loadConfig(env: Record<string, string | undefined> = process.env): Config {
   const parsed = envSchema.safeParse(env)
-  if (!parsed.success) throw new ConfigError(parsed.error.issues.map((i) => i.message))
+  const { oidc, problems: oidcProblems } = loadOidcConfig(env)
+  if (!parsed.success) throw new ConfigError([...parsed.error.issues.map((i) => i.message), ...oidcProblems])
+  if (oidcProblems.length > 0) throw new ConfigError(oidcProblems)
   const e = parsed.data
   const warnings: string[] = []
   let host: string
@@ -495,6 +518,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     dbPoolSize: e.DB_POOL_SIZE,
     dbQueueLimit: e.DB_QUEUE_LIMIT,
     runnerDbPoolSize: e.RUNNER_DB_POOL_SIZE,
+    oidc,
     warnings,
   }
 }

@@ -28,9 +28,13 @@ import { RunChangeFeed } from './api/runChangeFeed.ts'
 import { StatusPoller } from './api/statusPoller.ts'
 import { attachGraphqlWs, type WsTransport } from './api/ws.ts'
 import { createApiYoga, GRAPHQL_PATH } from './api/yoga.ts'
-import { type TokenEntry, tokenActor } from './auth.ts'
+import { type TokenEntry, tokenEntry } from './auth.ts'
 import { type Config, generateToken } from './config.ts'
 import { sendJson } from './httpReply.ts'
+import { Authenticator } from './identity/authenticator.ts'
+import { ApiKeyring } from './identity/keyring.ts'
+import { OidcVerifier } from './identity/oidc.ts'
+import { AUTH_PATHS, createSsoHandler } from './identity/ssoEndpoints.ts'
 import { createLogger, type Logger } from './log.ts'
 import { createMetrics, type Metrics } from './metrics.ts'
 import { createProbes, PROBE_SNAPSHOT_MS } from './probes.ts'
@@ -70,6 +74,8 @@ export interface BuildAppDeps {
    * kept in (said when it is printed). @default a fresh token for this process
    */
   adminToken?: { token: string; file: string }
+  /** Least milliseconds between two fetches of the OIDC signing keys (tests of key rotation). @default 30000 */
+  jwksCooldownMs?: number
 }
 
 export interface StartedApp {
@@ -102,13 +108,14 @@ export interface App {
   readonly generatedToken: string | null
 }
 
-type Route = '/graphql' | '/graphiql' | '/healthz' | '/readyz' | '/metrics' | 'console' | 'other'
+type Route = '/graphql' | '/graphiql' | '/healthz' | '/readyz' | '/metrics' | 'console' | 'auth' | 'other'
 
 function routeOf(pathname: string): Route {
   if (pathname === GRAPHQL_PATH || pathname === `${GRAPHQL_PATH}/`) return '/graphql'
   if (pathname === '/healthz' || pathname === '/readyz' || pathname === '/metrics') return pathname
   if (pathname.startsWith(GRAPHIQL_ASSET_PATH)) return '/graphiql'
   if (CONSOLE_PATHS.has(pathname)) return 'console'
+  if (AUTH_PATHS.has(pathname)) return 'auth'
   return 'other'
 }
 
@@ -159,7 +166,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
   let host = config.host
   if (tokens.length === 0) {
     generatedToken = deps.adminToken?.token ?? generateToken()
-    tokens = [{ role: 'admin', token: generatedToken, actor: tokenActor('admin', generatedToken) }]
+    tokens = [tokenEntry('admin', generatedToken)]
     host = '127.0.0.1'
   }
 
@@ -226,8 +233,20 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
   changes.on(() => runChanges.wake())
   changes.on(() => inbox.wake())
 
+  // API keys are read through the API's pool; revocations are polled at the live feeds' pace.
+  const keyring = new ApiKeyring({ db, pollMs: config.statusPollMs, logger })
+  const oidc = config.oidc
+    ? new OidcVerifier({
+        config: config.oidc,
+        logger,
+        ...(deps.jwksCooldownMs === undefined ? {} : { jwksCooldownMs: deps.jwksCooldownMs }),
+      })
+    : null
+  const authenticator = new Authenticator({ tokens, keyring, oidc })
+
   const services: ApiServices = {
     db,
+    authenticator,
     registry,
     clock,
     metrics,
@@ -245,7 +264,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     requestMaterialise: () => runner?.requestMaterialise(),
   }
 
-  const yoga = createApiYoga({ config, logger, tokens, changes, services })
+  const yoga = createApiYoga({ config, logger, authenticator, changes, services })
 
   const probe = createProbes({ db, metrics, runCounts, isStopping: () => stopping })
 
@@ -254,6 +273,9 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     pollMs: Math.max(500, config.statusPollMs),
     onBuildError: (err) => logger.error({ err }, 'the console could not be built'),
   })
+
+  // The console's single sign-on: a public config and the code exchange.
+  const handleAuth = createSsoHandler(config.oidc, logger.child({ component: 'sso' }))
 
   function handleRequest(req: IncomingMessage, res: ServerResponse): void {
     const target = requestTarget(req)
@@ -285,6 +307,14 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     if (route === 'console') {
       handleConsole(req, res, pathname).catch((err) => {
         logger.error({ err }, 'console request failed')
+        if (!res.headersSent) sendJson(res, 500, { ok: false })
+        else res.destroy()
+      })
+      return
+    }
+    if (route === 'auth') {
+      handleAuth(req, res, pathname).catch((err) => {
+        logger.error({ err }, 'sign-in request failed')
         if (!res.headersSent) sendJson(res, 500, { ok: false })
         else res.destroy()
       })
@@ -331,7 +361,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
       httpServer,
       path: GRAPHQL_PATH,
       yoga,
-      tokens,
+      authenticator,
       maxPayloadBytes: config.maxBodyBytes,
       logger,
       maxOperations: config.limits.wsMaxSubscriptions,
@@ -357,7 +387,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
           `  Authorization: Bearer ${generatedToken}\n\n`,
       )
     }
-    logger.info({ url: started.url, runner: config.runner, tokens: tokens.map((t) => t.actor) }, 'listening')
+    logger.info({ url: started.url, runner: config.runner, tokens: tokens.map((t) => t.name) }, 'listening')
     return started
   }
 
@@ -377,6 +407,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     // Completing every watcher ends SSE streams and sends `complete` on WebSockets.
     await Promise.all([poller.close(), runChanges.close(), inbox.close()])
     await ws?.close()
+    await keyring.close()
     httpServer.closeIdleConnections()
     const force = setTimeout(() => httpServer.closeAllConnections(), 2000)
     force.unref()

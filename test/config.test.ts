@@ -76,8 +76,22 @@ describe('loadConfig', () => {
     expect(c.webhookAllow).toEqual(['https://hooks.example.com/x', 'http://127.0.0.1:8080/'])
     const hash8 = (t: string) => createHash('sha256').update(t).digest('hex').slice(0, 8)
     expect(c.tokens).toEqual([
-      { role: 'admin', token: ADMIN, actor: `admin#${hash8(ADMIN)}` },
-      { role: 'viewer', token: VIEWER, actor: `viewer#${hash8(VIEWER)}` },
+      {
+        role: 'admin',
+        token: ADMIN,
+        actor: `admin#${hash8(ADMIN)}`,
+        name: `admin#${hash8(ADMIN)}`,
+        teams: [],
+        source: 'token',
+      },
+      {
+        role: 'viewer',
+        token: VIEWER,
+        actor: `viewer#${hash8(VIEWER)}`,
+        name: `viewer#${hash8(VIEWER)}`,
+        teams: [],
+        source: 'token',
+      },
     ])
   })
 
@@ -186,6 +200,26 @@ describe('loadConfig', () => {
       expect(c.warnings).toHaveLength(1)
       expect(c.warnings[0]).toMatch(/the admin token admin#[0-9a-f]{8} is only 7 characters; use at least 16/)
       expect(c.warnings[0]).not.toContain('letmein')
+    })
+
+    it('names an entry written role:name=token, and leaves role:token (padding included) as it was', () => {
+      const c = loadConfig({
+        SHOWRUNNER_TOKENS: [
+          `admin:Stage Manager=${ADMIN}`,
+          `viewer:${VIEWER}`,
+          `operator:${'p'.repeat(20)}==`,
+          `operator:ci-bot@example.com=${'c'.repeat(20)}`,
+          `viewer:not/aname=${'n'.repeat(20)}`,
+        ].join(','),
+      })
+      expect(c.tokens.map((t) => [t.role, t.name, t.token])).toEqual([
+        ['admin', 'Stage Manager', ADMIN],
+        ['viewer', `viewer#${createHash('sha256').update(VIEWER).digest('hex').slice(0, 8)}`, VIEWER],
+        ['operator', expect.stringMatching(/^operator#[0-9a-f]{8}$/), `${'p'.repeat(20)}==`],
+        ['operator', 'ci-bot@example.com', 'c'.repeat(20)],
+        ['viewer', expect.stringMatching(/^viewer#[0-9a-f]{8}$/), `not/aname=${'n'.repeat(20)}`],
+      ])
+      expect(c.tokens.every((t) => t.actor === t.name)).toBe(true)
     })
 
     it('accepts upper-case roles and tokens containing colons', () => {

@@ -144,10 +144,14 @@ function subscriptionClient(token: string): Client {
     connectionParams: { authorization: `Bearer ${token}` },
     lazy: true,
     retryAttempts: Number.POSITIVE_INFINITY,
-    shouldRetry: () => true,
+    // 4401: the credential was refused, revoked or expired; retrying with it cannot help.
+    shouldRetry: (event) => (event as CloseEvent | undefined)?.code !== 4401,
     on: {
       connected: () => setSocketUp(true),
-      closed: () => setSocketUp(false),
+      closed: (event) => {
+        setSocketUp(false)
+        if ((event as CloseEvent | undefined)?.code === 4401) unauthenticatedListener()
+      },
     },
   })
   wsClient = { token, client }

@@ -5,6 +5,7 @@
  */
 import type { Db } from '../../sql/db.ts'
 import type { Principal } from '../auth.ts'
+import type { Authenticator } from '../identity/authenticator.ts'
 import type { Logger } from '../log.ts'
 import type { Metrics } from '../metrics.ts'
 import type { Clock } from '../runner/clock.ts'
@@ -18,6 +19,8 @@ import type { StatusPoller } from './statusPoller.ts'
 /** Process-wide dependencies of the API, shared by every request. */
 export interface ApiServices {
   db: Db
+  /** Who a credential belongs to; also the API keys' cache (revoking through it is seen here at once). */
+  authenticator: Authenticator
   registry: StepRegistry
   clock: Clock
   metrics: Metrics

@@ -15,17 +15,19 @@ import {
   type YogaServerInstance,
 } from 'graphql-yoga'
 import { schema } from '../../schema/index.ts'
-import { authenticate, type Principal, type TokenEntry } from '../auth.ts'
+import type { Principal } from '../auth.ts'
 import type { Config } from '../config.ts'
+import type { Authenticator } from '../identity/authenticator.ts'
 import type { Logger } from '../log.ts'
 import { useAnswerSizeCap } from './answerSize.ts'
 import { type ChangeSignal, useChangeSignalAfterMutations } from './changeSignal.ts'
 import { type ApiContext, type ApiServices, createApiContext } from './context.ts'
+import { useEndSubscriptionsWithCredential } from './credentialEnd.ts'
 import { useDocumentNestingLimit } from './documentLimits.ts'
 import { API_CODES, createMaskError, useValidationErrorCodes } from './errors.ts'
 import { renderSelfHostedGraphiQL } from './graphiql.ts'
 import { useHtmlSecurityHeaders } from './htmlHeaders.ts'
-import { CSRF_HEADER, useAuthGate, useCsrfPrevention } from './httpGuards.ts'
+import { CSRF_HEADER, principalOfRequest, useAuthGate, useCsrfPrevention } from './httpGuards.ts'
 import { useQueryJit } from './jit.ts'
 import { useQueryBudget } from './queryBudget.ts'
 import { useRetryAfterHeader } from './retryAfter.ts'
@@ -71,7 +73,7 @@ const tokenLimitReports = (limit: number) => ({
 export interface ApiYogaOptions {
   config: Config
   logger: Logger
-  tokens: readonly TokenEntry[]
+  authenticator: Authenticator
   changes: ChangeSignal
   services: ApiServices
 }
@@ -79,11 +81,12 @@ export interface ApiYogaOptions {
 /** The yoga instance behind `/graphql` (HTTP, SSE and, through src/api/ws.ts, WebSocket). */
 // biome-ignore lint/suspicious/noExplicitAny: node:http server context
 export function createApiYoga(opts: ApiYogaOptions): YogaServerInstance<any, ApiContext> {
-  const { config, logger, tokens, changes, services } = opts
+  const { config, logger, authenticator, changes, services } = opts
   const principalOf = (initial: YogaInitialContext & { [WS_PRINCIPAL]?: Principal }): Principal | null => {
     const fromWs = initial[WS_PRINCIPAL]
     if (fromWs) return fromWs
-    return authenticate(initial.request?.headers.get('authorization'), tokens)
+    // The auth gate identified the request before its document was parsed.
+    return principalOfRequest(initial.request)
   }
 
   const yogaLog = logger.child({ component: 'graphql' })
@@ -122,7 +125,8 @@ export function createApiYoga(opts: ApiYogaOptions): YogaServerInstance<any, Api
     context: (initial) => createApiContext(services, principalOf(initial)),
     plugins: [
       useCsrfPrevention([CSRF_HEADER]),
-      useAuthGate(tokens, logger.child({ component: 'auth' })),
+      useAuthGate(authenticator, logger.child({ component: 'auth' })),
+      useEndSubscriptionsWithCredential(authenticator),
       useDocumentNestingLimit(),
       maxTokensPlugin({ n: config.limits.maxTokens, ...tokenLimitReports(config.limits.maxTokens) }),
       maxDepthPlugin({
