@@ -130,3 +130,34 @@ describe('scrub before truncating', () => {
     }
   })
 })
+
+describe('a URL cut short in a message', () => {
+  it('a redirect Location echoing the secret past 200 characters leaves no start of it in the error', async () => {
+    const { webhookStep } = await import('../src/runner/steps/webhook.ts')
+    const { makeStepContext } = await import('./helpers/stepContext.ts')
+    // Not a URL (a space in the host), echoing the token so that it straddles the 200-character cut.
+    const redirector = createServer((req, res) => {
+      const token = String(req.headers.authorization ?? '').replace(/^Bearer /, '')
+      res.writeHead(302, { Location: `http://bad host/${'p'.repeat(170)}${token}` })
+      res.end()
+    })
+    redirector.listen(0, '127.0.0.1')
+    await new Promise((r) => redirector.once('listening', r))
+    const origin = `http://127.0.0.1:${(redirector.address() as AddressInfo).port}`
+    try {
+      const ctx = makeStepContext(
+        { url: `${origin}/go`, method: 'GET', headers: { Authorization: 'Bearer {{secret.PAD_HOOK}}' } },
+        { webhookAllow: [`${origin}/`] },
+      )
+      const err = await webhookStep.execute(ctx).then(
+        () => null,
+        (e: Error) => e,
+      )
+      expect(err?.message).toMatch(/bad redirect Location/)
+      expect(partsOfSecret(err?.message ?? '')).toEqual([])
+    } finally {
+      redirector.closeAllConnections()
+      await new Promise((r) => redirector.close(r))
+    }
+  })
+})

@@ -101,6 +101,17 @@ export class SecretScope {
     return `${this.withoutPartialTail(scrubbed.slice(0, maxChars))}${ellipsis}`
   }
 
+  /**
+   * `text` with the start of a resolved value dropped wherever a part of the
+   * text was cut short and marked so with `…` (a URL shown at 200 characters,
+   * say): the whole value is scrubbed, the start that survived a cut is not.
+   */
+  private withoutPartialsAtCuts(text: string): string {
+    if (this.resolved.size === 0 || !text.includes('…')) return text
+    const parts = text.split('…')
+    return parts.map((part, i) => (i < parts.length - 1 ? this.withoutPartialTail(part) : part)).join('…')
+  }
+
   /** `text` without a tail that is the start of any form of a resolved value. */
   private withoutPartialTail(text: string): string {
     let cut = text.length
@@ -162,6 +173,6 @@ export class SecretScope {
   scrubError(err: unknown): StepFailure {
     const message = err instanceof Error ? err.message || err.name : String(err)
     const retryable = err instanceof StepFailure ? err.retryable : true
-    return new StepFailure(this.scrub(message), { retryable })
+    return new StepFailure(this.withoutPartialsAtCuts(this.scrub(message)), { retryable })
   }
 }

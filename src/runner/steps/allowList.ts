@@ -105,7 +105,10 @@ export function shownUrl(url: string | URL): string {
   } catch {
     const text = String(url)
     const cut = text.search(/[?#]/)
-    return cut === -1 ? text.slice(0, 200) : `${text.slice(0, Math.min(cut, 200))}?…`
+    // A cut says so (`…`): what is cut may be the start of a secret, which the
+    // webhook's scrubbing then drops (see SecretScope.scrubError).
+    if (cut === -1) return text.length > 200 ? `${text.slice(0, 200)}…` : text
+    return `${text.slice(0, Math.min(cut, 200))}${cut > 200 ? '…' : ''}?…`
   }
   return `${u.origin}${u.pathname}${u.search ? '?…' : ''}`
 }
