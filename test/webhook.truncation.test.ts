@@ -146,7 +146,7 @@ describe('a URL cut short in a message', () => {
     const origin = `http://127.0.0.1:${(redirector.address() as AddressInfo).port}`
     try {
       const ctx = makeStepContext(
-        { url: `${origin}/go`, method: 'GET', headers: { Authorization: 'Bearer {{secret.PAD_HOOK}}' } },
+        { url: `${origin}/go`, method: 'GET' as const, headers: { Authorization: 'Bearer {{secret.PAD_HOOK}}' } },
         { webhookAllow: [`${origin}/`] },
       )
       const err = await webhookStep.execute(ctx).then(
