@@ -1,5 +1,6 @@
 /** Every root field, by area. Importing this registers them on the builder. */
 import './apiKeys.ts'
+import './apply.ts'
 import './bulk.ts'
 import './calendars.ts'
 import './definitions.ts'

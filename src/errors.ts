@@ -27,12 +27,19 @@ export class AppError extends Error {
   constructor(
     readonly code: ErrorCode,
     message: string,
-    opts: { cause?: unknown; details?: Record<string, unknown> } = {},
+    opts: {
+      cause?: unknown
+      details?: Record<string, unknown>
+      /** Shown to clients beside `code` in `extensions` (e.g. every problem with its path). */
+      extensions?: Record<string, unknown>
+    } = {},
   ) {
     super(message, { cause: opts.cause })
     this.details = opts.details
+    this.extensions = opts.extensions
   }
   readonly details: Record<string, unknown> | undefined
+  readonly extensions: Record<string, unknown> | undefined
 }
 
 export const notFound = (what: string, id: string | number) =>

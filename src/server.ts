@@ -21,6 +21,7 @@ import { createDb, type Db } from '../sql/db.ts'
 import { migrate } from '../sql/migrate.ts'
 import { ChangeSignal } from './api/changeSignal.ts'
 import type { ApiContext, ApiServices } from './api/context.ts'
+import { DEFINITION_SCHEMA_PATH, serveDefinitionSchema } from './api/definitionSchema.ts'
 import { GRAPHIQL_ASSET_PATH, serveGraphiqlAsset } from './api/graphiql.ts'
 import { InboxFeed } from './api/inboxFeed.ts'
 import { requestTarget } from './api/requestTarget.ts'
@@ -108,12 +109,22 @@ export interface App {
   readonly generatedToken: string | null
 }
 
-type Route = '/graphql' | '/graphiql' | '/healthz' | '/readyz' | '/metrics' | 'console' | 'auth' | 'other'
+type Route =
+  | '/graphql'
+  | '/graphiql'
+  | '/healthz'
+  | '/readyz'
+  | '/metrics'
+  | typeof DEFINITION_SCHEMA_PATH
+  | 'console'
+  | 'auth'
+  | 'other'
 
 function routeOf(pathname: string): Route {
   if (pathname === GRAPHQL_PATH || pathname === `${GRAPHQL_PATH}/`) return '/graphql'
   if (pathname === '/healthz' || pathname === '/readyz' || pathname === '/metrics') return pathname
   if (pathname.startsWith(GRAPHIQL_ASSET_PATH)) return '/graphiql'
+  if (pathname === DEFINITION_SCHEMA_PATH) return DEFINITION_SCHEMA_PATH
   if (CONSOLE_PATHS.has(pathname)) return 'console'
   if (AUTH_PATHS.has(pathname)) return 'auth'
   return 'other'
@@ -294,6 +305,10 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
         if (!res.headersSent) sendJson(res, 500, { ok: false })
         else res.destroy()
       })
+      return
+    }
+    if (route === DEFINITION_SCHEMA_PATH) {
+      serveDefinitionSchema(req, res)
       return
     }
     if (route === '/graphiql') {

@@ -3,7 +3,7 @@
  * Floods are refused as GRAPHQL_VALIDATION_FAILED naming the limit, quickly
  * and without a single statement; what a console sends still passes.
  */
-import { getIntrospectionQuery } from 'graphql'
+import { getIntrospectionQuery, print } from 'graphql'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { RUN, STANDBY, STANDBY_PAGE_SIZE } from '../console/app/operations.ts'
 import {
@@ -179,10 +179,10 @@ describe('cost counts what comes back', () => {
   })
 
   it('what a console sends passes: stand-by (a page of runs with their steps) and a run page', async () => {
-    const standby = await timed(STANDBY, { first: STANDBY_PAGE_SIZE })
+    const standby = await timed(print(STANDBY), { first: STANDBY_PAGE_SIZE })
     expect(standby.status, JSON.stringify(standby.body).slice(0, 300)).toBe(200)
     expect(standby.body.errors).toBeUndefined()
-    const run = await timed(RUN, { id: '1' })
+    const run = await timed(print(RUN), { id: '1' })
     expect(run.status, JSON.stringify(run.body).slice(0, 300)).toBe(200)
     expect(run.body.errors).toBeUndefined()
   })

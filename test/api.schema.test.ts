@@ -211,6 +211,8 @@ describe('schema', () => {
       'Query.apiKeys': 'admin',
       'Mutation.createApiKey': 'admin',
       'Mutation.revokeApiKey': 'admin',
+      'Query.exportDefinitions': 'viewer',
+      'Mutation.applyDefinitions': 'admin',
       // The calendar and operating many shows (v3).
       'Query.calendars': 'viewer',
       'Mutation.createCalendar': 'admin',

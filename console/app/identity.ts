@@ -9,42 +9,30 @@
  * client secret). The verifier and a random `state` wait in sessionStorage
  * for the redirect back; a response whose state does not match is ignored.
  */
-import type { DateTime, Role } from './operations.ts'
+import { graphql, type ResultOf } from '../../src/client/graphql.ts'
 
-export const SIGNED_IN_VIEWER = /* GraphQL */ `query Viewer { viewer { role actor name teams } }`
-export interface SignedInViewer {
-  role: Role
-  actor: string
-  name: string
-  teams: string[]
-}
-export interface SignedInViewerData {
-  viewer: SignedInViewer
-}
+export const SIGNED_IN_VIEWER = graphql(`query SignedInViewer { viewer { role actor name teams } }`)
+export type SignedInViewerData = ResultOf<typeof SIGNED_IN_VIEWER>
+export type SignedInViewer = SignedInViewerData['viewer']
 
-const KEY_FIELDS = 'id name role teams prefix createdAt createdBy expiresAt lastUsedAt revokedAt'
-export interface ApiKey {
-  id: string
-  name: string
-  role: Role
-  teams: string[]
-  prefix: string
-  createdAt: DateTime
-  createdBy: string
-  expiresAt: DateTime | null
-  lastUsedAt: DateTime | null
-  revokedAt: DateTime | null
-}
-export const API_KEYS = /* GraphQL */ `query ApiKeys { apiKeys(includeRevoked: true) { ${KEY_FIELDS} } }`
-export interface ApiKeysData {
-  apiKeys: ApiKey[]
-}
-export const CREATE_API_KEY = /* GraphQL */ `mutation CreateApiKey($name: String!, $role: Role!, $teams: [String!], $expiresAt: DateTime) {
-  createApiKey(name: $name, role: $role, teams: $teams, expiresAt: $expiresAt) { key { ${KEY_FIELDS} } secret } }`
-export interface CreateApiKeyData {
-  createApiKey: { key: ApiKey; secret: string }
-}
-export const REVOKE_API_KEY = /* GraphQL */ `mutation RevokeApiKey($id: ID!) { revokeApiKey(id: $id) { ${KEY_FIELDS} } }`
+const KEY_FIELDS = graphql(`
+fragment KeyFields on ApiKey { id name role teams prefix createdAt createdBy expiresAt lastUsedAt revokedAt }`)
+export type ApiKey = ResultOf<typeof KEY_FIELDS>
+
+export const API_KEYS = graphql(`query ApiKeys { apiKeys(includeRevoked: true) { ...KeyFields } }`, [
+  KEY_FIELDS,
+])
+export type ApiKeysData = ResultOf<typeof API_KEYS>
+export const CREATE_API_KEY = graphql(
+  `mutation CreateApiKey($name: String!, $role: Role!, $teams: [String!], $expiresAt: DateTime) {
+  createApiKey(name: $name, role: $role, teams: $teams, expiresAt: $expiresAt) { key { ...KeyFields } secret } }`,
+  [KEY_FIELDS],
+)
+export type CreateApiKeyData = ResultOf<typeof CREATE_API_KEY>
+export const REVOKE_API_KEY = graphql(
+  `mutation RevokeApiKey($id: ID!) { revokeApiKey(id: $id) { ...KeyFields } }`,
+  [KEY_FIELDS],
+)
 
 /** What `GET /auth/config` says about single sign-on. */
 export interface SsoConfig {

@@ -64,7 +64,7 @@ function SignIn({
           setBusy(true)
           setError(null)
           try {
-            const data = await gql<SignedInViewerData>(token.trim(), SIGNED_IN_VIEWER)
+            const data = await gql(token.trim(), SIGNED_IN_VIEWER)
             onSignedIn(token.trim(), data.viewer)
           } catch (err) {
             setError(
@@ -331,7 +331,7 @@ function App() {
   }, [signOut])
 
   function confirmViewer(token: string) {
-    return gql<SignedInViewerData>(token, SIGNED_IN_VIEWER)
+    return gql(token, SIGNED_IN_VIEWER)
       .then((d) => {
         // Signed out (or in with another token) while this was on its way: its answer is stale.
         if (storedToken() !== token) return

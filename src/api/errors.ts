@@ -71,6 +71,7 @@ export function createMaskError(logger: Logger): MaskError {
       return new GraphQLError(cause.message, {
         ...where,
         extensions: {
+          ...cause.extensions,
           code: cause.code,
           ...(cause.code === ERROR_CODES.RATE_LIMITED &&
             typeof retryAfterSeconds === 'number' && { retryAfterSeconds }),

@@ -81,3 +81,30 @@ export function withheldResponseQuote(text: string | null): string | null {
   if (text === null || !text.includes('answered HTTP ')) return text
   return text.replace(BODY_QUOTE, `$1: ${BODY_WITHHELD}`)
 }
+
+/**
+ * Header values that read `[redacted]` in manifests about to be applied: an
+ * export made with a viewer's or operator's token, which would replace the real
+ * values with the placeholder. Each with its path (`[0].program.phases[0].steps[1].params.headers.authorization`).
+ */
+export function redactedHeaderProblems(manifests: unknown): { path: string; message: string }[] {
+  const problems: { path: string; message: string }[] = []
+  if (!Array.isArray(manifests)) return problems
+  manifests.forEach((m: unknown, i) => {
+    if (!isObject(m) || !isObject(m.program) || !Array.isArray(m.program.phases)) return
+    m.program.phases.forEach((phase: unknown, p) => {
+      if (!isObject(phase) || !Array.isArray(phase.steps)) return
+      phase.steps.forEach((step: unknown, s) => {
+        if (!isObject(step) || typeof step.kind !== 'string' || !HEADER_KINDS.has(step.kind)) return
+        const headers = isObject(step.params) && isObject(step.params.headers) ? step.params.headers : {}
+        for (const [name, value] of Object.entries(headers))
+          if (value === REDACTED)
+            problems.push({
+              path: `[${i}].program.phases[${p}].steps[${s}].params.headers[${JSON.stringify(name)}]`,
+              message: `is "${REDACTED}": this file was exported without an admin token; put the real value (or a {{secret.NAME}}) back`,
+            })
+      })
+    })
+  })
+  return problems
+}

@@ -7,15 +7,7 @@ import { useEffect, useRef, useState } from 'preact/hooks'
 import { ApiError, gql } from '../api.ts'
 import { duration, promptOf, scopeLabel } from '../format.ts'
 import { type Live, useLive, useNow } from '../live.ts'
-import {
-  type Cue,
-  INBOX,
-  INBOX_LIVE,
-  type InboxData,
-  RESOLVE_CUE,
-  SKIP_STEP,
-  type StepResultData,
-} from '../operations.ts'
+import { type Cue, INBOX, INBOX_LIVE, type InboxData, RESOLVE_CUE, SKIP_STEP } from '../operations.ts'
 import { can, useSession } from '../session.ts'
 import { ErrorNote, Loading } from '../ui.tsx'
 
@@ -61,8 +53,8 @@ function CueCard({
       const note = text.trim() || null
       const data =
         kind === 'resolve'
-          ? await gql<StepResultData>(session.token, RESOLVE_CUE, { stepId: cue.id, note })
-          : await gql<StepResultData>(session.token, SKIP_STEP, { stepId: cue.id, reason: note })
+          ? await gql(session.token, RESOLVE_CUE, { stepId: cue.id, note })
+          : await gql(session.token, SKIP_STEP, { stepId: cue.id, reason: note })
       const applied = Object.values(data)[0]?.applied
       session.notify(
         applied

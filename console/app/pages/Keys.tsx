@@ -5,7 +5,6 @@ import {
   API_KEYS,
   type ApiKeysData,
   CREATE_API_KEY,
-  type CreateApiKeyData,
   REVOKE_API_KEY,
 } from '../identity.ts'
 import { useLive, useNow } from '../live.ts'
@@ -29,7 +28,7 @@ function CreateKey({ onCreated }: { onCreated: () => Promise<void> }) {
           e.preventDefault()
           setError(null)
           try {
-            const data = await gql<CreateApiKeyData>(session.token, CREATE_API_KEY, {
+            const data = await gql(session.token, CREATE_API_KEY, {
               name: name.trim(),
               role,
               teams: teams

@@ -1,4 +1,5 @@
 /** One run: its steps as a timeline, its log, and the run controls. */
+import type { TadaDocumentNode } from '../../../src/client/graphql.ts'
 import { ApiError, gql } from '../api.ts'
 import { duration, json, promptOf, scopeLabel } from '../format.ts'
 import { useLive, useNow } from '../live.ts'
@@ -33,12 +34,13 @@ export function RunPage({ id }: { id: string }) {
       </>
     )
 
-  async function control(mutation: string, verb: string, variables: Record<string, unknown> = {}) {
+  async function control(
+    mutation: TadaDocumentNode<Record<string, { applied: boolean }>, { id: string; reason?: string }>,
+    verb: string,
+    variables: { reason?: string } = {},
+  ) {
     try {
-      const data = await gql<Record<string, { applied: boolean }>>(session.token, mutation, {
-        id,
-        ...variables,
-      })
+      const data = await gql(session.token, mutation, { id, ...variables })
       const applied = Object.values(data)[0]?.applied
       session.notify(
         applied ? `${verb}.` : `Not ${verb.toLowerCase()}: the run had already moved on.`,
