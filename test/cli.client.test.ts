@@ -5,12 +5,12 @@
  * 2 usage, 3 applied: false (a dry run, a cue answered twice); diff 0 / 1 / 2;
  * watch ends when the run ends.
  */
-import { execFile } from 'node:child_process'
 import { cpSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { parse } from 'yaml'
+import { type CliResult, runCli } from './helpers/cliClient.ts'
 import { eventually, startTestServer, type TestServer, TOKENS } from './helpers/server.ts'
 
 const ROOT = new URL('..', import.meta.url).pathname
@@ -26,30 +26,16 @@ afterAll(async () => {
   if (dir) rmSync(dir, { recursive: true, force: true })
 })
 
-interface Result {
-  code: number
-  stdout: string
-  stderr: string
-}
-
 /** Run the command in `dir` (no admin-token file there), against the test server. */
 function cli(
   args: string[],
   opts: { token?: string | null; env?: Record<string, string> } = {},
-): Promise<Result> {
-  const env: NodeJS.ProcessEnv = { PATH: process.env.PATH ?? '', SHOWRUNNER_URL: s.url, ...opts.env }
-  const token = opts.token === undefined ? TOKENS.admin : opts.token
-  if (token !== null) env.SHOWRUNNER_TOKEN = token
-  return new Promise((resolve) => {
-    execFile(
-      process.execPath,
-      [join(ROOT, 'bin/showrunner.js'), ...args],
-      { cwd: dir, env, timeout: 60_000 },
-      (err, stdout, stderr) => {
-        const code = err ? (typeof err.code === 'number' ? err.code : -1) : 0
-        resolve({ code, stdout, stderr })
-      },
-    )
+): Promise<CliResult> {
+  return runCli(args, {
+    url: s.url,
+    cwd: dir,
+    token: opts.token === undefined ? TOKENS.admin : opts.token,
+    env: opts.env,
   })
 }
 

@@ -79,3 +79,24 @@ export const HEALTH = graphql(`
 query Health {
   health { ok database degradedRuns waitingSteps oldestWaitingStepAt runsByStatus runners { id host tickLagMs lastTickAt } }
 }`)
+
+const KEY_ROW = graphql(`
+fragment KeyRow on ApiKey { id name role teams prefix createdAt createdBy expiresAt lastUsedAt revokedAt }`)
+
+export const API_KEYS = graphql(
+  `query ApiKeys($includeRevoked: Boolean) { apiKeys(includeRevoked: $includeRevoked) { ...KeyRow } }`,
+  [KEY_ROW],
+)
+
+export const CREATE_API_KEY = graphql(
+  `
+mutation CreateApiKey($name: String!, $role: Role!, $teams: [String!], $expiresAt: DateTime) {
+  createApiKey(name: $name, role: $role, teams: $teams, expiresAt: $expiresAt) { key { ...KeyRow } secret }
+}`,
+  [KEY_ROW],
+)
+
+export const REVOKE_API_KEY = graphql(
+  `mutation RevokeApiKey($id: ID!) { revokeApiKey(id: $id) { ...KeyRow } }`,
+  [KEY_ROW],
+)

@@ -7,6 +7,7 @@ import type { Command } from 'commander'
 import { registerCueCommands } from './cues.ts'
 import { registerDefinitionCommands } from './definitions.ts'
 import { registerHealthCommand } from './health.ts'
+import { registerKeyCommands } from './keys.ts'
 import { registerRunCommands } from './runs.ts'
 
 export function registerClientCommands(program: Command): void {
@@ -14,4 +15,5 @@ export function registerClientCommands(program: Command): void {
   registerRunCommands(program)
   registerCueCommands(program)
   registerHealthCommand(program)
+  registerKeyCommands(program)
 }
