@@ -24,7 +24,13 @@ export function principalOf(ctx: ApiContext): Principal {
 
 export function controlDeps(ctx: ApiContext): ControlDeps {
   const s = ctx.services
-  return { db: s.db, clock: s.clock, nudge: () => s.nudge() }
+  return {
+    db: s.db,
+    clock: s.clock,
+    nudge: () => s.nudge(),
+    maxParamsBytes: s.maxParamsBytes,
+    quota: s.runQuota,
+  }
 }
 
 export function definitionDeps(ctx: ApiContext): DefinitionDeps {

@@ -80,6 +80,10 @@ export interface Config {
   dbQueueLimit: number
   /** Connections the runner holds, apart from the API's so API load cannot starve it. @default 4 */
   runnerDbPoolSize: number
+  /** Runs one principal may create per minute, over every mutation that creates runs (MAX_RUNS_PER_MINUTE). @default 10000 */
+  maxRunsPerMinute: number
+  /** Days an audit_log row is kept; 0 keeps every row (AUDIT_RETENTION_DAYS). @default 90 */
+  auditRetentionDays: number
   /** Single sign-on (OIDC_*): bearer JWTs from this issuer are accepted; null when OIDC_ISSUER is unset. */
   oidc: OidcConfig | null
   /** Things worth telling the operator at start that are not errors. */
@@ -102,6 +106,10 @@ export interface RequestLimits {
   wsMaxSubscriptions: number
   /** Milliseconds a WebSocket has to send connection_init before it is closed (WS_INIT_TIMEOUT_MS). @default 3000 */
   wsInitTimeoutMs: number
+  /** Largest answer one request may get, in bytes (MAX_ANSWER_BYTES). @default 16777216 */
+  maxAnswerBytes: number
+  /** Largest `params` a run may carry, in bytes of JSON (MAX_PARAMS_BYTES). @default 65536 */
+  maxParamsBytes: number
 }
 
 /** The limits' defaults; tests and library callers start from these. */
@@ -113,6 +121,8 @@ export const DEFAULT_LIMITS: RequestLimits = {
   maxOccurrences: 2000,
   wsMaxSubscriptions: 100,
   wsInitTimeoutMs: 3000,
+  maxAnswerBytes: 16 * 1024 * 1024,
+  maxParamsBytes: 64 * 1024,
 }
 
 /** Invalid configuration; `problems` holds one message per variable at fault. */
@@ -420,6 +430,35 @@ const envSchema = z
       600_000,
       'a whole number of milliseconds from 100 to 600000',
     ),
+    // Bounds that keep one principal from hurting everyone (docs/security.md).
+    MAX_ANSWER_BYTES: wholeNumber(
+      'MAX_ANSWER_BYTES',
+      DEFAULT_LIMITS.maxAnswerBytes,
+      65_536,
+      512 * 1024 * 1024,
+      'a whole number of bytes from 65536 to 536870912',
+    ),
+    MAX_PARAMS_BYTES: wholeNumber(
+      'MAX_PARAMS_BYTES',
+      DEFAULT_LIMITS.maxParamsBytes,
+      2,
+      16 * 1024 * 1024,
+      'a whole number of bytes from 2 to 16777216',
+    ),
+    MAX_RUNS_PER_MINUTE: wholeNumber(
+      'MAX_RUNS_PER_MINUTE',
+      10_000,
+      1,
+      10_000_000,
+      'a whole number from 1 to 10000000',
+    ),
+    AUDIT_RETENTION_DAYS: wholeNumber(
+      'AUDIT_RETENTION_DAYS',
+      90,
+      0,
+      36_500,
+      'a whole number of days (0 keeps every row)',
+    ),
     DB_POOL_SIZE: wholeNumber('DB_POOL_SIZE', 10, 1, 1000, 'a whole number of connections from 1 to 1000'),
     DB_QUEUE_LIMIT: wholeNumber(
       'DB_QUEUE_LIMIT',
@@ -523,7 +562,11 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       maxOccurrences: e.MAX_OCCURRENCES_PER_REQUEST,
       wsMaxSubscriptions: e.WS_MAX_SUBSCRIPTIONS,
       wsInitTimeoutMs: e.WS_INIT_TIMEOUT_MS,
+      maxAnswerBytes: e.MAX_ANSWER_BYTES,
+      maxParamsBytes: e.MAX_PARAMS_BYTES,
     },
+    maxRunsPerMinute: e.MAX_RUNS_PER_MINUTE,
+    auditRetentionDays: e.AUDIT_RETENTION_DAYS,
     dbPoolSize: e.DB_POOL_SIZE,
     dbQueueLimit: e.DB_QUEUE_LIMIT,
     runnerDbPoolSize: e.RUNNER_DB_POOL_SIZE,

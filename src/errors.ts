@@ -17,6 +17,8 @@ export const ERROR_CODES = {
   CONFLICT: 'CONFLICT',
   /** The database cannot be reached right now; retry later. */
   DATABASE_UNAVAILABLE: 'DATABASE_UNAVAILABLE',
+  /** A per-principal quota is used up; `extensions.retryAfterSeconds` says when to retry. */
+  RATE_LIMITED: 'RATE_LIMITED',
 } as const
 export type ErrorCode = (typeof ERROR_CODES)[keyof typeof ERROR_CODES]
 

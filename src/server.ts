@@ -50,6 +50,7 @@ import { type Clock, systemClock } from './runner/clock.ts'
 import { DbCueLadder } from './runner/cueLadder.ts'
 import { Runner } from './runner/runner.ts'
 import { createDefaultRegistry, type StepRegistry } from './runner/steps/registry.ts'
+import { createRunQuota } from './runQuota.ts'
 
 // Callers (tests, the CLI) import these from the server.
 export { GRAPHQL_PATH, PROBE_SNAPSHOT_MS }
@@ -213,6 +214,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
           horizonMs: config.materialiseHorizonHours * 3_600_000,
           logRetentionMs: config.logRetentionDays * 86_400_000,
           runRetentionMs: config.runRetentionDays * 86_400_000,
+          auditRetentionMs: config.auditRetentionDays * 86_400_000,
           settings: { webhookAllow: config.webhookAllow, cueLadder: new DbCueLadder(runnerDb as Db) },
           logger: logger.child({ component: 'runner' }),
           observer: {
@@ -296,6 +298,9 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     tickMs: config.tickMs,
     horizonMs: config.materialiseHorizonHours * 3_600_000,
     maxOccurrences: config.limits.maxOccurrences,
+    maxParamsBytes: config.limits.maxParamsBytes,
+    // Wall time, not the runner's clock: a quota is about requests per real minute.
+    runQuota: createRunQuota(db, config.maxRunsPerMinute, () => new Date()),
     nudge: () => runner?.nudge(),
     requestMaterialise: () => runner?.requestMaterialise(),
     notifications: { webhookAllow: config.webhookAllow, nudge: () => dispatcher?.nudge() },

@@ -314,6 +314,8 @@ describe('request limits and pools', () => {
       maxOccurrences: 10_000,
       wsMaxSubscriptions: 500,
       wsInitTimeoutMs: 10_000,
+      maxAnswerBytes: 16 * 1024 * 1024,
+      maxParamsBytes: 64 * 1024,
     })
     expect(c).toMatchObject({ dbPoolSize: 20, dbQueueLimit: 1000, runnerDbPoolSize: 8 })
   })
@@ -357,5 +359,42 @@ describe('configSummary', () => {
   it('hides the password of a multi-host DATABASE_URL', () => {
     const c = loadConfig({ DATABASE_URL: 'mysql://u:hunter2@h1:3306,h2:3306/x' })
     expect(configSummary(c).databaseUrl).toBe('mysql://u:***@h1:3306,h2:3306/x')
+  })
+})
+
+describe('bounds per principal (answer size, params size, runs per minute, audit retention)', () => {
+  it('default to the documented values', () => {
+    const c = loadConfig({})
+    expect(c.limits.maxAnswerBytes).toBe(16 * 1024 * 1024)
+    expect(c.limits.maxParamsBytes).toBe(64 * 1024)
+    expect(c.maxRunsPerMinute).toBe(10_000)
+    expect(c.auditRetentionDays).toBe(90)
+  })
+
+  it('are read from their variables', () => {
+    const c = loadConfig({
+      MAX_ANSWER_BYTES: '1048576',
+      MAX_PARAMS_BYTES: '1024',
+      MAX_RUNS_PER_MINUTE: '50',
+      AUDIT_RETENTION_DAYS: '0',
+    })
+    expect(c.limits.maxAnswerBytes).toBe(1_048_576)
+    expect(c.limits.maxParamsBytes).toBe(1024)
+    expect(c.maxRunsPerMinute).toBe(50)
+    expect(c.auditRetentionDays).toBe(0)
+  })
+
+  it('refuses bad values, naming each variable', () => {
+    const problems = problemsOf({
+      MAX_ANSWER_BYTES: '10',
+      MAX_PARAMS_BYTES: 'lots',
+      MAX_RUNS_PER_MINUTE: '0',
+      AUDIT_RETENTION_DAYS: '-1',
+    })
+    expect(problems).toHaveLength(4)
+    expect(problems.join('\n')).toMatch(/MAX_ANSWER_BYTES must be a whole number of bytes from 65536/)
+    expect(problems.join('\n')).toMatch(/MAX_PARAMS_BYTES must be/)
+    expect(problems.join('\n')).toMatch(/MAX_RUNS_PER_MINUTE must be/)
+    expect(problems.join('\n')).toMatch(/AUDIT_RETENTION_DAYS must be/)
   })
 })

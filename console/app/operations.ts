@@ -28,9 +28,9 @@ fragment HealthFields on Health {
 }`)
 export type HealthData = ResultOf<typeof HEALTH_FIELDS>
 
-/** Runs per request: the query budget weighs `first` times what each run selects. */
+/** Runs per request: the query budget weighs `first` times what each run selects (a run with its steps weighs up to 1,000 steps, the program limit). */
 export const IN_PROGRESS_PAGE_SIZE = 100
-export const STANDBY_PAGE_SIZE = 25
+export const STANDBY_PAGE_SIZE = 10
 
 /** A page of the runs in progress (the server's query budget weighs `first`, so long lists come in pages). */
 export const IN_PROGRESS_PAGE = graphql(

@@ -23,6 +23,7 @@ import { isRole, type Role, roleAllows } from '../auth.ts'
 import { AppError, ERROR_CODES } from '../errors.ts'
 import type { Refusal, RefusalReason } from '../identity/authenticator.ts'
 import type { Logger } from '../log.ts'
+import { refusals } from '../refusalSampler.ts'
 import type { ApiContext } from './context.ts'
 
 /** The `extensions` key a root field's required role lives under. */
@@ -100,26 +101,46 @@ export function refusedCredential(refusal: Refusal): RefusedAuthentication['cred
   }
 }
 
-/** A refused authentication, at warn: the actor is always "anonymous" (no token matched). */
+/**
+ * A refused authentication, at warn: the actor is always "anonymous" (no token
+ * matched). Sampled (src/refusalSampler.ts): a line carries `suppressed`, the
+ * refusals left out since the line before.
+ */
 export function logRefusedAuthentication(logger: Logger, what: RefusedAuthentication): void {
-  logger.warn({ actor: 'anonymous', ...what }, 'refused authentication')
+  const suppressed = refusals.take('authentication')
+  if (suppressed === null) return
+  logger.warn(
+    { actor: 'anonymous', ...what, ...(suppressed > 0 && { suppressed }) },
+    'refused authentication',
+  )
 }
 
 /**
  * A refused authorisation: logged at warn and written to the audit table, at
  * most once per operation however many of its fields were refused (a document
- * of aliased forbidden fields must not turn into as many writes).
+ * of aliased forbidden fields must not turn into as many writes), and sampled
+ * per actor (src/refusalSampler.ts): past 10 a minute they are counted, and
+ * the next line and row carry `suppressed`.
  */
 function recordForbidden(ctx: ApiContext, field: string, needed: Role, info: GraphQLResolveInfo): void {
   const principal = ctx.principal as NonNullable<ApiContext['principal']>
   const operationName = info.operation.name?.value ?? null
   const { logger, db } = ctx.services
-  logger.warn(
-    { actor: principal.name, role: principal.role, needed, field, operationName },
-    'refused authorisation',
-  )
   if (refusalAudited.has(ctx)) return
   refusalAudited.add(ctx)
+  const suppressed = refusals.take(`authorisation|${principal.name}`)
+  if (suppressed === null) return
+  logger.warn(
+    {
+      actor: principal.name,
+      role: principal.role,
+      needed,
+      field,
+      operationName,
+      ...(suppressed > 0 && { suppressed }),
+    },
+    'refused authorisation',
+  )
   audit
     .record(db, {
       actor: principal.name,
@@ -127,7 +148,7 @@ function recordForbidden(ctx: ApiContext, field: string, needed: Role, info: Gra
       targetType: 'api',
       targetId: null,
       outcome: 'refused',
-      detail: { operationName, role: principal.role, needed },
+      detail: { operationName, role: principal.role, needed, ...(suppressed > 0 && { suppressed }) },
     })
     .catch((err: unknown) => logger.error({ err, field }, 'could not audit a refused authorisation'))
 }

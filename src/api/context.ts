@@ -10,6 +10,7 @@ import type { Logger } from '../log.ts'
 import type { Metrics } from '../metrics.ts'
 import type { Clock } from '../runner/clock.ts'
 import type { StepRegistry } from '../runner/steps/registry.ts'
+import type { RunQuota } from '../runQuota.ts'
 import type { InboxFeed } from './inboxFeed.ts'
 import { createLoaders, type Loaders } from './loaders.ts'
 import type { RunChangeFeed } from './runChangeFeed.ts'
@@ -35,6 +36,10 @@ export interface ApiServices {
   horizonMs: number
   /** Schedule occurrences one request may compute in all (MAX_OCCURRENCES_PER_REQUEST). */
   maxOccurrences: number
+  /** Largest run `params` accepted, in bytes (MAX_PARAMS_BYTES). */
+  maxParamsBytes: number
+  /** Runs created per principal per minute (MAX_RUNS_PER_MINUTE), taken by every mutation that creates runs. */
+  runQuota: RunQuota
   /** Wake the co-hosted runner (a run was started, a cue resolved); a no-op with RUNNER=off. */
   nudge(): void
   /** Ask the co-hosted runner to materialise at its next tick (a definition changed). */

@@ -30,6 +30,8 @@ export const API_CODES = {
   GRAPHQL_VALIDATION_FAILED: 'GRAPHQL_VALIDATION_FAILED',
   /** A WebSocket already holds as many operations as one socket may. */
   TOO_MANY_OPERATIONS: 'TOO_MANY_OPERATIONS',
+  /** The answer would pass MAX_ANSWER_BYTES: refused before it is built (src/api/answerSize.ts). */
+  ANSWER_TOO_LARGE: 'ANSWER_TOO_LARGE',
   /** A bug or an unexpected failure; details are in the server log. */
   INTERNAL_SERVER_ERROR: 'INTERNAL_SERVER_ERROR',
 } as const
@@ -65,9 +67,15 @@ export function createMaskError(logger: Logger): MaskError {
     const cause = rootCause(error)
     const where = located(error)
     if (cause instanceof AppError) {
+      const retryAfterSeconds = cause.details?.retryAfterSeconds
       return new GraphQLError(cause.message, {
         ...where,
-        extensions: { ...cause.extensions, code: cause.code },
+        extensions: {
+          ...cause.extensions,
+          code: cause.code,
+          ...(cause.code === ERROR_CODES.RATE_LIMITED &&
+            typeof retryAfterSeconds === 'number' && { retryAfterSeconds }),
+        },
       })
     }
     if (isPoolBusy(cause)) {

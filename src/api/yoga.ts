@@ -19,15 +19,18 @@ import type { Principal } from '../auth.ts'
 import type { Config } from '../config.ts'
 import type { Authenticator } from '../identity/authenticator.ts'
 import type { Logger } from '../log.ts'
+import { useAnswerSizeCap } from './answerSize.ts'
 import { type ChangeSignal, useChangeSignalAfterMutations } from './changeSignal.ts'
 import { type ApiContext, type ApiServices, createApiContext } from './context.ts'
 import { useEndSubscriptionsWithCredential } from './credentialEnd.ts'
 import { useDocumentNestingLimit } from './documentLimits.ts'
 import { API_CODES, createMaskError, useValidationErrorCodes } from './errors.ts'
 import { renderSelfHostedGraphiQL } from './graphiql.ts'
+import { useHtmlSecurityHeaders } from './htmlHeaders.ts'
 import { CSRF_HEADER, principalOfRequest, useAuthGate, useCsrfPrevention } from './httpGuards.ts'
 import { useQueryJit } from './jit.ts'
 import { useQueryBudget } from './queryBudget.ts'
+import { useRetryAfterHeader } from './retryAfter.ts'
 import { WS_PRINCIPAL } from './ws.ts'
 
 export const GRAPHQL_PATH = '/graphql'
@@ -140,7 +143,16 @@ export function createApiYoga(opts: ApiYogaOptions): YogaServerInstance<any, Api
         ...armorReports('MAX_QUERY_DEPTH'),
       }),
       maxAliasesPlugin({ n: config.limits.maxAliases, ...armorReports('MAX_QUERY_ALIASES') }),
-      useQueryBudget({ maxCost: config.limits.maxCost, maxOccurrences: config.limits.maxOccurrences }),
+      useQueryBudget({
+        maxCost: config.limits.maxCost,
+        maxOccurrences: config.limits.maxOccurrences,
+        maxAnswerBytes: config.limits.maxAnswerBytes,
+        maxParamsBytes: config.limits.maxParamsBytes,
+        maxProgramBytes: config.maxBodyBytes,
+      }),
+      useAnswerSizeCap(config.limits.maxAnswerBytes),
+      useRetryAfterHeader(),
+      useHtmlSecurityHeaders(),
       useValidationErrorCodes(),
       useChangeSignalAfterMutations(changes),
       useQueryJit({

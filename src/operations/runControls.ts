@@ -17,13 +17,21 @@ import { badInput, conflict, notFound } from '../errors.ts'
 import type { Clock } from '../runner/clock.ts'
 import { resolveConcurrencyKey } from '../runner/materialise.ts'
 import { speedProblem } from '../runner/speed.ts'
+import type { RunQuota } from '../runQuota.ts'
 
 export interface ControlDeps {
   db: Db
   clock: Clock
   /** Wake the local runner so a change is acted on now, not at the next tick. */
   nudge?: () => void
+  /** Largest `params` accepted, in bytes of JSON (MAX_PARAMS_BYTES). @default 65536 */
+  maxParamsBytes?: number
+  /** Runs per principal per minute (MAX_RUNS_PER_MINUTE); none in library use. */
+  quota?: RunQuota
 }
+
+/** The default of MAX_PARAMS_BYTES. */
+export const DEFAULT_MAX_PARAMS_BYTES = 64 * 1024
 
 export interface TransitionAnswer {
   applied: boolean
@@ -65,6 +73,14 @@ export async function startRun(deps: ControlDeps, input: StartRunInput): Promise
   if (params !== null && (typeof params !== 'object' || Array.isArray(params))) {
     throw badInput('params must be a JSON object, e.g. {"room": "A"}.')
   }
+  const maxParams = deps.maxParamsBytes ?? DEFAULT_MAX_PARAMS_BYTES
+  // Bytes as stored (UTF-8 JSON): each run keeps its params, and its first log line repeats them.
+  const paramsBytes = params === null ? 0 : Buffer.byteLength(JSON.stringify(params))
+  if (paramsBytes > maxParams) {
+    throw badInput(
+      `params is ${paramsBytes} bytes of JSON; at most ${maxParams} (MAX_PARAMS_BYTES). Pass a reference (an id, a URL) instead of the data.`,
+    )
+  }
   if (input.at && Number.isNaN(input.at.getTime())) throw badInput('at must be a valid ISO-8601 date-time.')
   const speed = input.speed ?? 1
   const badSpeed = speedProblem(speed, input.rehearsal === true)
@@ -74,6 +90,8 @@ export async function startRun(deps: ControlDeps, input: StartRunInput): Promise
   const archived = () => conflict(`Definition "${def.slug}" is archived; set it ACTIVE to start runs.`)
   if (def.state === 'archived') throw archived()
   if (def.currentVersionId === null) throw conflict(`Definition "${def.slug}" has no published version.`)
+  // Counted before the insert (an idempotent repeat counts too): a refusal costs no write.
+  await deps.quota?.take(input.actor, 1)
   const scheduledFor = input.at ?? deps.clock.now()
   const rehearsal = input.rehearsal === true
   const typedParams = params as Record<string, unknown> | null
@@ -149,7 +167,10 @@ async function recordControl(
 /** `running | ending → paused`: the runner takes no further step until resumed. */
 export async function pauseRun(deps: ControlDeps, id: number, actor: string): Promise<TransitionAnswer> {
   await mustGetRun(deps.db, id)
-  const applied = await runs.transition(deps.db, id, ['running', 'ending'], 'paused')
+  // A run whose last step is done is the runner's to complete: the pause loses.
+  const applied = await runs.transition(deps.db, id, ['running', 'ending'], 'paused', {
+    onlyWithStepsLeft: true,
+  })
   const run = await mustGetRun(deps.db, id)
   await recordControl(deps, id, actor, 'pause', applied, run)
   return { applied, run }
@@ -174,8 +195,10 @@ export async function cancelRun(
 ): Promise<TransitionAnswer> {
   if (reason !== null && reason.length > 500) throw badInput('reason must be at most 500 characters.')
   await mustGetRun(deps.db, id)
+  // A run whose last step is done is the runner's to complete: the cancel loses.
   const applied = await runs.endWithSteps(deps.db, id, NON_TERMINAL, 'cancelled', {
     error: `cancelled by ${actor}${reason ? `: ${reason}` : ''}`,
+    onlyWithStepsLeft: true,
   })
   const run = await mustGetRun(deps.db, id)
   await recordControl(deps, id, actor, 'cancel', applied, run, { reason })
