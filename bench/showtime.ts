@@ -29,14 +29,11 @@
  * Statements per run: the server's pools' own count, and MariaDB's server-wide
  * Questions delta (inflated by any other client of a shared MariaDB).
  */
-import { type ChildProcess, fork } from 'node:child_process'
 import { monitorEventLoopDelay } from 'node:perf_hooks'
-import { fileURLToPath } from 'node:url'
-import { loadConfig } from '../src/config.ts'
 import { type BenchResult, benchDb, globalStatus, printResults, runMain, saveResult, sleep } from './lib.ts'
-import { BENCH_ADMIN_TOKEN, cronAt, graphql, instantAhead, serverStatements } from './scheduled.ts'
+import { BENCH_ADMIN_TOKEN, cronAt, instantAhead, serverStatements } from './scheduled.ts'
 import { BENCH_TOKENS, type BenchServer, startBenchServer } from './server.ts'
-import type { BurstReport, ClientsReport, Command } from './showtimeClients.ts'
+import type { ClientsReport, Command } from './showtimeClients.ts'
 import {
   type PhaseFigures,
   phaseFigures,
@@ -47,6 +44,8 @@ import {
   targetRow,
   WAIT_MS,
 } from './showtimeFigures.ts'
+import { ClientsProcess, countRuns, createShows, PHASE_TIMEOUT_MS, until } from './showtimeSetup.ts'
+import { burstPhase, hostilePhase } from './showtimeStress.ts'
 
 const env = process.env
 const SHOWS = Number(env.SHOWTIME_SHOWS ?? 2000)
@@ -56,16 +55,7 @@ const OPERATORS = 10
 const ANSWERS_IN_FLIGHT = 4
 const DASHBOARDS = Number(env.SHOWTIME_DASHBOARDS ?? 40)
 const AFTER_MS = Number(env.SHOWTIME_AFTER_MS ?? 60_000)
-const BURST_ANSWERS = Number(env.SHOWTIME_BURST_ANSWERS ?? 4000)
-const TICKERS = Number(env.SHOWTIME_TICKERS ?? 100)
-const HOSTILE_SECONDS = Number(env.SHOWTIME_HOSTILE_SECONDS ?? 20)
-const HOSTILE_SOCKETS = Number(env.SHOWTIME_HOSTILE_SOCKETS ?? 10)
-const HOSTILE_PER_SOCKET = 100
-const SETTLE_MS = Number(env.SHOWTIME_SETTLE_MS ?? 5000)
 const LEAD_MS = Number(env.BENCH_LEAD_MS ?? Math.max(8000, SHOWS * 8))
-/** No phase may take longer than this: the benchmark fails rather than waits for ever. */
-const PHASE_TIMEOUT_MS = 300_000
-const TICK_MS = loadConfig({}).tickMs
 const ELD_RESOLUTION_MS = 10
 const OPERATOR_TOKENS = Array.from(
   { length: OPERATORS },
@@ -106,92 +96,6 @@ function showProgram(url: string) {
         steps: [{ kind: 'core.log', params: { message: 'wrap-up in {{run.scope}}' } }],
       },
     ],
-  }
-}
-const CUE_ONLY = {
-  phases: [
-    { name: 'main', steps: [{ kind: 'core.cue', params: { prompt: 'Go {{run.scope}}' } }] },
-    { name: 'wrap-up', ending: true, steps: [{ kind: 'core.log', params: { message: 'done' } }] },
-  ],
-}
-const EVERY_SECOND = {
-  phases: [{ name: 'main', steps: [{ kind: 'core.log', params: { message: 'tick' } }] }],
-}
-
-const CREATE = `mutation Create($input: CreateDefinitionInput!) { createDefinition(input: $input) { id } }`
-
-/** `shows` runs of `program` due at `instant` (or on `schedule`), `perDefinition` scopes a definition. */
-async function createShows(
-  server: BenchServer,
-  opts: { prefix: string; shows: number; perDefinition: number; schedule: string; program: unknown },
-): Promise<{ from: number; to: number }> {
-  const ids: number[] = []
-  for (let d = 0, left = opts.shows; left > 0; d++, left -= opts.perDefinition) {
-    const n = Math.min(opts.perDefinition, left)
-    const data = await graphql<{ createDefinition: { id: string } }>(server.graphqlUrl, CREATE, {
-      input: {
-        slug: `${opts.prefix}${d}`,
-        title: `Showtime ${opts.prefix}${d}`,
-        schedule: opts.schedule,
-        timezone: 'UTC',
-        graceSeconds: 3600,
-        ...(n > 1
-          ? { scopes: Array.from({ length: n }, (_, i) => `room-${d * opts.perDefinition + i}`) }
-          : {}),
-        program: opts.program,
-      },
-    })
-    ids.push(Number(data.createDefinition.id))
-  }
-  return { from: Math.min(...ids), to: Math.max(...ids) }
-}
-
-async function until<T>(what: string, timeoutMs: number, probe: () => Promise<T | null>): Promise<T> {
-  const deadline = Date.now() + timeoutMs
-  for (;;) {
-    const got = await probe()
-    if (got !== null) return got
-    if (Date.now() > deadline) throw new Error(`showtime: ${what} not within ${timeoutMs} ms`)
-    await sleep(50)
-  }
-}
-
-const countRuns = async (db: BenchServer['app']['db'], defs: { from: number; to: number }, extra = '') => {
-  const [row] = await db.query<{ n: number }>(
-    `SELECT COUNT(*) AS n FROM event_runs WHERE definition_id BETWEEN ? AND ? ${extra}`,
-    [defs.from, defs.to],
-  )
-  return Number(row?.n ?? 0)
-}
-
-class ClientsProcess {
-  readonly child: ChildProcess
-  constructor() {
-    this.child = fork(fileURLToPath(new URL('./showtimeClients.ts', import.meta.url)), [], {
-      execArgv: ['--import', 'tsx'],
-      stdio: ['ignore', 'inherit', 'inherit', 'ipc'],
-    })
-  }
-  next<T>(type: string, timeoutMs = 120_000): Promise<T> {
-    return new Promise((resolve, reject) => {
-      const timer = setTimeout(() => {
-        this.child.off('message', on)
-        reject(new Error(`showtime clients: no "${type}" within ${timeoutMs} ms`))
-      }, timeoutMs)
-      const on = (msg: { type?: string; error?: string }) => {
-        if (msg?.type !== type && msg?.type !== 'failed') return
-        clearTimeout(timer)
-        this.child.off('message', on)
-        if (msg.type === 'failed') reject(new Error(`showtime clients failed: ${msg.error}`))
-        else resolve(msg as T)
-      }
-      this.child.on('message', on)
-    })
-  }
-  ask<T>(cmd: Command, reply: string, timeoutMs?: number): Promise<T> {
-    const answer = this.next<T>(reply, timeoutMs)
-    this.child.send(cmd)
-    return answer
   }
 }
 
@@ -458,162 +362,6 @@ export async function run(): Promise<Record<string, BenchResult>> {
     clients.child.kill()
     await server?.stop()
     await b.drop()
-  }
-}
-
-/** Every parked cue answered twice, all at once, each on its own connection. */
-async function burstPhase(s: BenchServer, clients: ClientsProcess): Promise<BenchResult> {
-  const cues = Math.ceil(BURST_ANSWERS / 2)
-  const instant = instantAhead(Math.max(5000, cues * 3))
-  const defs = await createShows(s, {
-    prefix: 'burst-',
-    shows: cues,
-    perDefinition: 1000,
-    schedule: cronAt(instant),
-    program: CUE_ONLY,
-  })
-  const stepIds = await until(`${cues} burst cues parked`, PHASE_TIMEOUT_MS, async () => {
-    const rows = await s.app.db.query<{ id: number }>(
-      `SELECT s.id FROM event_run_steps s JOIN event_runs r ON r.id = s.run_id
-        WHERE r.definition_id BETWEEN ? AND ? AND s.parked = 1 AND s.status = 'running'`,
-      [defs.from, defs.to],
-    )
-    return rows.length >= cues ? rows.map((r) => String(r.id)) : null
-  })
-  await sleep(1000) // the inboxes have settled
-  // Each cue twice, side by side, so its two answers come from two operators.
-  const offered = stepIds.flatMap((id) => [id, id])
-  const r = await clients.ask<BurstReport>(
-    { type: 'burst', stepIds: offered, timeoutMs: 120_000, retryRounds: 10 },
-    'burstDone',
-    300_000,
-  )
-  const first = r.first
-  const busy = first.filter((a) => a.code === 'BUSY')
-  const answered = first.filter((a) => a.status === 200 && typeof a.applied === 'boolean')
-  const socket = first.filter((a) => a.socketError !== null)
-  const busyWell = busy.filter((a) => a.status === 503 && a.retryAfter !== null)
-  const other = first.filter(
-    (a) =>
-      a.socketError === null && a.code !== 'BUSY' && !(a.status === 200 && typeof a.applied === 'boolean'),
-  )
-  const all = [first, ...r.retries].flat()
-  const applied = all.filter((a) => a.applied === true).length
-  const resolved = await countRuns(s.app.db, defs, `AND status = 'completed'`)
-  await until('the burst runs finished', 60_000, async () =>
-    (await countRuns(s.app.db, defs, `AND status = 'completed'`)) >= cues ? true : null,
-  ).catch(() => {})
-  const completed = await countRuns(s.app.db, defs, `AND status = 'completed'`)
-  const lost = offered.length - answered.length - busy.length - other.length - socket.length
-  const met =
-    socket.length === 0 &&
-    other.length === 0 &&
-    busyWell.length === busy.length &&
-    applied === cues &&
-    completed === cues
-  const codes: Record<string, number> = {}
-  for (const a of other) codes[`${a.status} ${a.code}`] = (codes[`${a.status} ${a.code}`] ?? 0) + 1
-  const socketCodes: Record<string, number> = {}
-  for (const a of socket) socketCodes[String(a.socketError)] = (socketCodes[String(a.socketError)] ?? 0) + 1
-  console.log(
-    `showtimeBurst: ${offered.length} answers at once over ${cues} cues: ${answered.length} answered, ${busy.length} BUSY ` +
-      `(${busyWell.length} with 503 + Retry-After), ${other.length} other (${JSON.stringify(codes)}), ${socket.length} socket errors ` +
-      `(${JSON.stringify(socketCodes)}); after ${r.retries.length} retry rounds ${applied} applied, ${completed}/${cues} runs completed; met: ${met}`,
-  )
-  return {
-    value: socket.length + other.length + (busy.length - busyWell.length),
-    unit: 'answers failed (socket errors, wrong codes, busy without 503 + Retry-After)',
-    baseline: null,
-    ratio: null,
-    target:
-      'none lost: each answered or BUSY with HTTP 503 + Retry-After; no socket error; every cue applied exactly once after retries',
-    met,
-    detail: {
-      offered: offered.length,
-      cues,
-      answered: answered.length,
-      busy: busy.length,
-      busyWith503AndRetryAfter: busyWell.length,
-      otherErrors: codes,
-      socketErrors: socketCodes,
-      lost,
-      retryRounds: r.retries.map((x) => x.length),
-      appliedInAll: applied,
-      completedBeforeRetriesSettled: resolved,
-      completed,
-      answerMs: spread(first.map((a) => a.ms)),
-      wallMs: Math.round(r.wallMs),
-    },
-  }
-}
-
-/** Per-second schedules, without and then with a hostile viewer's runChanges subscriptions. */
-async function hostilePhase(s: BenchServer, clients: ClientsProcess): Promise<BenchResult> {
-  const defs = await createShows(s, {
-    prefix: 'tick-',
-    shows: TICKERS,
-    perDefinition: 1,
-    schedule: '* * * * * *',
-    program: EVERY_SECOND,
-  })
-  // A per-second schedule is made ahead in a window of occurrences; the
-  // count never settles (each second some come due and more are made), so
-  // give the first windows a fixed few seconds before measuring.
-  await sleep(SETTLE_MS)
-  const health = async (from: number, to: number) => {
-    const rep = await clients.ask<ClientsReport>({ type: 'report' }, 'report')
-    return spread(rep.health.filter((h) => h.at >= from && h.at <= to).map((h) => h.ms))
-  }
-  const window = async (label: string) => {
-    const from = Date.now() + 1000
-    const to = from + HOSTILE_SECONDS * 1000
-    await sleep(to - Date.now())
-    await sleep(2 * TICK_MS + 500)
-    const rows = await s.app.db.query<{ status: string; lag: number | null }>(
-      `SELECT status, TIMESTAMPDIFF(MICROSECOND, scheduled_for, started_at) / 1000 AS lag FROM event_runs
-        WHERE definition_id BETWEEN ? AND ? AND scheduled_for >= ? AND scheduled_for < ?`,
-      [defs.from, defs.to, new Date(from), new Date(to)],
-    )
-    const lags = rows.filter((r) => r.lag !== null).map((r) => Number(r.lag))
-    const out = {
-      due: rows.length,
-      startLagMs: spread(lags),
-      notStarted: rows.length - lags.length,
-      missed: rows.filter((r) => r.status === 'missed').length,
-      healthzMs: await health(from, to),
-    }
-    console.log(`showtimeHostile: ${label}: ${JSON.stringify(out)}`)
-    return out
-  }
-  const quiet = await window('no hostile subscriber')
-  const ready = await clients.ask<{ subscribed: number }>(
-    { type: 'hostile', sockets: HOSTILE_SOCKETS, perSocket: HOSTILE_PER_SOCKET },
-    'hostileReady',
-  )
-  const cpu0 = process.cpuUsage()
-  const hostile = await window(`${ready.subscribed} runChanges subscriptions on ${HOSTILE_SOCKETS} sockets`)
-  const cpu = process.cpuUsage(cpu0)
-  const stopped = await clients.ask<{ deliveries: number }>({ type: 'hostileStop' }, 'hostileStopped')
-  const limit = 2 * TICK_MS
-  const met = hostile.startLagMs.p99 <= limit && hostile.missed === 0 && hostile.notStarted === 0
-  return {
-    value: hostile.startLagMs.p99,
-    unit: 'ms (due-run start lag p99 with the hostile subscriber)',
-    baseline: quiet.startLagMs.p99,
-    ratio: quiet.startLagMs.p99 > 0 ? hostile.startLagMs.p99 / quiet.startLagMs.p99 : null,
-    target: `start lag p99 <= 2 x TICK_MS (${limit} ms); 0 MISSED; every due run started`,
-    met,
-    detail: {
-      tickers: TICKERS,
-      seconds: HOSTILE_SECONDS,
-      sockets: HOSTILE_SOCKETS,
-      perSocket: HOSTILE_PER_SOCKET,
-      subscribed: ready.subscribed,
-      deliveries: stopped.deliveries,
-      quiet,
-      hostile,
-      serverCpuSecondsInHostileWindow: Math.round((cpu.user + cpu.system) / 1e4) / 100,
-    },
   }
 }
 
