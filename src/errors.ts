@@ -17,6 +17,8 @@ export const ERROR_CODES = {
   CONFLICT: 'CONFLICT',
   /** The database cannot be reached right now; retry later. */
   DATABASE_UNAVAILABLE: 'DATABASE_UNAVAILABLE',
+  /** This instance cannot take the request now (load, not an outage); retry after Retry-After. */
+  BUSY: 'BUSY',
 } as const
 export type ErrorCode = (typeof ERROR_CODES)[keyof typeof ERROR_CODES]
 
