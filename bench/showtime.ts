@@ -39,7 +39,6 @@ import {
   phaseFigures,
   phaseSteps,
   RECEIVER_MS,
-  spread,
   type TargetRow,
   targetRow,
   WAIT_MS,
@@ -99,6 +98,13 @@ function showProgram(url: string) {
   }
 }
 
+/** The runner's passes so far: how many, and their total seconds (the tick-duration histogram). */
+async function passTotals(s: BenchServer): Promise<{ count: number; sum: number }> {
+  const metric = await s.app.metrics.tickDuration.get()
+  const value = (name: string) => metric.values.find((v) => v.metricName === name)?.value ?? 0
+  return { count: value(`${metric.name}_count`), sum: value(`${metric.name}_sum`) }
+}
+
 interface Phase {
   figures: PhaseFigures
   eldP99Ms: number
@@ -107,6 +113,8 @@ interface Phase {
   questionsPerRun: number
   comPerRun: Record<string, number>
   rssPeakMb: number
+  runnerPasses: number
+  runnerPassMeanMs: number | null
   window: { from: number; to: number }
 }
 
@@ -147,6 +155,7 @@ export async function run(): Promise<Record<string, BenchResult>> {
 
     const phase = async (prefix: string, shows: number, leadMs: number): Promise<Phase> => {
       const instant = instantAhead(leadMs)
+      const passesBefore = await passTotals(s)
       const statementsBefore = serverStatements(s)
       const questionsBefore = await globalStatus('Questions')
       const comBefore = await Promise.all(COM.map(globalStatus))
@@ -177,6 +186,8 @@ export async function run(): Promise<Record<string, BenchResult>> {
           : null,
       )
       const to = Date.now()
+      const passesAfter = await passTotals(s)
+      const passes = passesAfter.count - passesBefore.count
       const eldP99Ms = Math.max(0, eld.percentile(99) / 1e6 - ELD_RESOLUTION_MS)
       const eldMaxMs = Math.max(0, eld.max / 1e6 - ELD_RESOLUTION_MS)
       const peak = rssPeak
@@ -199,6 +210,9 @@ export async function run(): Promise<Record<string, BenchResult>> {
           ]),
         ),
         rssPeakMb: mb(peak),
+        runnerPasses: passes,
+        runnerPassMeanMs:
+          passes > 0 ? Math.round(((passesAfter.sum - passesBefore.sum) * 1000) / passes) : null,
         window,
       }
     }
@@ -283,6 +297,12 @@ export async function run(): Promise<Record<string, BenchResult>> {
         mb(rssAfter),
         Math.round(1.2 * mb(rssIdle)),
         '<= 1.2 x idle',
+      ),
+      targetRow(
+        'runner pass, mean (ms)',
+        idle.runnerPassMeanMs ?? Number.NaN,
+        loaded.runnerPassMeanMs ?? Number.NaN,
+        null,
       ),
       targetRow('statements per run (server pools)', idle.statementsPerRun, loaded.statementsPerRun, null),
       targetRow(
