@@ -164,13 +164,16 @@ export async function hostilePhase(s: BenchServer, clients: ClientsProcess): Pro
   const cpu = process.cpuUsage(cpu0)
   const stopped = await clients.ask<{ deliveries: number }>({ type: 'hostileStop' }, 'hostileStopped')
   const limit = 2 * TICK_MS
-  const met = hostile.startLagMs.p99 <= limit && hostile.missed === 0 && hostile.notStarted === 0
+  // Both windows are under the API's load (the dashboards and operators stay
+  // connected, and the schedules' first runs are news to them): both must hold.
+  const within = (w: typeof quiet) => w.startLagMs.p99 <= limit && w.missed === 0 && w.notStarted === 0
+  const met = within(quiet) && within(hostile)
   return {
     value: hostile.startLagMs.p99,
     unit: 'ms (due-run start lag p99 with the hostile subscriber)',
     baseline: quiet.startLagMs.p99,
     ratio: quiet.startLagMs.p99 > 0 ? hostile.startLagMs.p99 / quiet.startLagMs.p99 : null,
-    target: `start lag p99 <= 2 x TICK_MS (${limit} ms); 0 MISSED; every due run started`,
+    target: `start lag p99 <= 2 x TICK_MS (${limit} ms), 0 MISSED, every due run started, in both windows`,
     met,
     detail: {
       tickers: TICKERS,
