@@ -31,6 +31,7 @@ export type Command =
       answerSlugPattern: string
     }
   | { type: 'report' }
+  | { type: 'health' }
   | { type: 'burst'; stepIds: string[]; timeoutMs: number; retryRounds: number }
   | { type: 'hostile'; sockets: number; perSocket: number }
   | { type: 'hostileStop' }
@@ -482,6 +483,11 @@ process.on('message', (cmd: Command) => {
           rssMb: process.memoryUsage().rss / 2 ** 20,
         }
         send(report)
+        return
+      }
+      case 'health': {
+        // Only the prober's samples: the full report can be megabytes of deliveries.
+        send({ type: 'healthReport', health })
         return
       }
       case 'burst': {

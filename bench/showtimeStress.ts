@@ -7,7 +7,7 @@ import { loadConfig } from '../src/config.ts'
 import { type BenchResult, sleep } from './lib.ts'
 import { cronAt, instantAhead } from './scheduled.ts'
 import type { BenchServer } from './server.ts'
-import type { BurstReport, ClientsReport } from './showtimeClients.ts'
+import type { BurstReport, HealthSample } from './showtimeClients.ts'
 import { spread } from './showtimeFigures.ts'
 import { type ClientsProcess, countRuns, createShows, PHASE_TIMEOUT_MS, until } from './showtimeSetup.ts'
 
@@ -130,7 +130,7 @@ export async function hostilePhase(s: BenchServer, clients: ClientsProcess): Pro
   // give the first windows a fixed few seconds before measuring.
   await sleep(SETTLE_MS)
   const health = async (from: number, to: number) => {
-    const rep = await clients.ask<ClientsReport>({ type: 'report' }, 'report')
+    const rep = await clients.ask<{ health: HealthSample[] }>({ type: 'health' }, 'healthReport')
     return spread(rep.health.filter((h) => h.at >= from && h.at <= to).map((h) => h.ms))
   }
   const window = async (label: string) => {
