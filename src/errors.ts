@@ -19,6 +19,8 @@ export const ERROR_CODES = {
   DATABASE_UNAVAILABLE: 'DATABASE_UNAVAILABLE',
   /** A per-principal quota is used up; `extensions.retryAfterSeconds` says when to retry. */
   RATE_LIMITED: 'RATE_LIMITED',
+  /** This instance cannot take the request now (load, not an outage); retry after Retry-After. */
+  BUSY: 'BUSY',
 } as const
 export type ErrorCode = (typeof ERROR_CODES)[keyof typeof ERROR_CODES]
 

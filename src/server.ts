@@ -116,6 +116,9 @@ export interface App {
   readonly generatedToken: string | null
 }
 
+/** Connections the kernel may hold for accept() (see start()). */
+const LISTEN_BACKLOG = 4096
+
 type Route =
   | '/graphql'
   | '/graphiql'
@@ -426,7 +429,11 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     await new Promise<void>((resolve, reject) => {
       const onError = (err: Error) => reject(err)
       httpServer.once('error', onError)
-      httpServer.listen(config.port, host, () => {
+      // node's default accept queue (511) overflows when a few thousand clients
+      // connect at once (the top of the hour): the kernel drops their SYNs and
+      // they wait seconds for a retransmit, or time out. Ask for more; Linux
+      // caps it at net.core.somaxconn.
+      httpServer.listen({ port: config.port, host, backlog: LISTEN_BACKLOG }, () => {
         httpServer.off('error', onError)
         resolve()
       })

@@ -199,9 +199,9 @@ export class InboxFeed {
   private async pollGroup(listeners: InboxListener[]): Promise<void> {
     const longest = Math.max(...listeners.map((l) => l.limit))
     const steps = await listWaiting(this.opts.db, longest, listeners[0]?.identities ?? null)
-    const due: { listener: InboxListener; steps: StepRow[]; sent: string }[] = []
+    const due: { listener: InboxListener; view: { steps: StepRow[]; sent: string; inbox?: Inbox } }[] = []
     // Subscribers ask for a few distinct limits: each slice is cut and identified once.
-    const byLimit = new Map<number, { steps: StepRow[]; sent: string }>()
+    const byLimit = new Map<number, { steps: StepRow[]; sent: string; inbox?: Inbox }>()
     for (const listener of listeners) {
       let view = byLimit.get(listener.limit)
       if (!view) {
@@ -209,14 +209,17 @@ export class InboxFeed {
         view = { steps: mine, sent: fingerprintOf(mine) }
         byLimit.set(listener.limit, view)
       }
-      if (view.sent !== listener.sent) due.push({ listener, ...view })
+      if (view.sent !== listener.sent) due.push({ listener, view })
     }
     if (due.length === 0) return
     const loaders = await this.loadersFor(steps)
-    for (const { listener, steps: mine, sent } of due) {
-      listener.sent = sent
+    for (const { listener, view } of due) {
+      listener.sent = view.sent
+      // One inbox object per limit: subscribers of equal selections share its
+      // execution (sharedSubscribe.ts), which is keyed by the event object.
+      view.inbox ??= { steps: view.steps, loaders }
       try {
-        listener.onInbox({ steps: mine, loaders })
+        listener.onInbox(view.inbox)
       } catch (err) {
         this.opts.logger?.warn({ err }, 'a waitingSteps listener failed')
       }

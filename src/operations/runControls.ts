@@ -5,7 +5,7 @@
  * `applied: false` is not an error: the guard did not match (another person, or
  * the runner, got there first) and the caller gets the current row.
  */
-import type { Db } from '../../sql/db.ts'
+import type { Db, Queryable } from '../../sql/db.ts'
 import * as definitions from '../../sql/eventDefinitions.ts'
 import * as logs from '../../sql/eventRunLogs.ts'
 import type { RunListRow } from '../../sql/eventRuns/index.ts'
@@ -206,7 +206,7 @@ export async function cancelRun(
   return { applied, run }
 }
 
-async function mustGetStep(db: Db, id: number): Promise<StepRow> {
+async function mustGetStep(db: Queryable, id: number): Promise<StepRow> {
   const step = await steps.getById(db, id)
   if (!step) throw notFound('step', id)
   return step
@@ -218,28 +218,38 @@ async function stepControl(
   actor: string,
   action: 'resolve cue' | 'skip step',
   text: string | null,
-  apply: (step: StepRow) => Promise<boolean>,
+  apply: (db: Queryable, step: StepRow) => Promise<boolean>,
 ): Promise<StepAnswer> {
   if (text !== null && text.length > 1000) throw badInput('note and reason must be at most 1000 characters.')
-  const before = await mustGetStep(deps.db, stepId)
-  const applied = await apply(before)
-  const step = await mustGetStep(deps.db, stepId)
-  await logs.append(deps.db, {
-    runId: step.runId,
-    stepId,
-    level: applied ? 'info' : 'warn',
-    message: applied
-      ? `${action} ${step.seq} (${step.kind}) by ${actor}${text ? `: ${text}` : ''}`
-      : `${action} ${step.seq} by ${actor} not applied: the step is ${step.status.toUpperCase()}${step.parked ? ' (parked)' : ''}`,
-    actor,
-    data: { action, applied, text },
-  })
-  if (applied) {
-    // The runner compares wake_at with its clock, so wake by that clock, not the database's.
-    await runs.wakeNow(deps.db, step.runId, deps.clock.now())
-    deps.nudge?.()
-  }
-  return { applied, step }
+  // One transaction on one connection: an instance too busy to take the answer
+  // refuses it (BUSY) before anything is applied, never after. As separate
+  // statements, a full pool queue could refuse the log line or the wake-up of
+  // a cue already answered, and the person was told BUSY for an answer that
+  // counted (their retry then read applied: false). Read committed, so the
+  // step answered back is the current row, not the snapshot of the first read.
+  const answer = await deps.db.transaction(
+    async (tx) => {
+      const before = await mustGetStep(tx, stepId)
+      const applied = await apply(tx, before)
+      const step = await mustGetStep(tx, stepId)
+      await logs.append(tx, {
+        runId: step.runId,
+        stepId,
+        level: applied ? 'info' : 'warn',
+        message: applied
+          ? `${action} ${step.seq} (${step.kind}) by ${actor}${text ? `: ${text}` : ''}`
+          : `${action} ${step.seq} by ${actor} not applied: the step is ${step.status.toUpperCase()}${step.parked ? ' (parked)' : ''}`,
+        actor,
+        data: { action, applied, text },
+      })
+      // The runner compares wake_at with its clock, so wake by that clock, not the database's.
+      if (applied) await runs.wakeNow(tx, step.runId, deps.clock.now())
+      return { applied, step }
+    },
+    { isolation: 'READ COMMITTED', retryable: true },
+  )
+  if (answer.applied) deps.nudge?.()
+  return answer
 }
 
 /** A person answers a parked cue: the step completes and the run continues at once. */
@@ -249,8 +259,8 @@ export function resolveCue(
   actor: string,
   note: string | null = null,
 ): Promise<StepAnswer> {
-  return stepControl(deps, stepId, actor, 'resolve cue', note, (step) =>
-    steps.resolveParked(deps.db, step.id, { resolvedBy: actor, note }),
+  return stepControl(deps, stepId, actor, 'resolve cue', note, (db, step) =>
+    steps.resolveParked(db, step.id, { resolvedBy: actor, note }),
   )
 }
 
@@ -261,5 +271,5 @@ export function skipStep(
   actor: string,
   reason: string | null = null,
 ): Promise<StepAnswer> {
-  return stepControl(deps, stepId, actor, 'skip step', reason, (step) => steps.skip(deps.db, step.id, reason))
+  return stepControl(deps, stepId, actor, 'skip step', reason, (db, step) => steps.skip(db, step.id, reason))
 }
