@@ -5,6 +5,7 @@
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import { gzipSync } from 'node:zlib'
+import { htmlSecurityHeaders } from '../src/api/htmlHeaders.ts'
 import { type BuiltFile, type ConsoleBundle, consoleBundle } from './build.ts'
 
 export const CONSOLE_PATHS = new Set(['/', '/index.html', '/console/app.js', '/console/app.css'])
@@ -15,13 +16,9 @@ export interface ConsoleOptions {
   onBuildError(err: unknown): void
 }
 
-// The page loads only its own script and style and talks only to this origin.
-const SECURITY_HEADERS = {
-  'content-security-policy':
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self' ws: wss:; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
-  'x-content-type-options': 'nosniff',
-  'referrer-policy': 'no-referrer',
-  'x-frame-options': 'DENY',
+/** The page loads only its own script and style and talks only to this origin (src/api/htmlHeaders.ts). */
+function securityHeaders(req: IncomingMessage): Record<string, string> {
+  return htmlSecurityHeaders({ host: req.headers.host })
 }
 
 function page(bundle: ConsoleBundle, pollMs: number): string {
@@ -59,7 +56,7 @@ function send(
     'cache-control': cache,
     vary: 'accept-encoding',
     ...(gzip ? { 'content-encoding': 'gzip' } : {}),
-    ...SECURITY_HEADERS,
+    ...securityHeaders(req),
   })
   res.end(req.method === 'HEAD' ? undefined : body)
 }

@@ -44,7 +44,7 @@ builder.mutationFields((t) => ({
     resolve: (_root, args, ctx) => {
       const s = ctx.services
       return retryRun(
-        { db: s.db, clock: s.clock, nudge: () => s.nudge() },
+        { db: s.db, clock: s.clock, nudge: () => s.nudge(), quota: s.runQuota },
         { id: parseId(args.id, 'id'), fromStep: args.fromStep ?? null, actor: actorOf(ctx) },
       )
     },

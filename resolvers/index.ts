@@ -1,9 +1,12 @@
 /** Every root field, by area. Importing this registers them on the builder. */
+import './apiKeys.ts'
+import './apply.ts'
 import './bulk.ts'
 import './calendars.ts'
 import './definitions.ts'
 import './health.ts'
 import './liveSubscriptions.ts'
+import './notifications.ts'
 import './runPage.ts'
 import './runs.ts'
 import './steps.ts'

@@ -12,8 +12,10 @@ import { requires } from '../src/api/authz.ts'
 import type { ApiContext } from '../src/api/context.ts'
 import type { Inbox } from '../src/api/inboxFeed.ts'
 import type { Loaders } from '../src/api/loaders.ts'
+import { identitiesOf } from '../src/api/person.ts'
 import type { RunChange } from '../src/api/runChangeFeed.ts'
 import { parseRunFilter } from '../src/api/runFilter.ts'
+import { callerOf, MINE_DESCRIPTION } from './steps.ts'
 
 /**
  * A subscription's context lives as long as the subscription, and so would its
@@ -41,11 +43,11 @@ builder.subscriptionFields((t) => ({
   }),
   waitingSteps: t.field({
     type: [RunStepRef],
-    description:
-      'The cue inbox (steps parked on a person, oldest first) at once, then the whole inbox again whenever it changes. limit is clamped to 1..500.',
+    description: `The cue inbox (steps parked on a person, oldest first) at once, then the whole inbox again whenever it changes. limit is clamped to 1..500. ${MINE_DESCRIPTION}`,
     extensions: requires('viewer'),
-    args: { limit: t.arg.int({ defaultValue: 100 }) },
-    subscribe: (_root, args, ctx) => ctx.services.inbox.watch(withDefault(args.limit, 100)),
+    args: { limit: t.arg.int({ defaultValue: 100 }), mine: t.arg.boolean({ defaultValue: false }) },
+    subscribe: (_root, args, ctx) =>
+      ctx.services.inbox.watch(withDefault(args.limit, 100), args.mine ? identitiesOf(callerOf(ctx)) : null),
     resolve: (inbox: Inbox, _args, ctx) => {
       useEventLoaders(ctx, inbox.loaders)
       return inbox.steps

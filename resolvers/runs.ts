@@ -115,7 +115,7 @@ builder.mutationFields((t) => ({
     },
     resolve: (_root, args, ctx) =>
       backfillRuns(
-        { db: ctx.services.db, nudge: () => ctx.services.nudge() },
+        { db: ctx.services.db, nudge: () => ctx.services.nudge(), quota: ctx.services.runQuota },
         {
           definitionId: parseId(args.definitionId, 'definitionId'),
           from: args.from,

@@ -1,33 +1,29 @@
 /**
- * `viewer`: who the token belongs to. User interfaces ask it once at sign-in to
- * learn the role, so they offer only the controls the token may use.
+ * `viewer`: who the credential belongs to. User interfaces ask it once at
+ * sign-in to learn the name and role, so they greet the person and offer only
+ * the controls they may use.
  */
 
 import { builder } from '../schema/builder.ts'
+import { RoleEnum } from '../schema/role.ts'
 import { requires } from '../src/api/authz.ts'
-import { ROLES } from '../src/auth.ts'
+import type { Principal } from '../src/auth.ts'
+import { principalOf } from './deps.ts'
 
-const RoleEnum = builder.enumType('Role', {
-  description:
-    'viewer: queries and subscriptions; operator: viewer + run controls; admin: operator + definitions.',
-  values: Object.fromEntries(ROLES.map((r) => [r.toUpperCase(), { value: r }])) as {
-    VIEWER: { value: 'viewer' }
-    OPERATOR: { value: 'operator' }
-    ADMIN: { value: 'admin' }
-  },
-})
-
-interface ViewerShape {
-  role: (typeof ROLES)[number]
-  actor: string
-}
-
-const ViewerRef = builder.objectRef<ViewerShape>('Viewer').implement({
+const ViewerRef = builder.objectRef<Principal>('Viewer').implement({
   description: 'The caller behind this request.',
   fields: (t) => ({
     role: t.field({ type: RoleEnum, resolve: (v) => v.role }),
+    name: t.exposeString('name', {
+      description:
+        "Who the caller is: an API key's or an SSO user's name, a named bootstrap token's; \"role#hash\" for an unnamed bootstrap token.",
+    }),
+    teams: t.stringList({
+      resolve: (v) => [...v.teams],
+      description: 'Teams (from the API key or the identity provider).',
+    }),
     actor: t.exposeString('actor', {
-      description: 'The name actions are recorded under, e.g. "operator#1a2b3c4d" (never the token).',
+      description: 'The name actions are recorded under: the same as `name` (never the token).',
     }),
   }),
 })
@@ -35,9 +31,8 @@ const ViewerRef = builder.objectRef<ViewerShape>('Viewer').implement({
 builder.queryFields((t) => ({
   viewer: t.field({
     type: ViewerRef,
-    description: 'The role and actor name of the token this request carries.',
+    description: 'The name, teams and role of the caller.',
     extensions: requires('viewer'),
-    // The role check has already refused a request without a principal.
-    resolve: (_root, _args, ctx) => ({ role: ctx.principal!.role, actor: ctx.principal!.actor }),
+    resolve: (_root, _args, ctx) => principalOf(ctx),
   }),
 }))

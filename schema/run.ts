@@ -1,5 +1,6 @@
 /** `EventRun` and `RunStatusEvent`. */
 import { withDefault } from '../src/api/args.ts'
+import { seesResponseBodies, withheldResponseQuote } from '../src/api/redact.ts'
 import { RunHealthEnum, RunStatusEnum } from './enums.ts'
 import {
   EventDefinitionRef,
@@ -51,7 +52,13 @@ EventRunRef.implement({
     status: t.expose('status', { type: RunStatusEnum }),
     health: t.expose('health', { type: RunHealthEnum }),
     currentPhase: t.exposeString('currentPhase', { nullable: true }),
-    lastError: t.exposeString('lastError', { nullable: true }),
+    lastError: t.string({
+      nullable: true,
+      description:
+        'Why the run failed or degraded. A quoted webhook response body reads as withheld unless the caller is an operator or admin.',
+      resolve: (run, _args, ctx) =>
+        seesResponseBodies(ctx) ? run.lastError : withheldResponseQuote(run.lastError),
+    }),
     claimedBy: t.exposeString('claimedBy', {
       nullable: true,
       description: 'The runner instance working on it now.',

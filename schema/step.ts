@@ -1,5 +1,11 @@
 /** `RunStep`: one step of a run's expanded program. */
-import { redactStepParams, seesLiterals } from '../src/api/redact.ts'
+import {
+  redactStepParams,
+  seesLiterals,
+  seesResponseBodies,
+  withheldResponseQuote,
+  withheldWebhookResult,
+} from '../src/api/redact.ts'
 import { StepStatusEnum } from './enums.ts'
 import { EventRunRef, RunStepRef } from './refs.ts'
 
@@ -34,7 +40,20 @@ RunStepRef.implement({
     wakeAt: t.expose('wakeAt', { type: 'DateTime', nullable: true }),
     startedAt: t.expose('startedAt', { type: 'DateTime', nullable: true }),
     endedAt: t.expose('endedAt', { type: 'DateTime', nullable: true }),
-    lastError: t.exposeString('lastError', { nullable: true }),
-    result: t.expose('result', { type: 'JSON', nullable: true }),
+    lastError: t.string({
+      nullable: true,
+      description:
+        'Why the last attempt failed. A quoted webhook response body reads as withheld unless the caller is an operator or admin.',
+      resolve: (step, _args, ctx) =>
+        seesResponseBodies(ctx) ? step.lastError : withheldResponseQuote(step.lastError),
+    }),
+    result: t.field({
+      type: 'JSON',
+      nullable: true,
+      description:
+        "What the step answered. A webhook's response body reads as withheld (with its size in bodyBytes) unless the caller is an operator or admin.",
+      resolve: (step, _args, ctx) =>
+        seesResponseBodies(ctx) ? step.result : withheldWebhookResult(step.kind, step.result),
+    }),
   }),
 })

@@ -46,3 +46,14 @@ export async function list(
     detail: parseJson<unknown>(r.detail, null),
   }))
 }
+
+/**
+ * Delete up to `limit` rows older than `before`, oldest first (audit
+ * retention); answers how many went. One short statement per call, served by
+ * the `at` index.
+ */
+export async function deleteOlderThan(db: Queryable, before: Date, limit = 1000): Promise<number> {
+  const n = clampLimit(limit, 1000, 1, 10_000)
+  const res = await db.run(`DELETE FROM audit_log WHERE at < ? ORDER BY at LIMIT ${n}`, [before])
+  return res.affectedRows
+}

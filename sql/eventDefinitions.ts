@@ -252,49 +252,68 @@ export async function setState(
   state: DefinitionState,
   archivedReason = 'definition archived',
 ): Promise<StateChange | null> {
-  return db.transaction(
-    async (tx) => {
-      const guard = await tx.run(
-        'UPDATE event_definitions SET run_guard = run_guard + 1, updated_at = updated_at WHERE id = ?',
-        [id],
-      )
-      if (guard.affectedRows !== 1) return null
-      if (state === 'archived') {
-        // A locking read sees the latest committed rows, not a snapshot.
-        const [live] = await tx.execute<Raw>(
-          `SELECT COUNT(*) AS n FROM event_runs
-          WHERE definition_id = ? AND status IN (${placeholders(IN_PROGRESS.length)}) LOCK IN SHARE MODE`,
-          [id, ...IN_PROGRESS],
-        )
-        const inProgress = Number(live?.n ?? 0)
-        if (inProgress > 0) return { applied: false, inProgress }
-      }
-      let withdrawn = 0
-      let cancelled = 0
-      if (state !== 'active') {
-        const gone = await tx.run(
-          `DELETE FROM event_runs WHERE definition_id = ? AND status = 'scheduled' AND started_by <=> 'schedule'`,
-          [id],
-        )
-        withdrawn = gone.affectedRows
-      }
-      if (state === 'archived') {
-        const { sets, args } = transitionSets('cancelled', { error: archivedReason })
-        const res = await tx.run(
-          `UPDATE event_runs SET ${sets.join(', ')} WHERE definition_id = ? AND status = 'scheduled'`,
-          [...args, id],
-        )
-        cancelled = res.affectedRows
-      }
-      await tx.run(`UPDATE event_definitions SET state = ?, materialized_through = NULL WHERE id = ?`, [
-        state,
-        id,
-      ])
-      await clearWatermarks(tx, id)
-      return { applied: true, withdrawn, cancelled }
-    },
-    { retryable: true },
+  return db.transaction((tx) => setStateIn(tx, id, state, archivedReason), { retryable: true })
+}
+
+/** {@link setState} inside the caller's transaction (applyDefinitions changes a definition in one). */
+export async function setStateIn(
+  tx: Queryable,
+  id: number,
+  state: DefinitionState,
+  archivedReason = 'definition archived',
+): Promise<StateChange | null> {
+  const guard = await tx.run(
+    'UPDATE event_definitions SET run_guard = run_guard + 1, updated_at = updated_at WHERE id = ?',
+    [id],
   )
+  if (guard.affectedRows !== 1) return null
+  if (state === 'archived') {
+    // A locking read sees the latest committed rows, not a snapshot.
+    const [live] = await tx.execute<Raw>(
+      `SELECT COUNT(*) AS n FROM event_runs
+          WHERE definition_id = ? AND status IN (${placeholders(IN_PROGRESS.length)}) LOCK IN SHARE MODE`,
+      [id, ...IN_PROGRESS],
+    )
+    const inProgress = Number(live?.n ?? 0)
+    if (inProgress > 0) return { applied: false, inProgress }
+  }
+  let withdrawn = 0
+  let cancelled = 0
+  if (state !== 'active') {
+    const gone = await tx.run(
+      `DELETE FROM event_runs WHERE definition_id = ? AND status = 'scheduled' AND started_by <=> 'schedule'`,
+      [id],
+    )
+    withdrawn = gone.affectedRows
+  }
+  if (state === 'archived') {
+    const { sets, args } = transitionSets('cancelled', { error: archivedReason })
+    const res = await tx.run(
+      `UPDATE event_runs SET ${sets.join(', ')} WHERE definition_id = ? AND status = 'scheduled'`,
+      [...args, id],
+    )
+    cancelled = res.affectedRows
+  }
+  await tx.run(`UPDATE event_definitions SET state = ?, materialized_through = NULL WHERE id = ?`, [
+    state,
+    id,
+  ])
+  await clearWatermarks(tx, id)
+  return { applied: true, withdrawn, cancelled }
+}
+
+/** How many runs of each definition are in progress (what refuses an archive); absent = none. */
+export async function inProgressCounts(db: Queryable, ids: readonly number[]): Promise<Map<number, number>> {
+  const counts = new Map<number, number>()
+  if (ids.length === 0) return counts
+  const rows = await db.query<Raw>(
+    `SELECT definition_id, COUNT(*) AS n FROM event_runs
+      WHERE definition_id IN (${placeholders(ids.length)}) AND status IN (${placeholders(IN_PROGRESS.length)})
+      GROUP BY definition_id`,
+    [...ids, ...IN_PROGRESS],
+  )
+  for (const row of rows) counts.set(Number(row.definition_id), Number(row.n))
+  return counts
 }
 
 /** Forget how far a definition is materialised: the next pass starts from its own now. */

@@ -1,11 +1,13 @@
 /**
- * Roles, bearer tokens and who may do what: viewers read and subscribe,
+ * Roles, principals and bootstrap tokens: viewers read and subscribe,
  * operators also control runs, admins also manage definitions.
  *
- * Tokens come from configuration (`SHOWRUNNER_TOKENS`, parsed in `config.ts`);
- * this module only answers "who is this?" and "may they?". The actor name that
- * lands in logs and audit rows is derived from a hash of the token, never the
- * token itself.
+ * A {@link Principal} is who a request comes from: a name, teams and a role,
+ * whichever credential proved it (a bootstrap token from `SHOWRUNNER_TOKENS`,
+ * an API key, an OIDC token; see src/identity/). Its `name` is what lands in
+ * logs and audit rows. A bootstrap token written `role:token` is named after a
+ * hash of the token (`role#hash8`), never the token itself; one written
+ * `role:name=token` is named `name`.
  */
 import { createHash, timingSafeEqual } from 'node:crypto'
 
@@ -13,16 +15,34 @@ import { createHash, timingSafeEqual } from 'node:crypto'
 export const ROLES = ['viewer', 'operator', 'admin'] as const
 export type Role = (typeof ROLES)[number]
 
-/** The caller behind a request: what it may do and the name its actions are recorded under. */
+/** Which kind of credential proved a principal. */
+export type CredentialSource = 'token' | 'apiKey' | 'oidc'
+
+/** The caller behind a request: who it is, what it may do, and the name its actions are recorded under. */
 export interface Principal {
   role: Role
-  /** `role#hash8`: identifies the token in logs and audit rows without revealing it. */
+  /** The person's (or service's) name: what logs, audit rows, startedBy and cue answers record. */
+  name: string
+  /** Teams the caller belongs to (cue assignment); empty for bootstrap tokens. */
+  teams: readonly string[]
+  /** The same as `name`; kept because `Viewer.actor` and older callers read it. */
   actor: string
+  source: CredentialSource
+  /** The API key's id when `source` is 'apiKey'. */
+  keyId?: number
+  /** When the credential stops being valid (an API key's expiry, a JWT's `exp`); open subscriptions end then. */
+  expiresAt?: Date | null
 }
 
 /** One configured token, as `loadConfig` produces it. */
 export interface TokenEntry extends Principal {
   token: string
+}
+
+/** A bootstrap token's principal: named `name` when given, else `role#hash8`. */
+export function tokenEntry(role: Role, token: string, name?: string): TokenEntry {
+  const n = name ?? tokenActor(role, token)
+  return { role, token, name: n, actor: n, teams: [], source: 'token' }
 }
 
 export function isRole(value: string): value is Role {
@@ -78,5 +98,7 @@ export function authenticate(
     const same = timingSafeEqual(given, digestOf(entry))
     if (same && found === null) found = entry
   }
-  return found ? { role: found.role, actor: found.actor } : null
+  if (!found) return null
+  const { token: _secret, ...principal } = found
+  return principal
 }

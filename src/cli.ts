@@ -1,13 +1,16 @@
 /**
  * The `showrunner` command: `serve` (what `npm start` runs), `migrate`, `demo`
- * and `token`. It only wires the environment to the pieces that do the work.
+ * and `token`, and the client commands for scripts (src/cli/: apply, diff,
+ * export, runs, run, cues, cue, watch, health). It only wires the environment
+ * to the pieces that do the work.
  */
 import { join } from 'node:path'
-import { Command } from 'commander'
+import { Command, CommanderError } from 'commander'
 import { ensureDatabase, probeServer } from '../sql/bootstrap.ts'
 import { createDb, DB_ERRNO, isDbErrno, poolOptionsFromUrl } from '../sql/db.ts'
 import { migrate } from '../sql/migrate.ts'
 import { ADMIN_TOKEN_FILE, AdminTokenError, loadOrCreateAdminToken } from './adminToken.ts'
+import { registerClientCommands } from './cli/index.ts'
 import { type Config, ConfigError, generateToken, loadConfig } from './config.ts'
 import { loadDemo } from './demo.ts'
 import { installLastResortHandlers } from './lastResort.ts'
@@ -214,6 +217,8 @@ export function buildCli(): Command {
       'Runs scheduled live events: definitions, runs, steps, a tick loop and a GraphQL API on MariaDB.',
     )
     .showHelpAfterError()
+    // Usage mistakes exit 2 (commander's own default is 1); subcommands inherit this.
+    .exitOverride()
   const dataDirOption = [
     '--data-dir <dir>',
     'private MariaDB folder, used when DATABASE_URL is unset',
@@ -275,12 +280,18 @@ export function buildCli(): Command {
       console.log(generateToken())
     })
 
+  registerClientCommands(program)
   return program
 }
 
 buildCli()
   .parseAsync(process.argv)
   .catch((err: unknown) => {
+    if (err instanceof CommanderError) {
+      // Commander printed the message (and the help) already.
+      const asked = ['commander.helpDisplayed', 'commander.help', 'commander.version'].includes(err.code)
+      process.exit(asked ? 0 : EXIT_CONFIG)
+    }
     console.error(`showrunner: ${(err as Error).message}`)
     process.exit(1)
   })

@@ -9,7 +9,8 @@ import { randomBytes } from 'node:crypto'
 import { hostname } from 'node:os'
 import { z } from 'zod'
 import { parseDatabaseUrl, redactDatabaseUrl } from '../sql/db.ts'
-import { isRole, ROLES, type TokenEntry, tokenActor } from './auth.ts'
+import { isRole, ROLES, type TokenEntry, tokenEntry } from './auth.ts'
+import { loadOidcConfig, type OidcConfig } from './identity/oidcConfig.ts'
 
 /** pino's level names, lowest-volume last; `silent` turns logging off. */
 export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const
@@ -60,6 +61,17 @@ export interface Config {
   runnerStartConcurrency: number
   /** This process's name in claims and heartbeats. @default `${hostname}-${pid}-${4 hex}` */
   instanceId: string
+  // Notifications (docs/notifications.md).
+  /** Where people reach this server (answer links, console links in notifications); null = no links. */
+  publicUrl: string | null
+  /** The mail server EMAIL channels send through, e.g. smtp://mail:25; null = EMAIL channels fail. */
+  smtpUrl: string | null
+  /** The From address of notification mails. @default 'showrunner@localhost' */
+  smtpFrom: string
+  /** Milliseconds between the dispatcher's looks for due deliveries. @default 500 */
+  notifyPollMs: number
+  /** Days a finished notification (event and deliveries) is kept. @default 30 */
+  notificationRetentionDays: number
   /** Limits on what one client may ask for (docs/security.md). */
   limits: RequestLimits
   /** Connections the API may hold open to the database. @default 10 */
@@ -68,6 +80,12 @@ export interface Config {
   dbQueueLimit: number
   /** Connections the runner holds, apart from the API's so API load cannot starve it. @default 4 */
   runnerDbPoolSize: number
+  /** Runs one principal may create per minute, over every mutation that creates runs (MAX_RUNS_PER_MINUTE). @default 10000 */
+  maxRunsPerMinute: number
+  /** Days an audit_log row is kept; 0 keeps every row (AUDIT_RETENTION_DAYS). @default 90 */
+  auditRetentionDays: number
+  /** Single sign-on (OIDC_*): bearer JWTs from this issuer are accepted; null when OIDC_ISSUER is unset. */
+  oidc: OidcConfig | null
   /** Things worth telling the operator at start that are not errors. */
   warnings: string[]
 }
@@ -88,6 +106,10 @@ export interface RequestLimits {
   wsMaxSubscriptions: number
   /** Milliseconds a WebSocket has to send connection_init before it is closed (WS_INIT_TIMEOUT_MS). @default 3000 */
   wsInitTimeoutMs: number
+  /** Largest answer one request may get, in bytes (MAX_ANSWER_BYTES). @default 16777216 */
+  maxAnswerBytes: number
+  /** Largest `params` a run may carry, in bytes of JSON (MAX_PARAMS_BYTES). @default 65536 */
+  maxParamsBytes: number
 }
 
 /** The limits' defaults; tests and library callers start from these. */
@@ -99,6 +121,8 @@ export const DEFAULT_LIMITS: RequestLimits = {
   maxOccurrences: 2000,
   wsMaxSubscriptions: 100,
   wsInitTimeoutMs: 3000,
+  maxAnswerBytes: 16 * 1024 * 1024,
+  maxParamsBytes: 64 * 1024,
 }
 
 /** Invalid configuration; `problems` holds one message per variable at fault. */
@@ -131,6 +155,31 @@ const optionalString = z.preprocess(
   z.string().optional(),
 )
 
+/** An optional absolute URL with one of `protocols` (PUBLIC_URL, SMTP_URL). */
+function urlSetting(name: string, protocols: readonly string[]) {
+  return optionalString.transform((raw, ctx): string | undefined => {
+    if (raw === undefined) return undefined
+    let url: URL
+    try {
+      url = new URL(raw)
+    } catch {
+      ctx.addIssue({
+        code: 'custom',
+        message: `${name} must be an absolute URL (${protocols.join(' or ')}//…)`,
+      })
+      return z.NEVER
+    }
+    if (!protocols.includes(url.protocol)) {
+      ctx.addIssue({
+        code: 'custom',
+        message: `${name} must use ${protocols.join(' or ')}, not ${url.protocol}`,
+      })
+      return z.NEVER
+    }
+    return raw
+  })
+}
+
 function wholeNumber(name: string, def: number, min: number, max: number, what: string) {
   return optionalString.transform((raw, ctx) => {
     if (raw === undefined) return def
@@ -156,6 +205,24 @@ function oneOf<const T extends readonly string[]>(name: string, values: T, def: 
   })
 }
 
+/** What a bootstrap token may be named: a letter or digit, then letters, digits, spaces and `._@+-`. */
+const TOKEN_NAME = /^[\p{L}\p{N}][\p{L}\p{N} ._@+-]{0,99}$/u
+
+/**
+ * `name=token` or a bare token. A token may itself hold `=` (base64 padding
+ * at its end), so the entry is named only when what precedes the first `=` is
+ * a plausible name and something other than more `=` follows it: `abc==`
+ * stays the token `abc==`.
+ */
+export function splitNamedToken(rest: string): { name?: string; token: string } {
+  const eq = rest.indexOf('=')
+  if (eq <= 0) return { token: rest }
+  const name = rest.slice(0, eq).trim()
+  const token = rest.slice(eq + 1).trim()
+  if (!TOKEN_NAME.test(name) || token === '' || /^=*$/.test(token)) return { token: rest }
+  return { name, token }
+}
+
 const tokensSchema = optionalString.transform((raw, ctx): TokenEntry[] => {
   if (raw === undefined) return []
   const out: TokenEntry[] = []
@@ -173,7 +240,7 @@ const tokensSchema = optionalString.transform((raw, ctx): TokenEntry[] => {
       return
     }
     const role = entry.slice(0, colon).trim().toLowerCase()
-    const token = entry.slice(colon + 1).trim()
+    const { name, token } = splitNamedToken(entry.slice(colon + 1).trim())
     let ok = true
     if (!isRole(role)) {
       problem(`entry ${n} has unknown role ${shown(role)} (roles: ${ROLES.join(', ')})`)
@@ -195,7 +262,7 @@ const tokensSchema = optionalString.transform((raw, ctx): TokenEntry[] => {
     } else {
       seen.set(token, n)
     }
-    if (ok && isRole(role)) out.push({ role, token, actor: tokenActor(role, token) })
+    if (ok && isRole(role)) out.push(tokenEntry(role, token, name))
   })
   return out
 })
@@ -303,6 +370,17 @@ const envSchema = z
       'a whole number of hours from 1 to 8760',
     ),
     INSTANCE_ID: instanceIdSchema,
+    PUBLIC_URL: urlSetting('PUBLIC_URL', ['http:', 'https:']),
+    SMTP_URL: urlSetting('SMTP_URL', ['smtp:', 'smtps:']),
+    SMTP_FROM: optionalString,
+    NOTIFY_POLL_MS: wholeNumber('NOTIFY_POLL_MS', 500, 10, 3_600_000, 'a whole number of milliseconds ≥ 10'),
+    NOTIFICATION_RETENTION_DAYS: wholeNumber(
+      'NOTIFICATION_RETENTION_DAYS',
+      30,
+      1,
+      36_500,
+      'a whole number of days ≥ 1',
+    ),
     MAX_QUERY_DEPTH: wholeNumber(
       'MAX_QUERY_DEPTH',
       DEFAULT_LIMITS.maxDepth,
@@ -352,6 +430,35 @@ const envSchema = z
       600_000,
       'a whole number of milliseconds from 100 to 600000',
     ),
+    // Bounds that keep one principal from hurting everyone (docs/security.md).
+    MAX_ANSWER_BYTES: wholeNumber(
+      'MAX_ANSWER_BYTES',
+      DEFAULT_LIMITS.maxAnswerBytes,
+      65_536,
+      512 * 1024 * 1024,
+      'a whole number of bytes from 65536 to 536870912',
+    ),
+    MAX_PARAMS_BYTES: wholeNumber(
+      'MAX_PARAMS_BYTES',
+      DEFAULT_LIMITS.maxParamsBytes,
+      2,
+      16 * 1024 * 1024,
+      'a whole number of bytes from 2 to 16777216',
+    ),
+    MAX_RUNS_PER_MINUTE: wholeNumber(
+      'MAX_RUNS_PER_MINUTE',
+      10_000,
+      1,
+      10_000_000,
+      'a whole number from 1 to 10000000',
+    ),
+    AUDIT_RETENTION_DAYS: wholeNumber(
+      'AUDIT_RETENTION_DAYS',
+      90,
+      0,
+      36_500,
+      'a whole number of days (0 keeps every row)',
+    ),
     DB_POOL_SIZE: wholeNumber('DB_POOL_SIZE', 10, 1, 1000, 'a whole number of connections from 1 to 1000'),
     DB_QUEUE_LIMIT: wholeNumber(
       'DB_QUEUE_LIMIT',
@@ -398,7 +505,9 @@ function defaultInstanceId(): string {
  */
 export function loadConfig(env: Record<string, string | undefined> = process.env): Config {
   const parsed = envSchema.safeParse(env)
-  if (!parsed.success) throw new ConfigError(parsed.error.issues.map((i) => i.message))
+  const { oidc, problems: oidcProblems } = loadOidcConfig(env)
+  if (!parsed.success) throw new ConfigError([...parsed.error.issues.map((i) => i.message), ...oidcProblems])
+  if (oidcProblems.length > 0) throw new ConfigError(oidcProblems)
   const e = parsed.data
   const warnings: string[] = []
   let host: string
@@ -440,6 +549,11 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     runnerParallelism: e.RUNNER_PARALLELISM,
     runnerStartConcurrency: e.RUNNER_START_CONCURRENCY,
     instanceId: e.INSTANCE_ID ?? defaultInstanceId(),
+    publicUrl: e.PUBLIC_URL?.replace(/\/+$/, '') ?? null,
+    smtpUrl: e.SMTP_URL ?? null,
+    smtpFrom: e.SMTP_FROM ?? 'showrunner@localhost',
+    notifyPollMs: e.NOTIFY_POLL_MS,
+    notificationRetentionDays: e.NOTIFICATION_RETENTION_DAYS,
     limits: {
       maxDepth: e.MAX_QUERY_DEPTH,
       maxCost: e.MAX_QUERY_COST,
@@ -448,10 +562,15 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       maxOccurrences: e.MAX_OCCURRENCES_PER_REQUEST,
       wsMaxSubscriptions: e.WS_MAX_SUBSCRIPTIONS,
       wsInitTimeoutMs: e.WS_INIT_TIMEOUT_MS,
+      maxAnswerBytes: e.MAX_ANSWER_BYTES,
+      maxParamsBytes: e.MAX_PARAMS_BYTES,
     },
+    maxRunsPerMinute: e.MAX_RUNS_PER_MINUTE,
+    auditRetentionDays: e.AUDIT_RETENTION_DAYS,
     dbPoolSize: e.DB_POOL_SIZE,
     dbQueueLimit: e.DB_QUEUE_LIMIT,
     runnerDbPoolSize: e.RUNNER_DB_POOL_SIZE,
+    oidc,
     warnings,
   }
 }

@@ -17,6 +17,10 @@ export const ERROR_CODES = {
   CONFLICT: 'CONFLICT',
   /** The database cannot be reached right now; retry later. */
   DATABASE_UNAVAILABLE: 'DATABASE_UNAVAILABLE',
+  /** A per-principal quota is used up; `extensions.retryAfterSeconds` says when to retry. */
+  RATE_LIMITED: 'RATE_LIMITED',
+  /** This instance cannot take the request now (load, not an outage); retry after Retry-After. */
+  BUSY: 'BUSY',
 } as const
 export type ErrorCode = (typeof ERROR_CODES)[keyof typeof ERROR_CODES]
 
@@ -25,12 +29,19 @@ export class AppError extends Error {
   constructor(
     readonly code: ErrorCode,
     message: string,
-    opts: { cause?: unknown; details?: Record<string, unknown> } = {},
+    opts: {
+      cause?: unknown
+      details?: Record<string, unknown>
+      /** Shown to clients beside `code` in `extensions` (e.g. every problem with its path). */
+      extensions?: Record<string, unknown>
+    } = {},
   ) {
     super(message, { cause: opts.cause })
     this.details = opts.details
+    this.extensions = opts.extensions
   }
   readonly details: Record<string, unknown> | undefined
+  readonly extensions: Record<string, unknown> | undefined
 }
 
 export const notFound = (what: string, id: string | number) =>

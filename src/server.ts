@@ -13,6 +13,7 @@
  * every subscription (SSE streams end, WebSocket sockets close with 1001) →
  * drain HTTP connections → close the database pool.
  */
+
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import type { YogaServerInstance } from 'graphql-yoga'
@@ -21,6 +22,7 @@ import { createDb, type Db } from '../sql/db.ts'
 import { migrate } from '../sql/migrate.ts'
 import { ChangeSignal } from './api/changeSignal.ts'
 import type { ApiContext, ApiServices } from './api/context.ts'
+import { DEFINITION_SCHEMA_PATH, serveDefinitionSchema } from './api/definitionSchema.ts'
 import { GRAPHIQL_ASSET_PATH, serveGraphiqlAsset } from './api/graphiql.ts'
 import { InboxFeed } from './api/inboxFeed.ts'
 import { requestTarget } from './api/requestTarget.ts'
@@ -29,16 +31,27 @@ import { schema } from './api/schema.ts'
 import { StatusPoller } from './api/statusPoller.ts'
 import { attachGraphqlWs, type WsTransport } from './api/ws.ts'
 import { createApiYoga, GRAPHQL_PATH } from './api/yoga.ts'
-import { type TokenEntry, tokenActor } from './auth.ts'
+import { type TokenEntry, tokenEntry } from './auth.ts'
 import { type Config, generateToken } from './config.ts'
 import { sendJson } from './httpReply.ts'
+import { Authenticator } from './identity/authenticator.ts'
+import { ApiKeyring } from './identity/keyring.ts'
+import { OidcVerifier } from './identity/oidc.ts'
+import { AUTH_PATHS, createSsoHandler } from './identity/ssoEndpoints.ts'
 import { createLogger, type Logger } from './log.ts'
 import { createMetrics, type Metrics } from './metrics.ts'
+import { issueAnswerLink } from './notify/answerLinks.ts'
+import { createAnswerPageHandler, isAnswerPath } from './notify/answerPage.ts'
+import { Dispatcher } from './notify/dispatcher.ts'
+import { emailSender } from './notify/email.ts'
+import { notifyHousekeeping } from './notify/housekeeping.ts'
 import { createProbes, PROBE_SNAPSHOT_MS } from './probes.ts'
 import { runCountsFor } from './runCounts.ts'
 import { type Clock, systemClock } from './runner/clock.ts'
+import { DbCueLadder } from './runner/cueLadder.ts'
 import { Runner } from './runner/runner.ts'
 import { createDefaultRegistry, type StepRegistry } from './runner/steps/registry.ts'
+import { createRunQuota } from './runQuota.ts'
 
 // Callers (tests, the CLI) import these from the server.
 export { GRAPHQL_PATH, PROBE_SNAPSHOT_MS }
@@ -70,6 +83,8 @@ export interface BuildAppDeps {
    * kept in (said when it is printed). @default a fresh token for this process
    */
   adminToken?: { token: string; file: string }
+  /** Least milliseconds between two fetches of the OIDC signing keys (tests of key rotation). @default 30000 */
+  jwksCooldownMs?: number
 }
 
 export interface StartedApp {
@@ -102,13 +117,29 @@ export interface App {
   readonly generatedToken: string | null
 }
 
-type Route = '/graphql' | '/graphiql' | '/healthz' | '/readyz' | '/metrics' | 'console' | 'other'
+/** Connections the kernel may hold for accept() (see start()). */
+const LISTEN_BACKLOG = 4096
+
+type Route =
+  | '/graphql'
+  | '/graphiql'
+  | '/healthz'
+  | '/readyz'
+  | '/metrics'
+  | typeof DEFINITION_SCHEMA_PATH
+  | 'console'
+  | 'auth'
+  | 'answer'
+  | 'other'
 
 function routeOf(pathname: string): Route {
   if (pathname === GRAPHQL_PATH || pathname === `${GRAPHQL_PATH}/`) return '/graphql'
   if (pathname === '/healthz' || pathname === '/readyz' || pathname === '/metrics') return pathname
   if (pathname.startsWith(GRAPHIQL_ASSET_PATH)) return '/graphiql'
+  if (pathname === DEFINITION_SCHEMA_PATH) return DEFINITION_SCHEMA_PATH
   if (CONSOLE_PATHS.has(pathname)) return 'console'
+  if (AUTH_PATHS.has(pathname)) return 'auth'
+  if (isAnswerPath(pathname)) return 'answer'
   return 'other'
 }
 
@@ -159,7 +190,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
   let host = config.host
   if (tokens.length === 0) {
     generatedToken = deps.adminToken?.token ?? generateToken()
-    tokens = [{ role: 'admin', token: generatedToken, actor: tokenActor('admin', generatedToken) }]
+    tokens = [tokenEntry('admin', generatedToken)]
     host = '127.0.0.1'
   }
 
@@ -187,7 +218,8 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
           horizonMs: config.materialiseHorizonHours * 3_600_000,
           logRetentionMs: config.logRetentionDays * 86_400_000,
           runRetentionMs: config.runRetentionDays * 86_400_000,
-          settings: { webhookAllow: config.webhookAllow },
+          auditRetentionMs: config.auditRetentionDays * 86_400_000,
+          settings: { webhookAllow: config.webhookAllow, cueLadder: new DbCueLadder(runnerDb as Db) },
           logger: logger.child({ component: 'runner' }),
           observer: {
             stepFinished: (kind, outcome) => {
@@ -204,6 +236,26 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
             tickLag: (ms) => metrics.tickLagMs.set(ms),
             runsDeleted: (byStatus) => runCounts.adjustForDeletedRuns(byStatus),
           },
+        })
+      : null
+
+  // Notifications out: sent by instances that run the runner (docs/notifications.md).
+  const dispatcher =
+    config.runner === 'on'
+      ? new Dispatcher({
+          db: runnerDb as Db,
+          owner: config.instanceId,
+          settings: { webhookAllow: config.webhookAllow, secrets: process.env },
+          publicUrl: config.publicUrl,
+          sendEmail: config.smtpUrl ? emailSender(config.smtpUrl, config.smtpFrom) : null,
+          intervalMs: config.notifyPollMs,
+          logger: logger.child({ component: 'notify' }),
+          afterPass: notifyHousekeeping(runnerDb as Db, {
+            retentionMs: config.notificationRetentionDays * 86_400_000,
+          }),
+          answerLink: config.publicUrl
+            ? (d, c) => issueAnswerLink(runnerDb as Db, config.publicUrl as string, d, c)
+            : undefined,
         })
       : null
 
@@ -224,9 +276,22 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
   const inbox = new InboxFeed(feedOptions)
   changes.on(() => runChanges.wake())
   changes.on(() => inbox.wake())
+  changes.on(() => dispatcher?.nudge())
+
+  // API keys are read through the API's pool; revocations are polled at the live feeds' pace.
+  const keyring = new ApiKeyring({ db, pollMs: config.statusPollMs, logger })
+  const oidc = config.oidc
+    ? new OidcVerifier({
+        config: config.oidc,
+        logger,
+        ...(deps.jwksCooldownMs === undefined ? {} : { jwksCooldownMs: deps.jwksCooldownMs }),
+      })
+    : null
+  const authenticator = new Authenticator({ tokens, keyring, oidc })
 
   const services: ApiServices = {
     db,
+    authenticator,
     registry,
     clock,
     metrics,
@@ -237,11 +302,15 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     tickMs: config.tickMs,
     horizonMs: config.materialiseHorizonHours * 3_600_000,
     maxOccurrences: config.limits.maxOccurrences,
+    maxParamsBytes: config.limits.maxParamsBytes,
+    // Wall time, not the runner's clock: a quota is about requests per real minute.
+    runQuota: createRunQuota(db, config.maxRunsPerMinute, () => new Date()),
     nudge: () => runner?.nudge(),
     requestMaterialise: () => runner?.requestMaterialise(),
+    notifications: { webhookAllow: config.webhookAllow, nudge: () => dispatcher?.nudge() },
   }
 
-  const yoga = createApiYoga({ schema, config, logger, tokens, changes, services })
+  const yoga = createApiYoga({ schema, config, logger, authenticator, changes, services })
 
   const probe = createProbes({ db, metrics, runCounts, isStopping: () => stopping })
 
@@ -250,6 +319,11 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     pollMs: Math.max(500, config.statusPollMs),
     onBuildError: (err) => logger.error({ err }, 'the console could not be built'),
   })
+
+  // The console's single sign-on: a public config and the code exchange.
+  const handleAuth = createSsoHandler(config.oidc, logger.child({ component: 'sso' }))
+  // Answer links from notifications (PUBLIC_URL): a page per cue, no token needed.
+  const handleAnswerPage = createAnswerPageHandler({ db, clock, nudge: () => runner?.nudge(), logger })
 
   function handleRequest(req: IncomingMessage, res: ServerResponse): void {
     const target = requestTarget(req)
@@ -270,6 +344,10 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
       })
       return
     }
+    if (route === DEFINITION_SCHEMA_PATH) {
+      serveDefinitionSchema(req, res)
+      return
+    }
     if (route === '/graphiql') {
       serveGraphiqlAsset(pathname, req, res).catch((err) => {
         logger.error({ err }, 'could not serve a GraphiQL asset')
@@ -281,6 +359,22 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     if (route === 'console') {
       handleConsole(req, res, pathname).catch((err) => {
         logger.error({ err }, 'console request failed')
+        if (!res.headersSent) sendJson(res, 500, { ok: false })
+        else res.destroy()
+      })
+      return
+    }
+    if (route === 'auth') {
+      handleAuth(req, res, pathname).catch((err) => {
+        logger.error({ err }, 'sign-in request failed')
+        if (!res.headersSent) sendJson(res, 500, { ok: false })
+        else res.destroy()
+      })
+      return
+    }
+    if (route === 'answer') {
+      handleAnswerPage(req, res, pathname).catch((err) => {
+        logger.error({ err }, 'answer page request failed')
         if (!res.headersSent) sendJson(res, 500, { ok: false })
         else res.destroy()
       })
@@ -327,7 +421,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
       httpServer,
       path: GRAPHQL_PATH,
       yoga,
-      tokens,
+      authenticator,
       maxPayloadBytes: config.maxBodyBytes,
       logger,
       maxOperations: config.limits.wsMaxSubscriptions,
@@ -336,7 +430,11 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     await new Promise<void>((resolve, reject) => {
       const onError = (err: Error) => reject(err)
       httpServer.once('error', onError)
-      httpServer.listen(config.port, host, () => {
+      // node's default accept queue (511) overflows when a few thousand clients
+      // connect at once (the top of the hour): the kernel drops their SYNs and
+      // they wait seconds for a retransmit, or time out. Ask for more; Linux
+      // caps it at net.core.somaxconn.
+      httpServer.listen({ port: config.port, host, backlog: LISTEN_BACKLOG }, () => {
         httpServer.off('error', onError)
         resolve()
       })
@@ -344,6 +442,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     const address = httpServer.address() as AddressInfo
     started = { host, port: address.port, url: `http://${urlHost(host)}:${address.port}` }
     runner?.start()
+    dispatcher?.start()
     if (generatedToken) {
       const where = deps.adminToken
         ? `this admin token is kept in ${deps.adminToken.file} and stays the same across restarts`
@@ -353,7 +452,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
           `  Authorization: Bearer ${generatedToken}\n\n`,
       )
     }
-    logger.info({ url: started.url, runner: config.runner, tokens: tokens.map((t) => t.actor) }, 'listening')
+    logger.info({ url: started.url, runner: config.runner, tokens: tokens.map((t) => t.name) }, 'listening')
     return started
   }
 
@@ -370,9 +469,11 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     } catch (err) {
       logger.error({ err }, 'the runner did not stop cleanly')
     }
+    await dispatcher?.stop()
     // Completing every watcher ends SSE streams and sends `complete` on WebSockets.
     await Promise.all([poller.close(), runChanges.close(), inbox.close()])
     await ws?.close()
+    await keyring.close()
     httpServer.closeIdleConnections()
     const force = setTimeout(() => httpServer.closeAllConnections(), 2000)
     force.unref()

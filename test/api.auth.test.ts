@@ -114,6 +114,13 @@ const FIELDS: FieldCase[] = [
     needs: 'admin',
     doc: () => `mutation { setDefinitionState(id: "${MISSING}", state: PAUSED) { id } }`,
   },
+  { field: 'apiKeys', needs: 'admin', doc: () => '{ apiKeys { id } }' },
+  {
+    field: 'createApiKey',
+    needs: 'admin',
+    doc: () => `mutation { createApiKey(name: "matrix-${++slugSeq}", role: VIEWER) { key { id } } }`,
+  },
+  { field: 'revokeApiKey', needs: 'admin', doc: () => `mutation { revokeApiKey(id: "${MISSING}") { id } }` },
   {
     field: 'runStatus',
     needs: 'viewer',

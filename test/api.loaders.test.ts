@@ -14,7 +14,12 @@ let s: TestServer
 const RUNS = 500
 
 beforeAll(async () => {
-  s = await startTestServer()
+  // 500 runs with their steps weigh 500 × 1,000 steps under the query budget and
+  // the answer estimate; this file measures statements, not those bounds
+  // (test/api.queryBudget.test.ts, test/api.answerSize.test.ts).
+  s = await startTestServer({
+    env: { MAX_QUERY_COST: '10000000', MAX_ANSWER_BYTES: String(512 * 1024 * 1024) },
+  })
   const db = s.t.db
   // Five definitions (two versions each, runs on both) so definitions and versions really batch.
   const rows = []

@@ -3,8 +3,9 @@
  * Floods are refused as GRAPHQL_VALIDATION_FAILED naming the limit, quickly
  * and without a single statement; what a console sends still passes.
  */
-import { getIntrospectionQuery } from 'graphql'
+import { getIntrospectionQuery, print } from 'graphql'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { RUN, STANDBY, STANDBY_PAGE_SIZE } from '../console/app/operations.ts'
 import {
   type GqlResponse,
   SESSION_PROGRAM,
@@ -125,7 +126,7 @@ describe('introspection costs like anything else', () => {
 
 describe('cost counts what comes back', () => {
   it('limit multiplies the cost of what is under it', async () => {
-    const q = '{ runs(limit: 500) { steps { run { steps { run { id } } } } } }'
+    const q = '{ runs(limit: 500) { logs(limit: 50) { id } } }'
     expectRefused(
       await timed(q),
       /Query cost limit: this operation costs \d+; at most 20000 \(MAX_QUERY_COST\)/,
@@ -133,7 +134,7 @@ describe('cost counts what comes back', () => {
   })
 
   // Costs 121 per run: 12,100 at limit 100, 60,500 at 500 (the cap is 20,000).
-  const VARIABLE_SIZED = 'query ($n: Int) { a: runs(limit: $n) { steps { run { steps { id } } } } }'
+  const VARIABLE_SIZED = 'query ($n: Int) { a: runs(limit: $n) { logs(limit: 120) { id } } }'
 
   it('a size given as a variable counts at the value sent: within budget passes', async () => {
     const res = await timed(VARIABLE_SIZED, { n: 100 })
@@ -151,7 +152,7 @@ describe('cost counts what comes back', () => {
   })
 
   it("a variable's default counts only when the request leaves the variable out", async () => {
-    const q = 'query ($n: Int = 1) { runs(limit: $n) { steps { run { steps { id } } } } }'
+    const q = 'query ($n: Int = 1) { runs(limit: $n) { logs(limit: 120) { id } } }'
     expectRefused(
       await timed(q, { n: 500 }),
       /Query cost limit: this operation costs 60500 with the variables sent/,
@@ -170,25 +171,25 @@ describe('cost counts what comes back', () => {
   })
 
   it('a document over budget whatever its variables is still refused at validation', async () => {
-    // The literal 500 alone costs 500 × (1 + 10 × (1 + 1 × (1 + 10 × 2))) = 110,500; $n counts as 1 here.
-    const q =
-      'query ($n: Int) { runs(limit: 500) { steps { run { steps { run { id } } } } } a: runs(limit: $n) { id } }'
+    // The literal 500 alone costs 500 × (1 + 220) = 110,500; $n counts as 1 here.
+    const q = 'query ($n: Int) { runs(limit: 500) { logs(limit: 220) { id } } a: runs(limit: $n) { id } }'
     const res = await timed(q, { n: 1 })
     // The validation-time message: no "with the variables sent".
     expectRefused(res, /^Query cost limit: this operation costs 110501; at most 20000 \(MAX_QUERY_COST\)/)
   })
 
-  it('what a console sends passes: a page of 100 runs with their steps', async () => {
-    const res = await timed(`query RunsPage {
-      runs(limit: 100) {
-        id scope status health scheduledFor startedAt endedAt currentPhase lastError waitingSteps
-        definition { id slug title }
-        steps { id seq phase kind status attempts maxAttempts parked startedAt endedAt wakeAt lastError }
-      }
-      health { ok database waitingSteps degradedRuns }
-    }`)
-    expect(res.status, JSON.stringify(res.body).slice(0, 300)).toBe(200)
-    expect(res.body.errors).toBeUndefined()
+  it('what a console sends passes: stand-by (a page of runs with their steps) and a run page', async () => {
+    const standby = await timed(print(STANDBY), { first: STANDBY_PAGE_SIZE })
+    expect(standby.status, JSON.stringify(standby.body).slice(0, 300)).toBe(200)
+    expect(standby.body.errors).toBeUndefined()
+    const run = await timed(print(RUN), { id: '1' })
+    expect(run.status, JSON.stringify(run.body).slice(0, 300)).toBe(200)
+    expect(run.body.errors).toBeUndefined()
+  })
+
+  it('a run weighs its steps at the program limit (1,000), not a guess of 10: 100 runs with their steps are refused', async () => {
+    const res = await timed(`{ runs(limit: 100) { id steps { id kind status } } }`)
+    expectRefused(res, /Query cost limit: this operation costs 100100; at most 20000/)
   })
 })
 
@@ -239,7 +240,7 @@ describe('over graphql-ws, variables count at the values sent', () => {
   it('a query: within budget answers data, a larger value is refused without data', async () => {
     const client = wsClient(s, 'viewer')
     try {
-      const q = 'query ($n: Int) { runs(limit: $n) { steps { run { steps { id } } } } }'
+      const q = 'query ($n: Int) { runs(limit: $n) { logs(limit: 120) { id } } }'
       const ok = wsSubscribe(client, q, { n: 100 })
       await ok.done
       expect(ok.events[0]?.errors).toBeUndefined()
@@ -261,8 +262,7 @@ describe('over graphql-ws, variables count at the values sent', () => {
     const client = wsClient(s, 'viewer')
     try {
       // 122 per waiting step: 12,200 at 100, 61,000 at 500.
-      const q =
-        'subscription ($n: Int) { waitingSteps(limit: $n) { run { steps { run { steps { id } } } } } }'
+      const q = 'subscription ($n: Int) { waitingSteps(limit: $n) { run { logs(limit: 120) { id } } } }'
       const ok = wsSubscribe<{ waitingSteps: unknown[] }>(client, q, { n: 100 })
       const first = await ok.until(() => true)
       expect(first.errors).toBeUndefined()

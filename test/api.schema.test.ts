@@ -148,6 +148,23 @@ describe('schema', () => {
     expect(contractProblems(buildSchema(v2), schema)).toEqual([])
   })
 
+  it('has the people-and-keys names (contract v3: ApiKey, CreatedApiKey, Viewer name and teams), exactly', () => {
+    const v3 = `
+      scalar DateTime
+      enum Role { VIEWER OPERATOR ADMIN }
+      type ApiKey { id: ID!  name: String!  role: Role!  teams: [String!]!  prefix: String!  createdAt: DateTime!
+        createdBy: String!  expiresAt: DateTime  lastUsedAt: DateTime  revokedAt: DateTime }
+      type CreatedApiKey { key: ApiKey!  secret: String! }
+      type Viewer { role: Role!  name: String!  teams: [String!]! }
+      type Query { apiKeys(includeRevoked: Boolean = false): [ApiKey!]!  viewer: Viewer! }
+      type Mutation {
+        createApiKey(name: String!, role: Role!, teams: [String!], expiresAt: DateTime): CreatedApiKey!
+        revokeApiKey(id: ID!): ApiKey!
+      }
+    `
+    expect(contractProblems(buildSchema(v3), schema)).toEqual([])
+  })
+
   it('the contract check itself notices a renamed field, a changed default and a changed nullability', () => {
     const altered = specSdl
       .replace(
@@ -191,6 +208,11 @@ describe('schema', () => {
       'Mutation.updateDefinition': 'admin',
       'Mutation.publishVersion': 'admin',
       'Mutation.setDefinitionState': 'admin',
+      'Query.apiKeys': 'admin',
+      'Mutation.createApiKey': 'admin',
+      'Mutation.revokeApiKey': 'admin',
+      'Query.exportDefinitions': 'viewer',
+      'Mutation.applyDefinitions': 'admin',
       // The calendar and operating many shows (v3).
       'Query.calendars': 'viewer',
       'Mutation.createCalendar': 'admin',
@@ -200,6 +222,13 @@ describe('schema', () => {
       'Mutation.moveOccurrence': 'operator',
       'Mutation.bulkRuns': 'operator',
       'Mutation.retryRun': 'operator',
+      'Query.notificationChannels': 'admin',
+      'Query.notificationDeliveries': 'admin',
+      'Mutation.createNotificationChannel': 'admin',
+      'Mutation.updateNotificationChannel': 'admin',
+      'Mutation.deleteNotificationChannel': 'admin',
+      'Mutation.testNotificationChannel': 'admin',
+      'Mutation.redeliver': 'admin',
     }
     expect(roles).toEqual(expected)
   })

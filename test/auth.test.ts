@@ -25,7 +25,10 @@ describe('authenticate', () => {
   it('answers the role and actor of the matching token', () => {
     expect(authenticate(`Bearer ${ADMIN}`, tokens)).toEqual({
       role: 'admin',
+      name: tokenActor('admin', ADMIN),
       actor: tokenActor('admin', ADMIN),
+      teams: [],
+      source: 'token',
     })
     expect(authenticate(`Bearer ${OPERATOR}`, tokens)?.role).toBe('operator')
     expect(authenticate(`Bearer ${VIEWER}`, tokens)?.role).toBe('viewer')

@@ -76,8 +76,22 @@ describe('loadConfig', () => {
     expect(c.webhookAllow).toEqual(['https://hooks.example.com/x', 'http://127.0.0.1:8080/'])
     const hash8 = (t: string) => createHash('sha256').update(t).digest('hex').slice(0, 8)
     expect(c.tokens).toEqual([
-      { role: 'admin', token: ADMIN, actor: `admin#${hash8(ADMIN)}` },
-      { role: 'viewer', token: VIEWER, actor: `viewer#${hash8(VIEWER)}` },
+      {
+        role: 'admin',
+        token: ADMIN,
+        actor: `admin#${hash8(ADMIN)}`,
+        name: `admin#${hash8(ADMIN)}`,
+        teams: [],
+        source: 'token',
+      },
+      {
+        role: 'viewer',
+        token: VIEWER,
+        actor: `viewer#${hash8(VIEWER)}`,
+        name: `viewer#${hash8(VIEWER)}`,
+        teams: [],
+        source: 'token',
+      },
     ])
   })
 
@@ -188,6 +202,26 @@ describe('loadConfig', () => {
       expect(c.warnings[0]).not.toContain('letmein')
     })
 
+    it('names an entry written role:name=token, and leaves role:token (padding included) as it was', () => {
+      const c = loadConfig({
+        SHOWRUNNER_TOKENS: [
+          `admin:Stage Manager=${ADMIN}`,
+          `viewer:${VIEWER}`,
+          `operator:${'p'.repeat(20)}==`,
+          `operator:ci-bot@example.com=${'c'.repeat(20)}`,
+          `viewer:not/aname=${'n'.repeat(20)}`,
+        ].join(','),
+      })
+      expect(c.tokens.map((t) => [t.role, t.name, t.token])).toEqual([
+        ['admin', 'Stage Manager', ADMIN],
+        ['viewer', `viewer#${createHash('sha256').update(VIEWER).digest('hex').slice(0, 8)}`, VIEWER],
+        ['operator', expect.stringMatching(/^operator#[0-9a-f]{8}$/), `${'p'.repeat(20)}==`],
+        ['operator', 'ci-bot@example.com', 'c'.repeat(20)],
+        ['viewer', expect.stringMatching(/^viewer#[0-9a-f]{8}$/), `not/aname=${'n'.repeat(20)}`],
+      ])
+      expect(c.tokens.every((t) => t.actor === t.name)).toBe(true)
+    })
+
     it('accepts upper-case roles and tokens containing colons', () => {
       const c = loadConfig({ SHOWRUNNER_TOKENS: `Operator:${'x'.repeat(10)}:${'y'.repeat(10)}` })
       expect(c.tokens[0]?.role).toBe('operator')
@@ -280,6 +314,8 @@ describe('request limits and pools', () => {
       maxOccurrences: 10_000,
       wsMaxSubscriptions: 500,
       wsInitTimeoutMs: 10_000,
+      maxAnswerBytes: 16 * 1024 * 1024,
+      maxParamsBytes: 64 * 1024,
     })
     expect(c).toMatchObject({ dbPoolSize: 20, dbQueueLimit: 1000, runnerDbPoolSize: 8 })
   })
@@ -323,5 +359,42 @@ describe('configSummary', () => {
   it('hides the password of a multi-host DATABASE_URL', () => {
     const c = loadConfig({ DATABASE_URL: 'mysql://u:hunter2@h1:3306,h2:3306/x' })
     expect(configSummary(c).databaseUrl).toBe('mysql://u:***@h1:3306,h2:3306/x')
+  })
+})
+
+describe('bounds per principal (answer size, params size, runs per minute, audit retention)', () => {
+  it('default to the documented values', () => {
+    const c = loadConfig({})
+    expect(c.limits.maxAnswerBytes).toBe(16 * 1024 * 1024)
+    expect(c.limits.maxParamsBytes).toBe(64 * 1024)
+    expect(c.maxRunsPerMinute).toBe(10_000)
+    expect(c.auditRetentionDays).toBe(90)
+  })
+
+  it('are read from their variables', () => {
+    const c = loadConfig({
+      MAX_ANSWER_BYTES: '1048576',
+      MAX_PARAMS_BYTES: '1024',
+      MAX_RUNS_PER_MINUTE: '50',
+      AUDIT_RETENTION_DAYS: '0',
+    })
+    expect(c.limits.maxAnswerBytes).toBe(1_048_576)
+    expect(c.limits.maxParamsBytes).toBe(1024)
+    expect(c.maxRunsPerMinute).toBe(50)
+    expect(c.auditRetentionDays).toBe(0)
+  })
+
+  it('refuses bad values, naming each variable', () => {
+    const problems = problemsOf({
+      MAX_ANSWER_BYTES: '10',
+      MAX_PARAMS_BYTES: 'lots',
+      MAX_RUNS_PER_MINUTE: '0',
+      AUDIT_RETENTION_DAYS: '-1',
+    })
+    expect(problems).toHaveLength(4)
+    expect(problems.join('\n')).toMatch(/MAX_ANSWER_BYTES must be a whole number of bytes from 65536/)
+    expect(problems.join('\n')).toMatch(/MAX_PARAMS_BYTES must be/)
+    expect(problems.join('\n')).toMatch(/MAX_RUNS_PER_MINUTE must be/)
+    expect(problems.join('\n')).toMatch(/AUDIT_RETENTION_DAYS must be/)
   })
 })

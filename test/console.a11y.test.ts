@@ -25,6 +25,7 @@ beforeAll(async () => {
     ['run', `#/runs/${scene.runs[0]}`],
     ['definitions', '#/definitions'],
     ['definition', `#/definitions/${scene.show}`],
+    ['keys', '#/keys'],
   ]
 })
 

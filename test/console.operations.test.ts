@@ -4,7 +4,8 @@
  * breaks the console fails here, not in an operator's browser. Also the
  * stand-by arithmetic, which needs no browser.
  */
-import { parse, validate } from 'graphql'
+import { print } from '@0no-co/graphql.web'
+import { type DocumentNode, parse, validate } from 'graphql'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import * as ops from '../console/app/operations.ts'
 import * as showOps from '../console/app/showOps.ts'
@@ -12,12 +13,11 @@ import { nextCue, standbyList } from '../console/app/standby.ts'
 import { schema } from '../src/api/schema.ts'
 import { startTestServer, type TestServer, TOKENS } from './helpers/server.ts'
 
-const documents: [string, string][] = Object.entries({ ...ops, ...showOps } as Record<
-  string,
-  unknown
->).filter(
-  (e): e is [string, string] => typeof e[1] === 'string' && /^\s*(query|mutation|subscription)\b/.test(e[1]),
-)
+/** Each exported document as text (the typed documents are ASTs; the server gets them printed). */
+const documents: [string, string][] = Object.entries({ ...ops, ...showOps } as Record<string, unknown>)
+  .filter((e): e is [string, DocumentNode] => (e[1] as { kind?: unknown } | null)?.kind === 'Document')
+  .map(([name, doc]) => [name, print(doc)] as [string, string])
+  .filter(([, text]) => /^\s*(query|mutation|subscription)\b/.test(text))
 
 /** Variables that reach execution (ids that exist nowhere: validation and budget are what is tested). */
 const VARIABLES: Record<string, unknown> = {
@@ -106,6 +106,7 @@ describe('stand-by', () => {
     startedAt: null,
     endedAt: null,
     lastError: null,
+    cue: null,
     ...extra,
   })
   const run = (steps: ops.StepCard[], status: ops.RunStatus = 'RUNNING'): ops.RunWithSteps => ({

@@ -271,7 +271,7 @@ describe('the allow-list checks the address a hostname resolves to', () => {
     expect(err.retryable).toBe(false)
     expect(err.message).toMatch(
       new RegExp(
-        `^webhook refused: http://localhost:${sink.port}/ok: localhost resolves to (127\\.0\\.0\\.1|::1), a loopback address; only an allow-list entry naming that IP address allows it$`,
+        `^webhook refused: http://localhost:${sink.port}/ok: localhost resolves to (127\\.0\\.0\\.1|::1), a loopback address; only an allow-list entry naming that IP address and port ${sink.port} allows it$`,
       ),
     )
     expect(sink.seen.length).toBe(before)
@@ -314,6 +314,39 @@ describe('the allow-list checks the address a hostname resolves to', () => {
       ),
     )
     expect(named).toMatchObject({ type: 'completed', result: { status: 200 } })
+  })
+  it('exempts an internal address by (address, port): the loopback allowed on one port does not open another', async () => {
+    // The issue's case: a listed name (here localhost) on one port, and the loopback listed on another.
+    const other = createServer((_req, res) => res.end('other'))
+    other.listen(0, '127.0.0.1')
+    await new Promise((resolve) => other.once('listening', resolve))
+    const otherPort = (other.address() as AddressInfo).port
+    try {
+      const before = sink.seen.length
+      const allow = [
+        `http://localhost:${sink.port}/`,
+        `http://127.0.0.1:${otherPort}/`,
+        `http://[::1]:${otherPort}/`,
+      ]
+      const err = await fail(`http://localhost:${sink.port}/ok`, allow)
+      expect(err.message).toMatch(
+        new RegExp(
+          `localhost resolves to (127\\.0\\.0\\.1|::1), a loopback address; only an allow-list entry naming that IP address and port ${sink.port} allows it$`,
+        ),
+      )
+      expect(sink.seen.length).toBe(before)
+      // The same address on the port it is listed with passes.
+      const ok = await webhookStep.execute(
+        makeStepContext(
+          { url: `http://localhost:${otherPort}/` },
+          { webhookAllow: [`http://localhost:${otherPort}/`, ...allow] },
+        ),
+      )
+      expect(ok).toMatchObject({ type: 'completed', result: { status: 200, body: 'other' } })
+    } finally {
+      other.closeAllConnections()
+      await new Promise((resolve) => other.close(resolve))
+    }
   })
 })
 

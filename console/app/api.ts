@@ -2,8 +2,12 @@
  * The console's only way to the server: GraphQL over HTTP (queries and
  * mutations) and graphql-ws (subscriptions), both with the signed-in token.
  */
-import { type Client, createClient } from 'graphql-ws'
+import { print } from '@0no-co/graphql.web'
+import { type Client, createClient as createWsClient } from 'graphql-ws'
+import type { TadaDocumentNode } from '../../src/client/graphql.ts'
+import { ClientError, createClient } from '../../src/client/http.ts'
 
+/** What the server refused (its `extensions.code`), or NETWORK when it could not be asked. */
 export class ApiError extends Error {
   constructor(
     message: string,
@@ -55,40 +59,25 @@ export function onUnauthenticated(fn: () => void): void {
   unauthenticatedListener = fn
 }
 
-interface GraphQLResponse<T> {
-  data?: T | null
-  errors?: { message: string; extensions?: { code?: string } }[]
+/** Send a typed document with the signed-in token; its answer's type comes from the document. */
+export async function gql<R, V>(token: string, document: TadaDocumentNode<R, V>, variables?: V): Promise<R> {
+  const client = createClient({
+    url: '/graphql',
+    token,
+    clientName: 'console',
+    onUnauthenticated: () => unauthenticatedListener(),
+  })
+  try {
+    return await client.request(document, variables)
+  } catch (err) {
+    if (err instanceof ClientError)
+      throw new ApiError(err.message, err.code === 'HTTP' ? 'NETWORK' : err.code)
+    throw err
+  }
 }
 
-export async function gql<T>(token: string, query: string, variables?: Record<string, unknown>): Promise<T> {
-  let res: Response
-  try {
-    res = await fetch('/graphql', {
-      method: 'POST',
-      headers: {
-        'content-type': 'application/json',
-        accept: 'application/graphql-response+json, application/json',
-        authorization: `Bearer ${token}`,
-      },
-      body: JSON.stringify({ query, variables }),
-    })
-  } catch {
-    throw new ApiError('The server does not answer. Is it running?', 'NETWORK')
-  }
-  let body: GraphQLResponse<T>
-  try {
-    body = await res.json()
-  } catch {
-    throw new ApiError(`The server answered HTTP ${res.status} without GraphQL.`, 'NETWORK')
-  }
-  const first = body.errors?.[0]
-  if (first) {
-    const code = first.extensions?.code
-    if (code === 'UNAUTHENTICATED') unauthenticatedListener()
-    throw new ApiError(first.message, code)
-  }
-  if (!body.data) throw new ApiError('The server answered no data.', undefined)
-  return body.data
+interface RunPageOf<T> {
+  runPage: { nodes: T[]; pageInfo: { hasNextPage: boolean; endCursor: string | null } }
 }
 
 /**
@@ -97,15 +86,17 @@ export async function gql<T>(token: string, query: string, variables?: Record<st
  */
 export async function allPages<T>(
   token: string,
-  query: string,
+  document: TadaDocumentNode<RunPageOf<T>, { first: number; after?: string | null }>,
   pageSize: number,
   max: number,
 ): Promise<{ nodes: T[]; more: boolean }> {
   const nodes: T[] = []
   let after: string | null = null
   for (;;) {
-    const data: { runPage: { nodes: T[]; pageInfo: { hasNextPage: boolean; endCursor: string | null } } } =
-      await gql(token, query, { first: Math.min(pageSize, max - nodes.length), after })
+    const data: RunPageOf<T> = await gql(token, document, {
+      first: Math.min(pageSize, max - nodes.length),
+      after,
+    })
     nodes.push(...data.runPage.nodes)
     const { hasNextPage, endCursor } = data.runPage.pageInfo
     if (!hasNextPage || !endCursor) return { nodes, more: false }
@@ -139,15 +130,19 @@ function subscriptionClient(token: string): Client {
   if (wsClient?.token === token) return wsClient.client
   wsClient?.client.dispose()
   const url = `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/graphql`
-  const client = createClient({
+  const client = createWsClient({
     url,
     connectionParams: { authorization: `Bearer ${token}` },
     lazy: true,
     retryAttempts: Number.POSITIVE_INFINITY,
-    shouldRetry: () => true,
+    // 4401: the credential was refused, revoked or expired; retrying with it cannot help.
+    shouldRetry: (event) => (event as CloseEvent | undefined)?.code !== 4401,
     on: {
       connected: () => setSocketUp(true),
-      closed: () => setSocketUp(false),
+      closed: (event) => {
+        setSocketUp(false)
+        if ((event as CloseEvent | undefined)?.code === 4401) unauthenticatedListener()
+      },
     },
   })
   wsClient = { token, client }
@@ -167,14 +162,14 @@ export interface SubscriptionHandlers<T> {
 }
 
 /** Subscribe over graphql-ws; answers the function that ends the subscription. */
-export function subscribe<T>(
+export function subscribe<T, V>(
   token: string,
-  query: string,
-  variables: Record<string, unknown> | undefined,
+  document: TadaDocumentNode<T, V>,
+  variables: V | undefined,
   handlers: SubscriptionHandlers<T>,
 ): () => void {
   return subscriptionClient(token).subscribe<T>(
-    { query, variables },
+    { query: print(document), variables: variables as Record<string, unknown> | undefined },
     {
       next: (result) => {
         const first = result.errors?.[0]

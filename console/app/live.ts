@@ -4,13 +4,23 @@
  * (or the WebSocket is blocked), the query is polled instead. Polling waits for
  * each answer before scheduling the next, so a slow server is never queued up.
  */
+
+import { print } from '@0no-co/graphql.web'
 import { useCallback, useEffect, useRef, useState } from 'preact/hooks'
+import type { TadaDocumentNode } from '../../src/client/graphql.ts'
 import { ApiError, gql, liveSocketUp, onSocketChange, pollMs, subscribe } from './api.ts'
+
+// biome-ignore lint/suspicious/noExplicitAny: documents of any variables' shape.
+type Document<T> = TadaDocumentNode<T, any>
 
 export interface LiveOptions<T> {
   variables?: Record<string, unknown>
   /** A subscription whose every event either is the new data (`apply` answers it) or means "refetch". */
-  subscription?: { query: string; variables?: Record<string, unknown>; apply?: (event: unknown) => T | null }
+  subscription?: {
+    query: Document<unknown>
+    variables?: Record<string, unknown>
+    apply?: (event: unknown) => T | null
+  }
   /** Poll interval while no subscription feeds the data. @default the server's suggestion */
   pollMs?: number
   /**
@@ -37,7 +47,7 @@ const refused = new Set<string>()
  */
 export function useLive<T>(
   token: string,
-  query: string | ((token: string) => Promise<T>),
+  query: Document<T> | ((token: string) => Promise<T>),
   opts: LiveOptions<T> = {},
 ): Live<T> {
   const [data, setData] = useState<T | undefined>(undefined)
@@ -47,7 +57,7 @@ export function useLive<T>(
   useEffect(() => onSocketChange(setSocket), [])
   const varsKey = JSON.stringify(opts.variables ?? null)
   const subKey = opts.subscription
-    ? opts.subscription.query + JSON.stringify(opts.subscription.variables ?? null)
+    ? print(opts.subscription.query) + JSON.stringify(opts.subscription.variables ?? null)
     : ''
   const optsRef = useRef(opts)
   optsRef.current = opts
@@ -57,7 +67,7 @@ export function useLive<T>(
     const mine = generation.current
     try {
       const next =
-        typeof query === 'string' ? await gql<T>(token, query, optsRef.current.variables) : await query(token)
+        typeof query === 'function' ? await query(token) : await gql(token, query, optsRef.current.variables)
       if (mine !== generation.current) return
       setData(next)
       setError(null)
@@ -96,7 +106,7 @@ export function useLive<T>(
     if (sub && !refused.has(subKey)) {
       subscribed = true
       setLive(true)
-      unsubscribe = subscribe<unknown>(token, sub.query, sub.variables, {
+      unsubscribe = subscribe(token, sub.query, sub.variables, {
         next: (event) => {
           if (stopped) return
           const applied = sub.apply?.(event) ?? null

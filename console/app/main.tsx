@@ -3,6 +3,9 @@
  * this tab only), learns the token's role from `viewer`, and shows only the
  * controls that role may use. Everything it knows comes over GraphQL.
  */
+
+import { CueAlerts } from './cueAlerts.tsx'
+import { Channels } from './pages/Channels.tsx'
 import './style.css'
 import { render } from 'preact'
 import { useCallback, useEffect, useRef, useState } from 'preact/hooks'
@@ -15,14 +18,22 @@ import {
   storedViewer,
   storeToken,
 } from './api.ts'
-import { VIEWER, type ViewerData } from './operations.ts'
+import {
+  beginSso,
+  finishSso,
+  SIGNED_IN_VIEWER,
+  type SignedInViewerData,
+  type SsoConfig,
+  ssoConfig,
+} from './identity.ts'
 import { Board } from './pages/Board.tsx'
 import { DefinitionPage, Definitions } from './pages/Definitions.tsx'
 import { FOCUS_OLDEST_EVENT, Inbox, useInbox } from './pages/Inbox.tsx'
+import { Keys } from './pages/Keys.tsx'
 import { RunPage } from './pages/Run.tsx'
 import { Standby } from './pages/Standby.tsx'
 import { go, type Route, useRoute } from './router.ts'
-import { type Session, SessionContext } from './session.ts'
+import { can, type Session, SessionContext } from './session.ts'
 
 const SHORTCUTS: [string, string][] = [
   ['b', 'Board'],
@@ -37,12 +48,16 @@ function SignIn({
   onSignedIn,
   problem,
 }: {
-  onSignedIn: (token: string, v: ViewerData['viewer']) => void
+  onSignedIn: (token: string, v: SignedInViewerData['viewer']) => void
   problem: string | null
 }) {
   const [token, setToken] = useState('')
   const [error, setError] = useState<string | null>(problem)
   const [busy, setBusy] = useState(false)
+  const [sso, setSso] = useState<SsoConfig | null>(null)
+  useEffect(() => {
+    void ssoConfig().then(setSso)
+  }, [])
   return (
     <main id="main" class="signin">
       <h1>showrunner console</h1>
@@ -52,7 +67,7 @@ function SignIn({
           setBusy(true)
           setError(null)
           try {
-            const data = await gql<ViewerData>(token.trim(), VIEWER)
+            const data = await gql(token.trim(), SIGNED_IN_VIEWER)
             onSignedIn(token.trim(), data.viewer)
           } catch (err) {
             setError(
@@ -90,6 +105,20 @@ function SignIn({
           Sign in
         </button>
       </form>
+      {sso && (
+        <div class="sso">
+          <p class="muted small">or</p>
+          <button
+            type="button"
+            class="primary"
+            onClick={() =>
+              beginSso(sso).catch((err) => setError(err instanceof Error ? err.message : String(err)))
+            }
+          >
+            Sign in with SSO
+          </button>
+        </div>
+      )}
     </main>
   )
 }
@@ -108,6 +137,10 @@ function Page({ route, inbox }: { route: Route; inbox: ReturnType<typeof useInbo
       return <Definitions />
     case 'definition':
       return <DefinitionPage id={route.id} />
+    case 'keys':
+      return <Keys />
+    case 'channels':
+      return <Channels />
     default:
       return (
         <>
@@ -127,6 +160,8 @@ const PAGE_TITLES: Record<Route['page'], string> = {
   run: 'Run',
   definitions: 'Definitions',
   definition: 'Definition',
+  keys: 'API keys',
+  channels: 'Notification channels',
   notFound: 'Not found',
 }
 
@@ -187,6 +222,7 @@ function Shell({ session, onSignOut }: { session: Session; onSignOut: () => void
       <button type="button" class="skip-link" onClick={() => mainRef.current?.focus()}>
         Skip to content
       </button>
+      <CueAlerts token={session.token} />
       <header class="top">
         <span class="brand">showrunner</span>
         <nav aria-label="Pages">
@@ -207,9 +243,14 @@ function Shell({ session, onSignOut }: { session: Session; onSignOut: () => void
             )}
             {link('standby', '#/standby', 'Stand-by')}
             {link('definitions', '#/definitions', 'Definitions')}
+            {can(session, 'ADMIN') && link('keys', '#/keys', 'API keys')}
+            {can(session, 'ADMIN') && link('channels', '#/channels', 'Channels')}
           </ul>
         </nav>
         <div class="who">
+          <span class="name" data-testid="who">
+            {session.name ?? session.actor}
+          </span>
           <span class="role" data-testid="role" title={session.actor}>
             {session.role.toLowerCase()}
           </span>
@@ -249,13 +290,13 @@ function Shell({ session, onSignOut }: { session: Session; onSignOut: () => void
 
 function App() {
   // A reload renders at once with the role remembered at sign-in; the server re-confirms it below.
-  const [signedIn, setSignedIn] = useState<{ token: string; role: Session['role']; actor: string } | null>(
-    () => {
-      const token = storedToken()
-      const viewer = storedViewer<ViewerData['viewer']>()
-      return token && viewer ? { token, ...viewer } : null
-    },
-  )
+  const [signedIn, setSignedIn] = useState<
+    ({ token: string } & Pick<Session, 'role' | 'actor' | 'name' | 'teams'>) | null
+  >(() => {
+    const token = storedToken()
+    const viewer = storedViewer<SignedInViewerData['viewer']>()
+    return token && viewer ? { token, ...viewer } : null
+  })
   const [checking, setChecking] = useState(() => storedToken() !== null && signedIn === null)
   const [problem, setProblem] = useState<string | null>(null)
   const [toast, setToast] = useState<{ message: string; kind: 'ok' | 'error'; n: number } | null>(null)
@@ -269,6 +310,22 @@ function App() {
 
   useEffect(() => {
     onUnauthenticated(() => signOut('The server no longer accepts this token; sign in again.'))
+    // Back from the identity provider: exchange the code, then sign in as anyone would.
+    if (/[?&](code|error)=/.test(location.search)) {
+      setChecking(true)
+      finishSso()
+        .then((ssoToken) => {
+          if (!ssoToken) return setChecking(false)
+          // Kept like a pasted token (this tab only); the viewer check below names the person.
+          storeToken(ssoToken)
+          return confirmViewer(ssoToken)
+        })
+        .catch((err: unknown) => {
+          setProblem(err instanceof Error ? err.message : String(err))
+          setChecking(false)
+        })
+      return
+    }
     const token = storedToken()
     if (!token) return
     // Rendered already from the remembered role: confirm it once the page has settled.
@@ -282,13 +339,15 @@ function App() {
   }, [signOut])
 
   function confirmViewer(token: string) {
-    return gql<ViewerData>(token, VIEWER)
+    return gql(token, SIGNED_IN_VIEWER)
       .then((d) => {
         // Signed out (or in with another token) while this was on its way: its answer is stale.
         if (storedToken() !== token) return
         storeToken(token, d.viewer)
         setSignedIn((prev) =>
-          prev?.token === token && prev.role === d.viewer.role ? prev : { token, ...d.viewer },
+          prev?.token === token && prev.role === d.viewer.role && prev.name === d.viewer.name
+            ? prev
+            : { token, ...d.viewer },
         )
       })
       .catch((err) => setProblem(err instanceof Error ? err.message : String(err)))

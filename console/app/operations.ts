@@ -1,251 +1,181 @@
 /**
- * Every GraphQL operation the console sends, each beside the TypeScript type
- * of its answer (written by hand against schema/schema.graphql).
+ * Every GraphQL operation the console sends. Each answer's type is derived
+ * from schema/schema.graphql by the shared typed client (src/client), so a
+ * field the console selects that the schema lacks fails `npm run typecheck`.
  */
+import { graphql, type ResultOf } from '../../src/client/graphql.ts'
 
-export type Role = 'VIEWER' | 'OPERATOR' | 'ADMIN'
-export type RunStatus =
-  | 'SCHEDULED'
-  | 'STARTING'
-  | 'RUNNING'
-  | 'PAUSED'
-  | 'ENDING'
-  | 'COMPLETED'
-  | 'CANCELLED'
-  | 'FAILED'
-  | 'MISSED'
-export type RunHealth = 'OK' | 'DEGRADED'
-export type StepStatus = 'PENDING' | 'RUNNING' | 'COMPLETED' | 'FAILED' | 'SKIPPED' | 'CANCELLED'
-export type DefinitionState = 'ACTIVE' | 'PAUSED' | 'ARCHIVED'
-/** ISO-8601 in UTC. */
-export type DateTime = string
-export type Json = unknown
+export type Role = ResultOf<typeof VIEWER>['viewer']['role']
+export type RunStatus = RunCard['status']
+export type RunHealth = RunCard['health']
+export type StepStatus = StepCard['status']
+export type DefinitionState = DefinitionCard['state']
 
-export const VIEWER = /* GraphQL */ `query Viewer { viewer { role actor } }`
-export interface ViewerData {
-  viewer: { role: Role; actor: string }
-}
+export const VIEWER = graphql(`query Viewer { viewer { role actor } }`)
+export type ViewerData = ResultOf<typeof VIEWER>
 
-const RUN_CARD = /* GraphQL */ `
+const RUN_CARD = graphql(`
 fragment RunCard on EventRun {
   id scope status health currentPhase waitingSteps scheduledFor startedAt endedAt rehearsal lastError
   definition { id slug title }
-}`
-export interface RunCard {
-  id: string
-  scope: string
-  status: RunStatus
-  health: RunHealth
-  currentPhase: string | null
-  waitingSteps: number
-  scheduledFor: DateTime
-  startedAt: DateTime | null
-  endedAt: DateTime | null
-  rehearsal: boolean
-  lastError: string | null
-  definition: { id: string; slug: string; title: string }
-}
+}`)
+export type RunCard = ResultOf<typeof RUN_CARD>
 
-const HEALTH_FIELDS = `health { ok database waitingSteps oldestWaitingStepAt degradedRuns
-  runners { id host tickLagMs lastTickAt } }`
-export interface HealthData {
-  ok: boolean
-  database: boolean
-  waitingSteps: number
-  oldestWaitingStepAt: DateTime | null
-  degradedRuns: number
-  runners: { id: string; host: string; tickLagMs: number; lastTickAt: DateTime }[]
-}
+const HEALTH_FIELDS = graphql(`
+fragment HealthFields on Health {
+  ok database waitingSteps oldestWaitingStepAt degradedRuns
+  runners { id host tickLagMs lastTickAt }
+}`)
+export type HealthData = ResultOf<typeof HEALTH_FIELDS>
 
-/** Runs per request: the query budget weighs `first` times what each run selects. */
+/** Runs per request: the query budget weighs `first` times what each run selects (a run with its steps weighs up to 1,000 steps, the program limit). */
 export const IN_PROGRESS_PAGE_SIZE = 100
-export const STANDBY_PAGE_SIZE = 25
+export const STANDBY_PAGE_SIZE = 10
 
 /** A page of the runs in progress (the server's query budget weighs `first`, so long lists come in pages). */
-export const IN_PROGRESS_PAGE = /* GraphQL */ `
+export const IN_PROGRESS_PAGE = graphql(
+  `
 query InProgress($first: Int!, $after: String) {
   runPage(filter: { statuses: [STARTING, RUNNING, PAUSED, ENDING] }, first: $first, after: $after) {
     nodes { ...RunCard } pageInfo { hasNextPage endCursor }
   }
-}
-${RUN_CARD}`
-export interface RunPageData<T> {
-  runPage: { nodes: T[]; pageInfo: { hasNextPage: boolean; endCursor: string | null } }
-}
+}`,
+  [RUN_CARD],
+)
 
 /** The rest of the board: runs just ended, what comes next, and health. */
-export const BOARD = /* GraphQL */ `
+export const BOARD = graphql(
+  `
 query Board {
   ended: runPage(filter: { statuses: [COMPLETED, FAILED, CANCELLED, MISSED] }, first: 8) { nodes { ...RunCard } }
   definitions { id slug title timezone state schedule nextOccurrences(count: 3) }
-  ${HEALTH_FIELDS}
-}
-${RUN_CARD}`
-export interface BoardData {
-  ended: { nodes: RunCard[] }
-  definitions: {
-    id: string
-    slug: string
-    title: string
-    timezone: string
-    state: DefinitionState
-    schedule: string | null
-    nextOccurrences: DateTime[]
-  }[]
-  health: HealthData
-}
+  health { ...HealthFields }
+}`,
+  [RUN_CARD, HEALTH_FIELDS],
+)
+export type BoardData = ResultOf<typeof BOARD>
 
 /**
  * A change to a run in progress (or one leaving that state): the board and
  * stand-by refetch when one arrives.
  */
-export const RUN_CHANGES = /* GraphQL */ `
-subscription RunChanges { runChanges(filter: { statuses: [STARTING, RUNNING, PAUSED, ENDING] }) { id status } }`
+export const RUN_CHANGES = graphql(`
+subscription RunChanges { runChanges(filter: { statuses: [STARTING, RUNNING, PAUSED, ENDING] }) { id status } }`)
 
-const CUE_FIELDS = `id seq phase kind params startedAt
-  run { id scope status currentPhase rehearsal definition { id slug title } }`
-export interface Cue {
-  id: string
-  seq: number
-  phase: string
-  kind: string
-  params: Json
-  startedAt: DateTime | null
-  run: {
-    id: string
-    scope: string
-    status: RunStatus
-    currentPhase: string | null
-    rehearsal: boolean
-    definition: { id: string; slug: string; title: string }
-  }
-}
+/** Where a cue's ladder stands (RunStep.cue): who it is for, rungs sent, who answered. */
+const CUE_LADDER = graphql(`
+fragment CueLadder on Cue {
+  openedAt deadlineAt assignees exclusive escalationLevel remindersSent
+  answer { outcome by via at note }
+}`)
+export type CueLadder = ResultOf<typeof CUE_LADDER>
+
+const CUE_FIELDS = graphql(
+  `
+fragment CueFields on RunStep {
+  id seq phase kind params startedAt cue { ...CueLadder }
+  run { id scope status currentPhase rehearsal definition { id slug title } }
+}`,
+  [CUE_LADDER],
+)
+export type Cue = ResultOf<typeof CUE_FIELDS>
 
 /** The inbox: every parked cue, oldest first. */
-export const INBOX = /* GraphQL */ `query Inbox { waitingSteps(limit: 500) { ${CUE_FIELDS} } }`
-export const INBOX_LIVE = /* GraphQL */ `subscription InboxLive { waitingSteps(limit: 500) { ${CUE_FIELDS} } }`
-export interface InboxData {
-  waitingSteps: Cue[]
-}
+export const INBOX = graphql(`query Inbox { waitingSteps(limit: 500) { ...CueFields } }`, [CUE_FIELDS])
+export const INBOX_LIVE = graphql(`subscription InboxLive { waitingSteps(limit: 500) { ...CueFields } }`, [
+  CUE_FIELDS,
+])
+export type InboxData = ResultOf<typeof INBOX>
+/** The cues for me: assigned to my name or one of my teams, or to nobody. */
+export const INBOX_MINE = graphql(
+  `query InboxMine { waitingSteps(limit: 500, mine: true) { ...CueFields } }`,
+  [CUE_FIELDS],
+)
+export const INBOX_MINE_LIVE = graphql(
+  `subscription InboxMineLive { waitingSteps(limit: 500, mine: true) { ...CueFields } }`,
+  [CUE_FIELDS],
+)
 
-const STEP_FIELDS = `id seq phase kind params status parked attempts maxAttempts wakeAt startedAt endedAt lastError`
-export interface StepCard {
-  id: string
-  seq: number
-  phase: string
-  kind: string
-  params: Json
-  status: StepStatus
-  parked: boolean
-  attempts: number
-  maxAttempts: number
-  wakeAt: DateTime | null
-  startedAt: DateTime | null
-  endedAt: DateTime | null
-  lastError: string | null
-}
+const STEP_FIELDS = graphql(
+  `
+fragment StepCard on RunStep {
+  id seq phase kind params status parked attempts maxAttempts wakeAt startedAt endedAt lastError
+  cue { ...CueLadder }
+}`,
+  [CUE_LADDER],
+)
+export type StepCard = ResultOf<typeof STEP_FIELDS>
 
 /** Stand-by: the steps of every run in progress, to find each one's next cue. */
-export const STANDBY = /* GraphQL */ `
+export const STANDBY = graphql(
+  `
 query Standby($first: Int!, $after: String) {
   runPage(filter: { statuses: [STARTING, RUNNING, PAUSED, ENDING] }, first: $first, after: $after) {
-    nodes { ...RunCard steps { ${STEP_FIELDS} } } pageInfo { hasNextPage endCursor }
+    nodes { ...RunCard steps { ...StepCard } } pageInfo { hasNextPage endCursor }
   }
-}
-${RUN_CARD}`
-export type RunWithSteps = RunCard & { steps: StepCard[] }
+}`,
+  [RUN_CARD, STEP_FIELDS],
+)
+export type RunWithSteps = ResultOf<typeof STANDBY>['runPage']['nodes'][number]
 
-export const RUN = /* GraphQL */ `
+export const RUN = graphql(
+  `
 query Run($id: ID!) {
   run(id: $id) {
     ...RunCard timezone startedBy params claimedBy updatedAt
     version { version }
     concurrencyHolder { id definition { title } scope }
-    steps { ${STEP_FIELDS} result }
+    steps { ...StepCard result }
     logs(limit: 200) { id at level message actor }
   }
-}
-${RUN_CARD}`
-export interface RunData {
-  run:
-    | (RunCard & {
-        timezone: string
-        startedBy: string | null
-        params: Json
-        claimedBy: string | null
-        updatedAt: DateTime
-        version: { version: number }
-        concurrencyHolder: { id: string; scope: string; definition: { title: string } } | null
-        steps: (StepCard & { result: Json })[]
-        logs: { id: string; at: DateTime; level: string; message: string; actor: string | null }[]
-      })
-    | null
-}
-export const RUN_STATUS = /* GraphQL */ `subscription RunStatus($id: ID!) { runStatus(id: $id) { id status updatedAt } }`
+}`,
+  [RUN_CARD, STEP_FIELDS],
+)
+export type RunData = ResultOf<typeof RUN>
+export const RUN_STATUS = graphql(
+  `subscription RunStatus($id: ID!) { runStatus(id: $id) { id status updatedAt } }`,
+)
 
-const DEFINITION_FIELDS = `id slug title description schedule timezone state graceSeconds scopes concurrencyKey
-  currentVersion { version }`
-export interface DefinitionCard {
-  id: string
-  slug: string
-  title: string
-  description: string | null
-  schedule: string | null
-  timezone: string
-  state: DefinitionState
-  graceSeconds: number
-  scopes: string[]
-  concurrencyKey: string | null
-  currentVersion: { version: number } | null
-}
+const DEFINITION_FIELDS = graphql(`
+fragment DefinitionCard on EventDefinition {
+  id slug title description schedule timezone state graceSeconds scopes concurrencyKey
+  currentVersion { version }
+}`)
+export type DefinitionCard = ResultOf<typeof DEFINITION_FIELDS>
 
-export const DEFINITIONS = /* GraphQL */ `
-query Definitions { definitions(includeArchived: true) { ${DEFINITION_FIELDS} nextOccurrences(count: 3) } }`
-export interface DefinitionsData {
-  definitions: (DefinitionCard & { nextOccurrences: DateTime[] })[]
-}
+export const DEFINITIONS = graphql(
+  `
+query Definitions { definitions(includeArchived: true) { ...DefinitionCard nextOccurrences(count: 3) } }`,
+  [DEFINITION_FIELDS],
+)
+export type DefinitionsData = ResultOf<typeof DEFINITIONS>
 
-export const DEFINITION = /* GraphQL */ `
+export const DEFINITION = graphql(
+  `
 query Definition($id: ID!) {
   definition(id: $id) {
-    ${DEFINITION_FIELDS}
+    ...DefinitionCard
     nextOccurrences(count: 10)
     versions { id version createdAt createdBy program }
   }
   runs(definitionId: $id, limit: 20) { ...RunCard }
-}
-${RUN_CARD}`
-export interface DefinitionData {
-  definition:
-    | (DefinitionCard & {
-        nextOccurrences: DateTime[]
-        versions: {
-          id: string
-          version: number
-          createdAt: DateTime
-          createdBy: string | null
-          program: Json
-        }[]
-      })
-    | null
-  runs: RunCard[]
-}
+}`,
+  [DEFINITION_FIELDS, RUN_CARD],
+)
+export type DefinitionData = ResultOf<typeof DEFINITION>
 
-export const RESOLVE_CUE = /* GraphQL */ `
-mutation ResolveCue($stepId: ID!, $note: String) { resolveCue(stepId: $stepId, note: $note) { applied } }`
-export const SKIP_STEP = /* GraphQL */ `
-mutation SkipStep($stepId: ID!, $reason: String) { skipStep(stepId: $stepId, reason: $reason) { applied } }`
-export interface StepResultData {
-  [field: string]: { applied: boolean }
-}
+export const RESOLVE_CUE = graphql(`
+mutation ResolveCue($stepId: ID!, $note: String) { resolveCue(stepId: $stepId, note: $note) { applied } }`)
+export const SKIP_STEP = graphql(`
+mutation SkipStep($stepId: ID!, $reason: String) { skipStep(stepId: $stepId, reason: $reason) { applied } }`)
 
-export const PAUSE_RUN = /* GraphQL */ `mutation PauseRun($id: ID!) { pauseRun(id: $id) { applied } }`
-export const RESUME_RUN = /* GraphQL */ `mutation ResumeRun($id: ID!) { resumeRun(id: $id) { applied } }`
-export const CANCEL_RUN = /* GraphQL */ `
-mutation CancelRun($id: ID!, $reason: String) { cancelRun(id: $id, reason: $reason) { applied } }`
-export const START_RUN = /* GraphQL */ `
+export const PAUSE_RUN = graphql(`mutation PauseRun($id: ID!) { pauseRun(id: $id) { applied } }`)
+export const RESUME_RUN = graphql(`mutation ResumeRun($id: ID!) { resumeRun(id: $id) { applied } }`)
+export const CANCEL_RUN = graphql(`
+mutation CancelRun($id: ID!, $reason: String) { cancelRun(id: $id, reason: $reason) { applied } }`)
+export const START_RUN = graphql(`
 mutation StartRun($definitionId: ID!, $scope: String, $rehearsal: Boolean, $speed: Float) {
   startRun(definitionId: $definitionId, scope: $scope, rehearsal: $rehearsal, speed: $speed) { id }
-}`
-export const SET_DEFINITION_STATE = /* GraphQL */ `
-mutation SetDefinitionState($id: ID!, $state: DefinitionState!) { setDefinitionState(id: $id, state: $state) { id state } }`
+}`)
+export const SET_DEFINITION_STATE = graphql(`
+mutation SetDefinitionState($id: ID!, $state: DefinitionState!) { setDefinitionState(id: $id, state: $state) { id state } }`)

@@ -8,6 +8,8 @@ export type Route =
   | { page: 'run'; id: string }
   | { page: 'definitions' }
   | { page: 'definition'; id: string }
+  | { page: 'keys' }
+  | { page: 'channels' }
   | { page: 'notFound'; path: string }
 
 export function parseRoute(hash: string): Route {
@@ -16,6 +18,8 @@ export function parseRoute(hash: string): Route {
   if (path === '/inbox') return { page: 'inbox' }
   if (path === '/standby') return { page: 'standby' }
   if (path === '/definitions') return { page: 'definitions' }
+  if (path === '/keys') return { page: 'keys' }
+  if (path === '/channels') return { page: 'channels' }
   const run = /^\/runs\/(\d+)$/.exec(path)
   if (run) return { page: 'run', id: run[1] as string }
   const def = /^\/definitions\/(\d+)$/.exec(path)

@@ -9,6 +9,9 @@ export interface Session {
   token: string
   role: Role
   actor: string
+  /** The person's name (a token from before names existed may only have an actor). */
+  name?: string
+  teams?: string[]
   /** Announce the outcome of an action (a polite live region). */
   notify(message: string, kind?: 'ok' | 'error'): void
 }

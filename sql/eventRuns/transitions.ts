@@ -22,7 +22,17 @@ export interface TransitionOptions {
   clearClaim?: boolean
   /** Set `wake_at` (a terminal or paused target clears it regardless). */
   wakeAt?: Date | null
+  /**
+   * Move only a run with work left: a step not yet finished, or no steps yet.
+   * A pause or a cancel of a run whose last step is done loses (the runner
+   * completes it), so a person never pauses or cancels finished work.
+   */
+  onlyWithStepsLeft?: boolean
 }
+
+/** The guard of {@link TransitionOptions.onlyWithStepsLeft}, on `event_runs` rows. */
+const STEPS_LEFT = `(EXISTS (SELECT 1 FROM event_run_steps s WHERE s.run_id = event_runs.id AND s.status IN ('pending','running'))
+        OR NOT EXISTS (SELECT 1 FROM event_run_steps s WHERE s.run_id = event_runs.id))`
 
 /** The SET clause that gives a claim up: owner, lease and batch token together. */
 export const DROP_CLAIM = 'claimed_by = NULL, claim_expires_at = NULL, claim_token = NULL'
@@ -78,13 +88,17 @@ export async function transitionMany(
   opts: TransitionOptions = {},
 ): Promise<number> {
   if (ids.length === 0) return 0
-  const froms = Array.isArray(from) ? from : [from as RunStatus]
+  const froms: RunStatus[] = Array.isArray(from) ? [...from] : [from as RunStatus]
+  // Only the runner completes a run, once every step is done: a pause that
+  // landed after it decided so (its last step still in flight) loses, and the
+  // run completes instead of staying paused with nothing left to do.
+  if (to === 'completed' && froms.includes('running') && !froms.includes('paused')) froms.push('paused')
   const { sets, args } = transitionSets(to, opts)
   // Terminal statuses are never left, whatever `from` a caller names.
   const res = await db.runQuery(
     `UPDATE event_runs SET ${sets.join(', ')}
       WHERE id IN (${placeholders(ids.length)}) AND status IN (${placeholders(froms.length)})
-        AND status NOT IN (${placeholders(TERMINAL.length)})`,
+        AND status NOT IN (${placeholders(TERMINAL.length)})${opts.onlyWithStepsLeft ? ` AND ${STEPS_LEFT}` : ''}`,
     [...args, ...ids, ...froms, ...TERMINAL],
   )
   if (res.affectedRows > 0 && isTerminal(to)) await releaseKey(db, ids)

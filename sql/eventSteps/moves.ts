@@ -303,6 +303,23 @@ export async function fail(db: Queryable, id: number, error: string): Promise<bo
   return (await failAttempts(db, [{ id, error, retryAt: null }])) === 1
 }
 
+/**
+ * A person resolves a cue with a ladder: `running → completed`, parked or not.
+ * A cue is briefly unparked while the runner re-enters it at a rung of its
+ * ladder; an answer then must not be turned away. Whatever the runner writes
+ * after the re-entry is guarded on `running`, so the answer stands.
+ */
+export async function resolveCue(db: Queryable, id: number, result: unknown): Promise<boolean> {
+  const res = await db.run(
+    `UPDATE event_run_steps
+        SET status = 'completed', result = ?, ended_at = NOW(3), parked = 0, wake_at = NULL,
+            claimed_by = NULL, claim_expires_at = NULL
+      WHERE id = ? AND status = 'running' AND kind = 'core.cue'`,
+    [toJson(result), id],
+  )
+  return res.affectedRows === 1
+}
+
 /** A person resolves a parked cue: `running, parked → completed`. */
 export async function resolveParked(db: Queryable, id: number, result: unknown): Promise<boolean> {
   const res = await db.run(

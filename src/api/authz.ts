@@ -21,7 +21,9 @@ import {
 import * as audit from '../../sql/auditLog.ts'
 import { isRole, type Role, roleAllows } from '../auth.ts'
 import { AppError, ERROR_CODES } from '../errors.ts'
+import type { Refusal, RefusalReason } from '../identity/authenticator.ts'
 import type { Logger } from '../log.ts'
+import { refusals } from '../refusalSampler.ts'
 import type { ApiContext } from './context.ts'
 
 /** The `extensions` key a root field's required role lives under. */
@@ -37,31 +39,33 @@ export const UNAUTHENTICATED_MESSAGE =
 
 /** A token was sent but is not one this server accepts: say so, rather than ask for a header that was sent. */
 export const INVALID_TOKEN_MESSAGE =
-  'Invalid token: the bearer token sent is not one this server accepts. Use a token from SHOWRUNNER_TOKENS, or the admin token the server printed at start.'
+  'Invalid token: the bearer token sent is not one this server accepts. Use an API key, a token from SHOWRUNNER_TOKENS, or the admin token the server printed at start.'
 
 export const MALFORMED_AUTHORIZATION_MESSAGE = 'Invalid Authorization header: expected "Bearer <token>".'
 
-/** Why a request did not authenticate, from its Authorization value: missing, malformed or unknown. */
-export function unauthenticatedReason(
-  header: string | null | undefined,
-): 'missing' | 'malformed' | 'invalid' {
-  if (typeof header !== 'string' || header.trim() === '') return 'missing'
-  return /^\s*bearer\s+\S+\s*$/i.test(header) ? 'invalid' : 'malformed'
-}
-
-const MESSAGES = {
+const MESSAGES: Record<RefusalReason, string> = {
   missing: UNAUTHENTICATED_MESSAGE,
   malformed: MALFORMED_AUTHORIZATION_MESSAGE,
   invalid: INVALID_TOKEN_MESSAGE,
-} as const
+  revoked: 'Invalid token: this API key was revoked. Ask an admin for a new key.',
+  expired: 'Invalid token: this credential has expired. Ask an admin for a new key, or sign in again.',
+  oidc: 'Invalid token: the identity token was refused',
+}
+
+/** The message for a refusal; an OIDC refusal says what was wrong with the token (safe: its holder sent it). */
+export function refusalMessage(refusal: Refusal): string {
+  if (refusal.reason === 'oidc') return `${MESSAGES.oidc} (${refusal.detail ?? 'not valid'}).`
+  return MESSAGES[refusal.reason]
+}
 
 /**
  * The error for a request without a valid token, carrying HTTP 401 and a
  * `WWW-Authenticate` challenge for yoga to put on the response. Every reason
  * has the code UNAUTHENTICATED; the message tells them apart.
  */
-export function unauthenticatedError(reason: keyof typeof MESSAGES = 'missing'): GraphQLError {
-  return new GraphQLError(MESSAGES[reason], {
+export function unauthenticatedError(refusal: RefusalReason | Refusal = 'missing'): GraphQLError {
+  const r = typeof refusal === 'string' ? { reason: refusal } : refusal
+  return new GraphQLError(refusalMessage(r), {
     extensions: {
       code: ERROR_CODES.UNAUTHENTICATED,
       http: { status: 401, headers: { 'WWW-Authenticate': 'Bearer realm="showrunner"' } },
@@ -72,40 +76,79 @@ export function unauthenticatedError(reason: keyof typeof MESSAGES = 'missing'):
 /** Who a refused request came from, as far as anyone can tell: never the token itself. */
 export interface RefusedAuthentication {
   transport: 'http' | 'websocket'
-  /** 'none' (no credential sent) or 'unknown token' (one that matches no configured token). */
-  credential: 'none' | 'unknown token'
+  /** 'none' (no credential sent), 'unknown token' (one nobody issued), or why a known one was refused. */
+  credential: 'none' | 'unknown token' | 'malformed' | 'revoked' | 'expired' | 'refused oidc token'
+  /** For a refused OIDC token: what was wrong with it. */
+  detail?: string
   operationName: string | null
   remote: string | null
 }
 
-/** A refused authentication, at warn: the actor is always "anonymous" (no token matched). */
+/** How a refusal is logged: never the credential itself. */
+export function refusedCredential(refusal: Refusal): RefusedAuthentication['credential'] {
+  switch (refusal.reason) {
+    case 'missing':
+      return 'none'
+    case 'malformed':
+      return 'malformed'
+    case 'revoked':
+    case 'expired':
+      return refusal.reason
+    case 'oidc':
+      return 'refused oidc token'
+    default:
+      return 'unknown token'
+  }
+}
+
+/**
+ * A refused authentication, at warn: the actor is always "anonymous" (no token
+ * matched). Sampled (src/refusalSampler.ts): a line carries `suppressed`, the
+ * refusals left out since the line before.
+ */
 export function logRefusedAuthentication(logger: Logger, what: RefusedAuthentication): void {
-  logger.warn({ actor: 'anonymous', ...what }, 'refused authentication')
+  const suppressed = refusals.take('authentication')
+  if (suppressed === null) return
+  logger.warn(
+    { actor: 'anonymous', ...what, ...(suppressed > 0 && { suppressed }) },
+    'refused authentication',
+  )
 }
 
 /**
  * A refused authorisation: logged at warn and written to the audit table, at
  * most once per operation however many of its fields were refused (a document
- * of aliased forbidden fields must not turn into as many writes).
+ * of aliased forbidden fields must not turn into as many writes), and sampled
+ * per actor (src/refusalSampler.ts): past 10 a minute they are counted, and
+ * the next line and row carry `suppressed`.
  */
 function recordForbidden(ctx: ApiContext, field: string, needed: Role, info: GraphQLResolveInfo): void {
   const principal = ctx.principal as NonNullable<ApiContext['principal']>
   const operationName = info.operation.name?.value ?? null
   const { logger, db } = ctx.services
-  logger.warn(
-    { actor: principal.actor, role: principal.role, needed, field, operationName },
-    'refused authorisation',
-  )
   if (refusalAudited.has(ctx)) return
   refusalAudited.add(ctx)
+  const suppressed = refusals.take(`authorisation|${principal.name}`)
+  if (suppressed === null) return
+  logger.warn(
+    {
+      actor: principal.name,
+      role: principal.role,
+      needed,
+      field,
+      operationName,
+      ...(suppressed > 0 && { suppressed }),
+    },
+    'refused authorisation',
+  )
   audit
     .record(db, {
-      actor: principal.actor,
+      actor: principal.name,
       action: field.slice(0, 100),
       targetType: 'api',
       targetId: null,
       outcome: 'refused',
-      detail: { operationName, role: principal.role, needed },
+      detail: { operationName, role: principal.role, needed, ...(suppressed > 0 && { suppressed }) },
     })
     .catch((err: unknown) => logger.error({ err, field }, 'could not audit a refused authorisation'))
 }
@@ -118,7 +161,7 @@ function check(ctx: ApiContext, field: string, needed: Role, info: GraphQLResolv
     recordForbidden(ctx, field, needed, info)
     throw new AppError(
       ERROR_CODES.FORBIDDEN,
-      `${field} needs the ${needed} role; this token has the ${principal.role} role.`,
+      `${field} needs the ${needed} role; ${principal.name} has the ${principal.role} role.`,
     )
   }
 }

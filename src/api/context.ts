@@ -5,10 +5,12 @@
  */
 import type { Db } from '../../sql/db.ts'
 import type { Principal } from '../auth.ts'
+import type { Authenticator } from '../identity/authenticator.ts'
 import type { Logger } from '../log.ts'
 import type { Metrics } from '../metrics.ts'
 import type { Clock } from '../runner/clock.ts'
 import type { StepRegistry } from '../runner/steps/registry.ts'
+import type { RunQuota } from '../runQuota.ts'
 import type { InboxFeed } from './inboxFeed.ts'
 import { createLoaders, type Loaders } from './loaders.ts'
 import type { RunChangeFeed } from './runChangeFeed.ts'
@@ -17,6 +19,8 @@ import type { StatusPoller } from './statusPoller.ts'
 /** Process-wide dependencies of the API, shared by every request. */
 export interface ApiServices {
   db: Db
+  /** Who a credential belongs to; also the API keys' cache (revoking through it is seen here at once). */
+  authenticator: Authenticator
   registry: StepRegistry
   clock: Clock
   metrics: Metrics
@@ -32,10 +36,16 @@ export interface ApiServices {
   horizonMs: number
   /** Schedule occurrences one request may compute in all (MAX_OCCURRENCES_PER_REQUEST). */
   maxOccurrences: number
+  /** Largest run `params` accepted, in bytes (MAX_PARAMS_BYTES). */
+  maxParamsBytes: number
+  /** Runs created per principal per minute (MAX_RUNS_PER_MINUTE), taken by every mutation that creates runs. */
+  runQuota: RunQuota
   /** Wake the co-hosted runner (a run was started, a cue resolved); a no-op with RUNNER=off. */
   nudge(): void
   /** Ask the co-hosted runner to materialise at its next tick (a definition changed). */
   requestMaterialise(): void
+  /** Notification channels: what their targets are checked against, and the local dispatcher's wake-up. */
+  notifications: { webhookAllow: readonly string[]; nudge(): void }
 }
 
 export interface ApiContext {
@@ -45,10 +55,17 @@ export interface ApiContext {
   loaders: Loaders
   /** What this request may still compute (see src/api/queryBudget.ts). */
   budget: { occurrencesLeft: number }
+  /** `console` when the built-in console sent it (its `x-showrunner-client` header): how a cue answer records `via`. */
+  client: 'api' | 'console'
 }
 
-export function createApiContext(services: ApiServices, principal: Principal | null): ApiContext {
+export function createApiContext(
+  services: ApiServices,
+  principal: Principal | null,
+  client: 'api' | 'console' = 'api',
+): ApiContext {
   return {
+    client,
     principal,
     services,
     loaders: createLoaders(services.db),

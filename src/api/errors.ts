@@ -5,8 +5,9 @@
  * - an AppError → its message and `extensions.code`;
  * - a database that cannot be reached → DATABASE_UNAVAILABLE, "The database is
  *   unavailable; retry shortly.";
- * - a full wait queue on the API's pool → DATABASE_UNAVAILABLE with reason
- *   BUSY, "The server is busy: … Retry in a moment";
+ * - a full wait queue on the API's pool → BUSY, "The server is busy: … Retry
+ *   in a moment", HTTP 503 with Retry-After (load, not an outage: the
+ *   database is fine, this instance cannot take more now);
  * - a GraphQL error raised on purpose (validation, variable coercion, our
  *   scalars, the auth gate) → as it is, with a code added when it has none;
  * - anything else → "Unexpected error." with INTERNAL_SERVER_ERROR, and the real
@@ -20,6 +21,8 @@ import type { Logger } from '../log.ts'
 
 export const DATABASE_UNAVAILABLE_MESSAGE = 'The database is unavailable; retry shortly.'
 export const UNEXPECTED_MESSAGE = 'Unexpected error.'
+/** Seconds a client refused as BUSY is told to wait (Retry-After): the queue drains in well under that. */
+export const BUSY_RETRY_AFTER_SECONDS = 1
 export const DATABASE_BUSY_MESSAGE =
   'The server is busy: too many requests are waiting for the database. Retry in a moment, or send fewer at once.'
 /** MariaDB's "Data too long for column" (strict mode refuses rather than truncates). */
@@ -30,6 +33,8 @@ export const API_CODES = {
   GRAPHQL_VALIDATION_FAILED: 'GRAPHQL_VALIDATION_FAILED',
   /** A WebSocket already holds as many operations as one socket may. */
   TOO_MANY_OPERATIONS: 'TOO_MANY_OPERATIONS',
+  /** The answer would pass MAX_ANSWER_BYTES: refused before it is built (src/api/answerSize.ts). */
+  ANSWER_TOO_LARGE: 'ANSWER_TOO_LARGE',
   /** A bug or an unexpected failure; details are in the server log. */
   INTERNAL_SERVER_ERROR: 'INTERNAL_SERVER_ERROR',
 } as const
@@ -58,6 +63,21 @@ function located(error: unknown): GraphQLErrorOptions {
   return { nodes: error.nodes, source: error.source, positions: error.positions, path: error.path }
 }
 
+/**
+ * The refusal of a request this instance cannot take now. Over HTTP yoga turns
+ * `extensions.http` into the answer's status and headers (and leaves it out of
+ * the body): 503 with Retry-After, which clients and proxies know as "retry".
+ */
+export function busyError(where: GraphQLErrorOptions = {}): GraphQLError {
+  return new GraphQLError(DATABASE_BUSY_MESSAGE, {
+    ...where,
+    extensions: {
+      code: ERROR_CODES.BUSY,
+      http: { status: 503, headers: { 'retry-after': String(BUSY_RETRY_AFTER_SECONDS) } },
+    },
+  })
+}
+
 export type MaskError = (error: unknown, message: string) => Error
 
 export function createMaskError(logger: Logger): MaskError {
@@ -65,15 +85,21 @@ export function createMaskError(logger: Logger): MaskError {
     const cause = rootCause(error)
     const where = located(error)
     if (cause instanceof AppError) {
-      return new GraphQLError(cause.message, { ...where, extensions: { code: cause.code } })
+      const retryAfterSeconds = cause.details?.retryAfterSeconds
+      return new GraphQLError(cause.message, {
+        ...where,
+        extensions: {
+          ...cause.extensions,
+          code: cause.code,
+          ...(cause.code === ERROR_CODES.RATE_LIMITED &&
+            typeof retryAfterSeconds === 'number' && { retryAfterSeconds }),
+        },
+      })
     }
     if (isPoolBusy(cause)) {
       // Load, not an outage: the statement never reached the database.
       logger.warn({ path: where?.path }, 'database pool busy: refused a request instead of queueing it')
-      return new GraphQLError(DATABASE_BUSY_MESSAGE, {
-        ...where,
-        extensions: { code: ERROR_CODES.DATABASE_UNAVAILABLE },
-      })
+      return busyError(where)
     }
     if (cause instanceof DatabaseError && cause.unavailable) {
       logger.warn({ err: cause, path: where?.path }, 'database unavailable while answering a request')

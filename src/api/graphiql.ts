@@ -178,6 +178,7 @@ export async function serveGraphiqlAsset(
     'content-length': body.length,
     'cache-control': 'public, max-age=31536000, immutable',
     vary: 'accept-encoding',
+    'x-content-type-options': 'nosniff',
     ...(acceptsGzip ? { 'content-encoding': 'gzip' } : {}),
   })
   res.end(req.method === 'HEAD' ? undefined : body)

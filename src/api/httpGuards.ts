@@ -1,6 +1,6 @@
 /**
  * Yoga plugins guarding GraphQL over HTTP (and SSE, which is HTTP too):
- * - {@link useAuthGate}: no valid bearer token → UNAUTHENTICATED with HTTP 401,
+ * - {@link useAuthGate}: no valid credential → UNAUTHENTICATED with HTTP 401,
  *   before the document is even parsed, so an anonymous caller learns nothing
  *   about the schema (not even from validation messages). The message tells a
  *   missing header from a malformed one and from a token nobody configured.
@@ -11,27 +11,36 @@
  */
 import type { IncomingMessage } from 'node:http'
 import { createGraphQLError, type Plugin } from 'graphql-yoga'
-import { authenticate, type TokenEntry } from '../auth.ts'
+import type { Principal } from '../auth.ts'
 import { ERROR_CODES } from '../errors.ts'
+import type { Authenticator } from '../identity/authenticator.ts'
 import type { Logger } from '../log.ts'
-import { logRefusedAuthentication, unauthenticatedError, unauthenticatedReason } from './authz.ts'
+import { logRefusedAuthentication, refusedCredential, unauthenticatedError } from './authz.ts'
 
-export function useAuthGate(
-  tokens: readonly TokenEntry[],
-  logger: Logger,
-): Plugin<{ req?: IncomingMessage }> {
+/** The principal the gate found for each request, read by the context factory (no second lookup). */
+const gatePrincipals = new WeakMap<Request, Principal>()
+
+export function principalOfRequest(request: Request | undefined): Principal | null {
+  return (request && gatePrincipals.get(request)) ?? null
+}
+
+export function useAuthGate(authenticator: Authenticator, logger: Logger): Plugin<{ req?: IncomingMessage }> {
   return {
-    onParams({ request, params, context, setResult }) {
+    async onParams({ request, params, context, setResult }) {
       const credential = request.headers.get('authorization')
-      if (authenticate(credential, tokens) === null) {
-        logRefusedAuthentication(logger, {
-          transport: 'http',
-          credential: credential === null ? 'none' : 'unknown token',
-          operationName: operationNameOf(params),
-          remote: (context as { req?: IncomingMessage }).req?.socket?.remoteAddress ?? null,
-        })
-        setResult({ errors: [unauthenticatedError(unauthenticatedReason(credential))] })
+      const answer = await authenticator.identify(credential)
+      if ('principal' in answer) {
+        gatePrincipals.set(request, answer.principal)
+        return
       }
+      logRefusedAuthentication(logger, {
+        transport: 'http',
+        credential: refusedCredential(answer.refused),
+        ...(answer.refused.detail ? { detail: answer.refused.detail } : {}),
+        operationName: operationNameOf(params),
+        remote: (context as { req?: IncomingMessage }).req?.socket?.remoteAddress ?? null,
+      })
+      setResult({ errors: [unauthenticatedError(answer.refused)] })
     },
   }
 }

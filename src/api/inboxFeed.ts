@@ -11,9 +11,10 @@
  * one statement, not 2,000. Nobody listening costs nothing.
  */
 import { Repeater, SlidingBuffer } from 'graphql-yoga'
+import { listWaiting } from '../../sql/cueLadders.ts'
 import type { Queryable } from '../../sql/db.ts'
 import { getByIds } from '../../sql/eventRuns/index.ts'
-import { listWaiting, type StepRow } from '../../sql/eventSteps/index.ts'
+import type { StepRow } from '../../sql/eventSteps/index.ts'
 import type { Logger } from '../log.ts'
 import { createLoaders, type Loaders } from './loaders.ts'
 import { PollLoop } from './pollLoop.ts'
@@ -33,6 +34,8 @@ export interface Inbox {
 
 interface InboxListener {
   limit: number
+  /** `mine`: the caller's name and teams (see src/api/person.ts); null = everybody's cues. */
+  identities: string[] | null
   /** What this listener got last. */
   sent: string
   onInbox(inbox: Inbox): void
@@ -84,8 +87,8 @@ export class InboxFeed {
   }
 
   /** The first `limit` cues and their runs, read now. */
-  async read(limit: number): Promise<Inbox> {
-    const steps = await listWaiting(this.opts.db, limit)
+  async read(limit: number, identities: string[] | null = null): Promise<Inbox> {
+    const steps = await listWaiting(this.opts.db, limit, identities)
     return { steps, loaders: await this.loadersFor(steps) }
   }
 
@@ -93,8 +96,9 @@ export class InboxFeed {
    * The `waitingSteps` stream: the inbox at once, then the whole inbox again on
    * each change. Only the newest inbox matters to a slow consumer.
    */
-  async watch(limit: number): Promise<AsyncIterableIterator<Inbox>> {
+  async watch(limit: number, identities: string[] | null = null): Promise<AsyncIterableIterator<Inbox>> {
     const n = Math.min(Math.max(1, Math.trunc(limit)), MAX_INBOX)
+    if (identities !== null) return this.watchMine(n, identities)
     // Read before the stream opens, so a database error refuses the subscription.
     // Subscribers that join together (a console reconnecting, a dashboard of
     // many panes) share one read of the longest inbox instead of a read each,
@@ -107,6 +111,31 @@ export class InboxFeed {
     return new Repeater<Inbox>(async (push, stop) => {
       const unlisten = this.listen({
         limit: n,
+        identities: null,
+        sent: fingerprintOf(first.steps),
+        onInbox: (inbox) => {
+          push(inbox).catch(() => {})
+        },
+        onClose: () => stop(),
+      })
+      this.opts.onWatchersChange?.(1)
+      try {
+        await push(first)
+        await stop
+      } finally {
+        unlisten()
+        this.opts.onWatchersChange?.(-1)
+      }
+    }, new SlidingBuffer(1))
+  }
+
+  /** `mine`: a stream of its own, read for this caller's identities (rarely many per process). */
+  private async watchMine(n: number, identities: string[]): Promise<AsyncIterableIterator<Inbox>> {
+    const first = await this.read(n, identities)
+    return new Repeater<Inbox>(async (push, stop) => {
+      const unlisten = this.listen({
+        limit: n,
+        identities,
         sent: fingerprintOf(first.steps),
         onInbox: (inbox) => {
           push(inbox).catch(() => {})
@@ -154,13 +183,25 @@ export class InboxFeed {
   }
 
   private async poll(): Promise<void> {
-    const listeners = [...this.listeners]
-    if (listeners.length === 0) return
+    const all = [...this.listeners]
+    if (all.length === 0) return
+    // Everybody's inbox is read once; each distinct `mine` caller's once more.
+    const groups = new Map<string, InboxListener[]>()
+    for (const l of all) {
+      const key = l.identities === null ? '' : JSON.stringify(l.identities)
+      const group = groups.get(key)
+      if (group) group.push(l)
+      else groups.set(key, [l])
+    }
+    for (const listeners of groups.values()) await this.pollGroup(listeners)
+  }
+
+  private async pollGroup(listeners: InboxListener[]): Promise<void> {
     const longest = Math.max(...listeners.map((l) => l.limit))
-    const steps = await listWaiting(this.opts.db, longest)
-    const due: { listener: InboxListener; steps: StepRow[]; sent: string }[] = []
+    const steps = await listWaiting(this.opts.db, longest, listeners[0]?.identities ?? null)
+    const due: { listener: InboxListener; view: { steps: StepRow[]; sent: string; inbox?: Inbox } }[] = []
     // Subscribers ask for a few distinct limits: each slice is cut and identified once.
-    const byLimit = new Map<number, { steps: StepRow[]; sent: string }>()
+    const byLimit = new Map<number, { steps: StepRow[]; sent: string; inbox?: Inbox }>()
     for (const listener of listeners) {
       let view = byLimit.get(listener.limit)
       if (!view) {
@@ -168,14 +209,17 @@ export class InboxFeed {
         view = { steps: mine, sent: fingerprintOf(mine) }
         byLimit.set(listener.limit, view)
       }
-      if (view.sent !== listener.sent) due.push({ listener, ...view })
+      if (view.sent !== listener.sent) due.push({ listener, view })
     }
     if (due.length === 0) return
     const loaders = await this.loadersFor(steps)
-    for (const { listener, steps: mine, sent } of due) {
-      listener.sent = sent
+    for (const { listener, view } of due) {
+      listener.sent = view.sent
+      // One inbox object per limit: subscribers of equal selections share its
+      // execution (sharedSubscribe.ts), which is keyed by the event object.
+      view.inbox ??= { steps: view.steps, loaders }
       try {
-        listener.onInbox({ steps: mine, loaders })
+        listener.onInbox(view.inbox)
       } catch (err) {
         this.opts.logger?.warn({ err }, 'a waitingSteps listener failed')
       }

@@ -21,6 +21,7 @@
  * Only where graphql-jit behaves like graphql-js as far as the tests pin it:
  * - queries only: subscriptions and mutations keep graphql-js (the JIT's
  *   subscribe reports errors differently, and mutations are not hot);
+ *   subscriptions share each event's execution (sharedSubscribe.ts);
  * - variables are coerced by graphql-js first, and an operation whose
  *   variables are invalid is left to graphql-js, whose error carries the
  *   scalar's own message (the JIT answers only "Expected type DateTime.");
@@ -32,9 +33,10 @@
  */
 
 import type { DocumentNode, ExecutionArgs, ExecutionResult } from 'graphql'
-import { execute, GraphQLError, getOperationAST, getVariableValues, subscribe } from 'graphql'
+import { execute, GraphQLError, getOperationAST, getVariableValues } from 'graphql'
 import { type CompiledQuery, compileQuery, isCompiledQuery } from 'graphql-jit'
 import type { Plugin } from 'graphql-yoga'
+import { sharedSubscribe } from './sharedSubscribe.ts'
 
 function jitApplies(args: ExecutionArgs): boolean {
   const op = getOperationAST(args.document, args.operationName)
@@ -120,7 +122,9 @@ export function useQueryJit(opts: QueryJitOptions = {}): Plugin {
       }) as Parameters<typeof setExecuteFn>[0])
     },
     onSubscribe({ setSubscribeFn }) {
-      setSubscribeFn(subscribe as Parameters<typeof setSubscribeFn>[0])
+      // graphql-js, with each live-feed event executed once per distinct
+      // (document, variables, role) rather than once per subscriber.
+      setSubscribeFn(sharedSubscribe as Parameters<typeof setSubscribeFn>[0])
     },
   }
 }

@@ -5,6 +5,8 @@
  * per operation: nothing is cached across requests (or across users).
  */
 import DataLoader from 'dataloader'
+import type { LadderRow } from '../../sql/cueLadders.ts'
+import * as cueLadders from '../../sql/cueLadders.ts'
 import type { Queryable } from '../../sql/db.ts'
 import type { DefinitionRow } from '../../sql/eventDefinitions.ts'
 import * as definitions from '../../sql/eventDefinitions.ts'
@@ -49,6 +51,8 @@ export interface Loaders {
   versionsByDefinition: DataLoader<number, VersionRow[]>
   /** Runs holding a concurrency key now, by key. */
   keyHolders: DataLoader<string, KeyHolder[]>
+  /** A cue step's ladder, by step id (null before the cue first parks). */
+  cueLadder: DataLoader<number, LadderRow | null>
   /** A run's newest `limit` log lines; one loader per distinct limit in the request. */
   logsByRun(limit: number): DataLoader<number, LogRow[]>
 }
@@ -119,6 +123,10 @@ export function createLoaders(db: Queryable): Loaders {
     ),
     keyHolders: new DataLoader(
       async (keys) => grouped(await runs.holdersOfKeys(db, keys), keys, (h) => h.requestedKey),
+      opts,
+    ),
+    cueLadder: new DataLoader(
+      async (ids) => byId(await cueLadders.getMany(db, ids), ids, (l) => l.stepId),
       opts,
     ),
     logsByRun(limit) {

@@ -65,10 +65,30 @@ import {
 } from 'graphql'
 import type { Plugin } from 'graphql-yoga'
 import { AppError, ERROR_CODES } from '../errors.ts'
+import { PROGRAM_LIMITS } from '../runner/program.ts'
+import {
+  type AnswerBounds,
+  estimateFieldBytes,
+  estimateRefusal,
+  OBJECT_BYTES,
+  SCALAR_BYTES,
+  SCHEMA_INTROSPECTION_BYTES,
+  TYPE_INTROSPECTION_BYTES,
+} from './answerSize.ts'
 import { API_CODES } from './errors.ts'
 
-/** Items a list without a size argument is assumed to hold. */
+/** Items a list without a size argument is assumed to hold, unless {@link LIST_BOUNDS} knows better. */
 export const ASSUMED_LIST_SIZE = 10
+/**
+ * Lists without a size argument whose real bound is known. A run has as many
+ * steps as its program, up to the program limit; a page's `nodes` are already
+ * counted by the page's `first`; a backfill makes at most 1,000 runs.
+ */
+export const LIST_BOUNDS: Readonly<Record<string, number>> = {
+  'EventRun.steps': PROGRAM_LIMITS.maxSteps,
+  'RunPage.nodes': 1,
+  'BackfillResult.runs': 1000,
+}
 /** Arguments that size the list a field returns, and the most the server ever returns for each. */
 export const SIZE_ARGUMENTS: Readonly<Record<string, number>> = { limit: 500, first: 500, count: 1000 }
 /** Fields that cost more than the objects they return (several statements each). */
@@ -86,7 +106,7 @@ export const MAX_EXPANDED_FIELDS = 5000
 /** The field whose `count` is capped per request. */
 const OCCURRENCES_FIELD = 'nextOccurrences'
 
-export interface QueryBudget {
+export interface QueryBudget extends AnswerBounds {
   /** Largest cost accepted (MAX_QUERY_COST). */
   maxCost: number
   /** Most schedule occurrences one request may compute (MAX_OCCURRENCES_PER_REQUEST). */
@@ -96,6 +116,8 @@ export interface QueryBudget {
 /** What {@link measureOperation} found in one operation. */
 export interface OperationMeasure {
   cost: number
+  /** Estimated bytes of the answer (src/api/answerSize.ts). */
+  bytes: number
   occurrences: number
   schemaIntrospections: number
   /** Deepest nesting of list fields on one path inside introspection. */
@@ -123,6 +145,7 @@ interface Walk {
   fragments: Record<string, FragmentDefinitionNode>
   /** The request's coerced variable values; undefined at validation, where each size variable counts as 1. */
   variableValues: Readonly<Record<string, unknown>> | undefined
+  bounds: AnswerBounds
   measure: OperationMeasure
   /** Fragments on the current path: a cycle is another rule's error, not a reason to loop. */
   path: Set<string>
@@ -160,8 +183,14 @@ function sizeOf(field: FieldNode, def: GraphQLField<unknown, unknown>, walk: Wal
   return undefined
 }
 
+/** What a selection weighs: its cost, and an estimate of its answer's bytes (src/api/answerSize.ts). */
+interface Weight {
+  cost: number
+  bytes: number
+}
+
 /**
- * Cost of a selection set on `type`. `multiplier` is how many times the
+ * Weight of a selection set on `type`. `multiplier` is how many times the
  * enclosing lists whose size the document fixes repeat it (for occurrences).
  */
 function selectionCost(
@@ -169,52 +198,66 @@ function selectionCost(
   type: GraphQLNamedType,
   walk: Walk,
   multiplier: number,
-): number {
-  let total = 0
+): Weight {
+  const total: Weight = { cost: 0, bytes: OBJECT_BYTES }
+  const add = (w: Weight) => {
+    total.cost += w.cost
+    total.bytes += w.bytes
+  }
   for (const sel of selections.selections) {
     if (sel.kind === Kind.FIELD) {
       if (++walk.visits > MAX_EXPANDED_FIELDS) throw new TooLarge()
-      total += fieldCost(sel, type, walk, multiplier)
+      add(fieldCost(sel, type, walk, multiplier))
     } else if (sel.kind === Kind.INLINE_FRAGMENT) {
       const on = sel.typeCondition ? walk.schema.getType(sel.typeCondition.name.value) : type
-      if (on) total += selectionCost(sel.selectionSet, on, walk, multiplier)
+      if (on) add(selectionCost(sel.selectionSet, on, walk, multiplier))
     } else {
       const name = sel.name.value
       const fragment = walk.fragments[name]
       if (!fragment || walk.path.has(name)) continue
       walk.path.add(name)
-      total += selectionCost(fragment.selectionSet, type, walk, multiplier)
+      add(selectionCost(fragment.selectionSet, type, walk, multiplier))
       walk.path.delete(name)
     }
   }
   return total
 }
 
-function fieldCost(field: FieldNode, parent: GraphQLNamedType, walk: Walk, multiplier: number): number {
+function fieldCost(field: FieldNode, parent: GraphQLNamedType, walk: Walk, multiplier: number): Weight {
   const name = field.name.value
-  if (name === '__typename') return 0
+  const responseName = field.alias?.value ?? name
+  if (name === '__typename') return { cost: 0, bytes: responseName.length + SCALAR_BYTES }
   if (name === '__schema' || name === '__type') {
     if (name === '__schema') walk.measure.schemaIntrospections++
     if (field.selectionSet) introspectionNesting(field.selectionSet, walk, 0)
-    return name === '__schema' ? SCHEMA_INTROSPECTION_COST : TYPE_INTROSPECTION_COST
+    return name === '__schema'
+      ? { cost: SCHEMA_INTROSPECTION_COST, bytes: SCHEMA_INTROSPECTION_BYTES }
+      : { cost: TYPE_INTROSPECTION_COST, bytes: TYPE_INTROSPECTION_BYTES }
   }
-  if (!(isObjectType(parent) || isInterfaceType(parent))) return 0
+  if (!(isObjectType(parent) || isInterfaceType(parent))) return { cost: 0, bytes: 0 }
   const def = parent.getFields()[name]
   // An unknown field is FieldsOnCorrectType's error; it costs nothing here.
-  if (!def) return 0
+  if (!def) return { cost: 0, bytes: 0 }
+  const coordinate = `${parent.name}.${name}`
   const returned = getNullableType(def.type)
   const isList = isListType(returned)
   const named = getNamedType(def.type)
   const size = sizeOf(field, def, walk)
-  const items = size ?? (isList ? ASSUMED_LIST_SIZE : 1)
+  const items = size ?? (isList ? (LIST_BOUNDS[coordinate] ?? ASSUMED_LIST_SIZE) : 1)
   if (name === OCCURRENCES_FIELD) walk.measure.occurrences += multiplier * (size ?? 1)
-  const weight = FIELD_WEIGHTS[`${parent.name}.${name}`] ?? 1
+  const weight = FIELD_WEIGHTS[coordinate] ?? 1
   if (!isCompositeType(named) || !field.selectionSet) {
     // Scalars come with their row, unless the field computes a sized list of them.
-    return size !== undefined && isList ? items : weight - 1
+    const bytes = estimateFieldBytes(coordinate, responseName, walk.bounds)
+    return size !== undefined && isList
+      ? { cost: items, bytes: items * bytes }
+      : { cost: weight - 1, bytes: isList ? items * bytes : bytes }
   }
   const inner = selectionCost(field.selectionSet, named, walk, multiplier * (size ?? 1))
-  return items * (weight + inner)
+  return {
+    cost: items * (weight + inner.cost),
+    bytes: responseName.length + 4 + (isList ? items * (inner.bytes + 1) : inner.bytes),
+  }
 }
 
 /** Walk an introspection selection, recording the deepest nesting of list fields. */
@@ -262,7 +305,8 @@ export function measureOperation(
   schema: GraphQLSchema,
   document: DocumentNode,
   operation: OperationDefinitionNode,
-  variableValues?: Readonly<Record<string, unknown>>,
+  variableValues: Readonly<Record<string, unknown>> | undefined,
+  bounds: AnswerBounds,
 ): OperationMeasure | null {
   const fragments: Record<string, FragmentDefinitionNode> = {}
   for (const d of document.definitions) {
@@ -272,13 +316,18 @@ export function measureOperation(
     schema,
     fragments,
     variableValues,
-    measure: { cost: 0, occurrences: 0, schemaIntrospections: 0, introspectionListNesting: 0 },
+    bounds,
+    measure: { cost: 0, bytes: 0, occurrences: 0, schemaIntrospections: 0, introspectionListNesting: 0 },
     path: new Set(),
     visits: 0,
   }
   const root = schema.getRootType(operation.operation)
   try {
-    if (root) walk.measure.cost = selectionCost(operation.selectionSet, root, walk, 1)
+    if (root) {
+      const w = selectionCost(operation.selectionSet, root, walk, 1)
+      walk.measure.cost = w.cost
+      walk.measure.bytes = w.bytes
+    }
   } catch (err) {
     if (err instanceof TooLarge) return null
     throw err
@@ -294,10 +343,13 @@ export function budgetViolations(
   m: OperationMeasure | null,
   budget: QueryBudget,
   withVariables = false,
-): string[] {
+): GraphQLError[] {
+  const error = withVariables ? executionRefusal : refusal
   if (m === null) {
     return [
-      `Query size limit: once its fragments are spread this operation selects more than ${MAX_EXPANDED_FIELDS} fields.`,
+      error(
+        `Query size limit: once its fragments are spread this operation selects more than ${MAX_EXPANDED_FIELDS} fields.`,
+      ),
     ]
   }
   const asSent = withVariables ? ' with the variables sent' : ''
@@ -322,15 +374,19 @@ export function budgetViolations(
       `Query cost limit: this operation costs ${m.cost}${asSent}; at most ${budget.maxCost} (MAX_QUERY_COST). Ask for fewer items (limit/first/count) or fewer nested lists.`,
     )
   }
-  return messages
+  const errors = messages.map(error)
+  if (m.bytes > budget.maxAnswerBytes) {
+    errors.push(estimateRefusal(m.bytes, budget.maxAnswerBytes, asSent, withVariables ? 400 : undefined))
+  }
+  return errors
 }
 
 /** The validation rule: refuse an operation over any part of the budget that the document itself fixes. */
 export function queryBudgetRule(budget: QueryBudget) {
   return (context: ValidationContext) => ({
     OperationDefinition(operation: OperationDefinitionNode) {
-      const m = measureOperation(context.getSchema(), context.getDocument(), operation)
-      for (const message of budgetViolations(m, budget)) context.reportError(refusal(message))
+      const m = measureOperation(context.getSchema(), context.getDocument(), operation, undefined, budget)
+      for (const error of budgetViolations(m, budget)) context.reportError(error)
       return false
     },
   })
@@ -358,9 +414,9 @@ export function executionRefusals(
     maxErrors: 1,
   })
   if (coerced.errors) return undefined
-  const m = measureOperation(args.schema, args.document, operation, coerced.coerced)
-  const messages = budgetViolations(m, budget, true)
-  return messages.length > 0 ? { errors: messages.map(executionRefusal) } : undefined
+  const m = measureOperation(args.schema, args.document, operation, coerced.coerced, budget)
+  const errors = budgetViolations(m, budget, true)
+  return errors.length > 0 ? { errors } : undefined
 }
 
 /**

@@ -13,9 +13,10 @@ import { CloseCode } from 'graphql-ws'
 import { useServer } from 'graphql-ws/use/ws'
 import type { YogaServerInstance } from 'graphql-yoga'
 import { WebSocketServer } from 'ws'
-import { authenticate, type Principal, type TokenEntry } from '../auth.ts'
+import type { Principal } from '../auth.ts'
+import type { Authenticator, Refusal } from '../identity/authenticator.ts'
 import type { Logger } from '../log.ts'
-import { logRefusedAuthentication, unauthenticatedError } from './authz.ts'
+import { logRefusedAuthentication, refusedCredential, unauthenticatedError } from './authz.ts'
 import type { ApiContext } from './context.ts'
 import { API_CODES } from './errors.ts'
 
@@ -51,12 +52,28 @@ export function wsAuthorization(
   return /^\s*bearer\s/i.test(raw) ? raw : `Bearer ${raw.trim()}`
 }
 
+/** The close reason for a refused connection: says which of the refusals it was, never the credential. */
+function closeReason(refusal: Refusal): string {
+  switch (refusal.reason) {
+    case 'missing':
+      return 'Unauthorized: connectionParams.authorization must be "Bearer <token>"'
+    case 'revoked':
+      return 'Unauthorized: this API key was revoked'
+    case 'expired':
+      return 'Unauthorized: the credential expired'
+    case 'oidc':
+      return `Unauthorized: identity token refused (${refusal.detail ?? 'not valid'})`.slice(0, 123)
+    default:
+      return 'Unauthorized: invalid token (not one this server accepts)'
+  }
+}
+
 export function attachGraphqlWs(opts: {
   httpServer: Server
   path: string
   // biome-ignore lint/suspicious/noExplicitAny: yoga's server context is whatever node:http gives it
   yoga: YogaServerInstance<any, ApiContext>
-  tokens: readonly TokenEntry[]
+  authenticator: Authenticator
   maxPayloadBytes: number
   logger: Logger
   /** Operations (subscriptions, and queries still running) one socket may hold at once. @default 100 */
@@ -76,27 +93,48 @@ export function attachGraphqlWs(opts: {
       isProd: true,
       // An idle socket that never says who it is holds memory and a file descriptor for nothing.
       connectionInitWaitTimeout: opts.initTimeoutMs ?? 3000,
-      onConnect(ctx) {
+      async onConnect(ctx) {
         const credential = wsAuthorization(ctx.connectionParams, ctx.extra.request)
-        const principal = authenticate(credential, opts.tokens)
-        if (!principal) {
+        let answer: Awaited<ReturnType<Authenticator['identify']>>
+        try {
+          answer = await opts.authenticator.identify(credential)
+        } catch (err) {
+          // An API key could not be looked up (the database is away): not the client's fault.
+          // 1013 "try again later" lets clients reconnect, unlike the final 4401.
+          opts.logger.warn({ err }, 'could not check a WebSocket credential; asked the client to retry')
+          ctx.extra.socket.close(1013, 'Try again later: the credential could not be checked')
+          return false
+        }
+        if (!('principal' in answer)) {
           logRefusedAuthentication(opts.logger, {
             transport: 'websocket',
-            credential: credential === null ? 'none' : 'unknown token',
+            credential: refusedCredential(answer.refused),
+            ...(answer.refused.detail ? { detail: answer.refused.detail } : {}),
             operationName: null,
             remote: ctx.extra.request.socket?.remoteAddress ?? null,
           })
           // 4401 says "your credentials", which clients treat as final (no reconnect loop).
           // A close reason holds at most 123 bytes.
-          ctx.extra.socket.close(
-            CloseCode.Unauthorized,
-            credential === null
-              ? 'Unauthorized: connectionParams.authorization must be "Bearer <token>"'
-              : 'Unauthorized: invalid token (not one this server accepts)',
-          )
+          ctx.extra.socket.close(CloseCode.Unauthorized, closeReason(answer.refused))
           return false
         }
+        const principal = answer.principal
         ctx.extra.principal = principal
+        // A revoked or expired credential ends the socket, whatever it has open.
+        const socket = ctx.extra.socket
+        const unwatch = opts.authenticator.watch(principal, (why) => {
+          opts.logger.info(
+            { actor: principal.name, why },
+            'closed a WebSocket: its credential was revoked or expired',
+          )
+          socket.close(
+            CloseCode.Unauthorized,
+            why === 'revoked'
+              ? 'Unauthorized: this API key was revoked'
+              : 'Unauthorized: the credential expired',
+          )
+        })
+        socket.once('close', unwatch)
         return true
       },
       async onSubscribe(ctx, _id, payload) {
@@ -106,7 +144,7 @@ export function attachGraphqlWs(opts: {
         const inFlight = Object.keys(ctx.subscriptions).length
         if (inFlight > maxOperations) {
           opts.logger.warn(
-            { actor: principal.actor, operationName: payload.operationName ?? null, limit: maxOperations },
+            { actor: principal.name, operationName: payload.operationName ?? null, limit: maxOperations },
             'refused a WebSocket operation: too many on one socket',
           )
           return [

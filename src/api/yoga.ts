@@ -14,17 +14,22 @@ import {
   type YogaInitialContext,
   type YogaServerInstance,
 } from 'graphql-yoga'
-import { authenticate, type Principal, type TokenEntry } from '../auth.ts'
+import type { Principal } from '../auth.ts'
 import type { Config } from '../config.ts'
+import type { Authenticator } from '../identity/authenticator.ts'
 import type { Logger } from '../log.ts'
+import { useAnswerSizeCap } from './answerSize.ts'
 import { type ChangeSignal, useChangeSignalAfterMutations } from './changeSignal.ts'
 import { type ApiContext, type ApiServices, createApiContext } from './context.ts'
+import { useEndSubscriptionsWithCredential } from './credentialEnd.ts'
 import { useDocumentNestingLimit } from './documentLimits.ts'
 import { API_CODES, createMaskError, useValidationErrorCodes } from './errors.ts'
 import { renderSelfHostedGraphiQL } from './graphiql.ts'
-import { CSRF_HEADER, useAuthGate, useCsrfPrevention } from './httpGuards.ts'
+import { useHtmlSecurityHeaders } from './htmlHeaders.ts'
+import { CSRF_HEADER, principalOfRequest, useAuthGate, useCsrfPrevention } from './httpGuards.ts'
 import { useQueryJit } from './jit.ts'
 import { useQueryBudget } from './queryBudget.ts'
+import { useRetryAfterHeader } from './retryAfter.ts'
 import { WS_PRINCIPAL } from './ws.ts'
 
 export const GRAPHQL_PATH = '/graphql'
@@ -69,7 +74,7 @@ export interface ApiYogaOptions {
   schema: GraphQLSchema
   config: Config
   logger: Logger
-  tokens: readonly TokenEntry[]
+  authenticator: Authenticator
   changes: ChangeSignal
   services: ApiServices
 }
@@ -77,11 +82,12 @@ export interface ApiYogaOptions {
 /** The yoga instance behind `/graphql` (HTTP, SSE and, through src/api/ws.ts, WebSocket). */
 // biome-ignore lint/suspicious/noExplicitAny: node:http server context
 export function createApiYoga(opts: ApiYogaOptions): YogaServerInstance<any, ApiContext> {
-  const { schema, config, logger, tokens, changes, services } = opts
+  const { schema, config, logger, authenticator, changes, services } = opts
   const principalOf = (initial: YogaInitialContext & { [WS_PRINCIPAL]?: Principal }): Principal | null => {
     const fromWs = initial[WS_PRINCIPAL]
     if (fromWs) return fromWs
-    return authenticate(initial.request?.headers.get('authorization'), tokens)
+    // The auth gate identified the request before its document was parsed.
+    return principalOfRequest(initial.request)
   }
 
   const yogaLog = logger.child({ component: 'graphql' })
@@ -117,10 +123,16 @@ export function createApiYoga(opts: ApiYogaOptions): YogaServerInstance<any, Api
     },
     // Every asset from this server: GraphiQL works with no network beyond it.
     renderGraphiQL: renderSelfHostedGraphiQL,
-    context: (initial) => createApiContext(services, principalOf(initial)),
+    context: (initial) =>
+      createApiContext(
+        services,
+        principalOf(initial),
+        initial.request?.headers.get('x-showrunner-client') === 'console' ? 'console' : 'api',
+      ),
     plugins: [
       useCsrfPrevention([CSRF_HEADER]),
-      useAuthGate(tokens, logger.child({ component: 'auth' })),
+      useAuthGate(authenticator, logger.child({ component: 'auth' })),
+      useEndSubscriptionsWithCredential(authenticator),
       useDocumentNestingLimit(),
       maxTokensPlugin({ n: config.limits.maxTokens, ...tokenLimitReports(config.limits.maxTokens) }),
       maxDepthPlugin({
@@ -132,7 +144,16 @@ export function createApiYoga(opts: ApiYogaOptions): YogaServerInstance<any, Api
         ...armorReports('MAX_QUERY_DEPTH'),
       }),
       maxAliasesPlugin({ n: config.limits.maxAliases, ...armorReports('MAX_QUERY_ALIASES') }),
-      useQueryBudget({ maxCost: config.limits.maxCost, maxOccurrences: config.limits.maxOccurrences }),
+      useQueryBudget({
+        maxCost: config.limits.maxCost,
+        maxOccurrences: config.limits.maxOccurrences,
+        maxAnswerBytes: config.limits.maxAnswerBytes,
+        maxParamsBytes: config.limits.maxParamsBytes,
+        maxProgramBytes: config.maxBodyBytes,
+      }),
+      useAnswerSizeCap(config.limits.maxAnswerBytes),
+      useRetryAfterHeader(),
+      useHtmlSecurityHeaders(),
       useValidationErrorCodes(),
       useChangeSignalAfterMutations(changes),
       useQueryJit({

@@ -17,9 +17,11 @@ import * as logs from '../../sql/eventRunLogs.ts'
 import type { NewRun, RunListRow } from '../../sql/eventRuns/index.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
 import { AppError, badInput, conflict, notFound } from '../errors.ts'
+import { refusals } from '../refusalSampler.ts'
 import { loadExceptions, NO_EXCEPTIONS, placeOf } from '../runner/calendar.ts'
 import { newRun } from '../runner/newRun.ts'
 import { occurrenceStream } from '../runner/schedule.ts'
+import type { RunQuota } from '../runQuota.ts'
 
 /** Occurrences (instant × scope) one call may make, at most. */
 export const MAX_BACKFILL_OCCURRENCES = 1000
@@ -43,6 +45,8 @@ export interface BackfillDeps {
   db: Db
   /** Wake the local runner so due runs start now. */
   nudge?: () => void
+  /** Runs per principal per minute (MAX_RUNS_PER_MINUTE); none in library use. */
+  quota?: RunQuota
 }
 
 /** Make the runs of every occurrence in `[from, to)`; audited with the actor, refusals included. */
@@ -65,14 +69,16 @@ export async function backfillRuns(deps: BackfillDeps, input: BackfillInput): Pr
     })
     return result
   } catch (err) {
-    if (err instanceof AppError) {
+    // Sampled per actor: a flood of refused backfills (a quota, a typo in a loop) is counted, not written row by row.
+    const suppressed = err instanceof AppError ? refusals.take(`backfillRuns|${input.actor}`) : null
+    if (err instanceof AppError && suppressed !== null) {
       await audit.record(deps.db, {
         actor: input.actor,
         action: 'backfillRuns',
         targetType: 'definition',
         targetId: String(input.definitionId).slice(0, 100),
         outcome: 'refused',
-        detail: { code: err.code, reason: err.message.slice(0, 1000) },
+        detail: { code: err.code, reason: err.message.slice(0, 1000), ...(suppressed > 0 && { suppressed }) },
       })
     }
     throw err
@@ -130,6 +136,8 @@ async function backfill(deps: BackfillDeps, input: BackfillInput): Promise<Backf
       wanted.has(`${r.scope}|${r.scheduledFor.getTime()}`),
     )
   const before = new Set((await inRange()).map((r) => r.id))
+  // What this call would add counts against the caller's runs per minute.
+  await deps.quota?.take(input.actor, rows.length - before.size)
   // After writing the definition's guard, so an archive cannot slip in between
   // (see eventDefinitions.setState); safe to repeat when it loses that race
   // through another cluster node: a second attempt inserts what is still missing.

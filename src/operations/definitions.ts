@@ -4,7 +4,7 @@
  * the API layer stays thin and the database only ever sees valid rows.
  */
 import * as audit from '../../sql/auditLog.ts'
-import { DB_ERRNO, type Db, isDbErrno } from '../../sql/db.ts'
+import { DB_ERRNO, type Db, isDbErrno, type Queryable } from '../../sql/db.ts'
 import type { DefinitionPatch, DefinitionRow } from '../../sql/eventDefinitions.ts'
 import * as definitions from '../../sql/eventDefinitions.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
@@ -45,7 +45,7 @@ export interface CreateDefinitionInput extends DefinitionFields {
   program: unknown
 }
 
-const SLUG = /^[a-z0-9](?:[a-z0-9._-]{0,98}[a-z0-9])?$/
+export const SLUG = /^[a-z0-9](?:[a-z0-9._-]{0,98}[a-z0-9])?$/
 const MAX_GRACE_SECONDS = 7 * 24 * 3600
 
 /**
@@ -292,10 +292,17 @@ async function update(
   return updated
 }
 
-/** Cancel future scheduled runs (made by the schedule) that the current schedule does not produce. */
-async function dropUnscheduledRuns(deps: DefinitionDeps, def: DefinitionRow): Promise<number> {
+/**
+ * Cancel future scheduled runs (made by the schedule) that the current schedule
+ * does not produce; `db` may be the caller's transaction.
+ */
+export async function dropUnscheduledRuns(
+  deps: DefinitionDeps,
+  def: DefinitionRow,
+  db: Queryable = deps.db,
+): Promise<number> {
   const now = deps.clock.now()
-  const future = await runs.futureScheduled(deps.db, def.id, now)
+  const future = await runs.futureScheduled(db, def.id, now)
   if (future.length === 0) return 0
   const latest = new Date(Math.max(now.getTime(), ...future.map((r) => r.scheduledFor.getTime())))
   const wanted = new Set(
@@ -304,10 +311,10 @@ async function dropUnscheduledRuns(deps: DefinitionDeps, def: DefinitionRow): Pr
     ),
   )
   // A moved occurrence's run stays while its original instant is still one of the schedule's.
-  for (const o of await overrides.movedInto(deps.db, def.id, new Date(now.getTime() - 1), latest))
+  for (const o of await overrides.movedInto(db, def.id, new Date(now.getTime() - 1), latest))
     if (o.movedTo && occursAt(def, o.originalAt)) wanted.add(`${o.scope}|${o.movedTo.getTime()}`)
   const stale = future.filter((r) => !wanted.has(`${r.scope}|${r.scheduledFor.getTime()}`)).map((r) => r.id)
-  return runs.transitionMany(deps.db, stale, 'scheduled', 'cancelled', {
+  return runs.transitionMany(db, stale, 'scheduled', 'cancelled', {
     error: 'the definition schedule changed',
   })
 }

@@ -23,11 +23,14 @@ import * as steps from '../../sql/eventSteps/index.ts'
 import { AppError, badInput, conflict, notFound } from '../errors.ts'
 import type { Clock } from '../runner/clock.ts'
 import { specsForVersion } from '../runner/expand.ts'
+import type { RunQuota } from '../runQuota.ts'
 
 export interface RetryDeps {
   db: Db
   clock: Clock
   nudge?: () => void
+  /** Runs per principal per minute (MAX_RUNS_PER_MINUTE); none in library use. */
+  quota?: RunQuota
 }
 
 export interface RetryInput {
@@ -80,6 +83,8 @@ async function retry(deps: RetryDeps, input: RetryInput): Promise<RunListRow> {
     )
   const def = await definitions.getById(deps.db, original.definitionId)
   if (!def) throw notFound('definition', original.definitionId)
+  // A retry creates a run: it counts against the caller's runs per minute.
+  await deps.quota?.take(input.actor, 1)
   const now = deps.clock.now()
   let id: number
   try {

@@ -5,7 +5,7 @@
  * `applied: false` is not an error: the guard did not match (another person, or
  * the runner, got there first) and the caller gets the current row.
  */
-import type { Db } from '../../sql/db.ts'
+import type { Db, Queryable } from '../../sql/db.ts'
 import * as definitions from '../../sql/eventDefinitions.ts'
 import * as logs from '../../sql/eventRunLogs.ts'
 import type { RunListRow } from '../../sql/eventRuns/index.ts'
@@ -17,13 +17,21 @@ import { badInput, conflict, notFound } from '../errors.ts'
 import type { Clock } from '../runner/clock.ts'
 import { newRun } from '../runner/newRun.ts'
 import { speedProblem } from '../runner/speed.ts'
+import type { RunQuota } from '../runQuota.ts'
 
 export interface ControlDeps {
   db: Db
   clock: Clock
   /** Wake the local runner so a change is acted on now, not at the next tick. */
   nudge?: () => void
+  /** Largest `params` accepted, in bytes of JSON (MAX_PARAMS_BYTES). @default 65536 */
+  maxParamsBytes?: number
+  /** Runs per principal per minute (MAX_RUNS_PER_MINUTE); none in library use. */
+  quota?: RunQuota
 }
+
+/** The default of MAX_PARAMS_BYTES. */
+export const DEFAULT_MAX_PARAMS_BYTES = 64 * 1024
 
 export interface TransitionAnswer {
   applied: boolean
@@ -65,6 +73,14 @@ export async function startRun(deps: ControlDeps, input: StartRunInput): Promise
   if (params !== null && (typeof params !== 'object' || Array.isArray(params))) {
     throw badInput('params must be a JSON object, e.g. {"room": "A"}.')
   }
+  const maxParams = deps.maxParamsBytes ?? DEFAULT_MAX_PARAMS_BYTES
+  // Bytes as stored (UTF-8 JSON): each run keeps its params, and its first log line repeats them.
+  const paramsBytes = params === null ? 0 : Buffer.byteLength(JSON.stringify(params))
+  if (paramsBytes > maxParams) {
+    throw badInput(
+      `params is ${paramsBytes} bytes of JSON; at most ${maxParams} (MAX_PARAMS_BYTES). Pass a reference (an id, a URL) instead of the data.`,
+    )
+  }
   if (input.at && Number.isNaN(input.at.getTime())) throw badInput('at must be a valid ISO-8601 date-time.')
   const speed = input.speed ?? 1
   const badSpeed = speedProblem(speed, input.rehearsal === true)
@@ -74,6 +90,8 @@ export async function startRun(deps: ControlDeps, input: StartRunInput): Promise
   const archived = () => conflict(`Definition "${def.slug}" is archived; set it ACTIVE to start runs.`)
   if (def.state === 'archived') throw archived()
   if (def.currentVersionId === null) throw conflict(`Definition "${def.slug}" has no published version.`)
+  // Counted before the insert (an idempotent repeat counts too): a refusal costs no write.
+  await deps.quota?.take(input.actor, 1)
   const scheduledFor = input.at ?? deps.clock.now()
   const rehearsal = input.rehearsal === true
   const typedParams = params as Record<string, unknown> | null
@@ -136,7 +154,10 @@ async function recordControl(
 /** `running | ending → paused`: the runner takes no further step until resumed. */
 export async function pauseRun(deps: ControlDeps, id: number, actor: string): Promise<TransitionAnswer> {
   await mustGetRun(deps.db, id)
-  const applied = await runs.transition(deps.db, id, ['running', 'ending'], 'paused')
+  // A run whose last step is done is the runner's to complete: the pause loses.
+  const applied = await runs.transition(deps.db, id, ['running', 'ending'], 'paused', {
+    onlyWithStepsLeft: true,
+  })
   const run = await mustGetRun(deps.db, id)
   await recordControl(deps, id, actor, 'pause', applied, run)
   return { applied, run }
@@ -161,8 +182,10 @@ export async function cancelRun(
 ): Promise<TransitionAnswer> {
   if (reason !== null && reason.length > 500) throw badInput('reason must be at most 500 characters.')
   await mustGetRun(deps.db, id)
+  // A run whose last step is done is the runner's to complete: the cancel loses.
   const applied = await runs.endWithSteps(deps.db, id, NON_TERMINAL, 'cancelled', {
     error: `cancelled by ${actor}${reason ? `: ${reason}` : ''}`,
+    onlyWithStepsLeft: true,
   })
   const run = await mustGetRun(deps.db, id)
   await recordControl(deps, id, actor, 'cancel', applied, run, { reason })
@@ -170,7 +193,7 @@ export async function cancelRun(
   return { applied, run }
 }
 
-async function mustGetStep(db: Db, id: number): Promise<StepRow> {
+async function mustGetStep(db: Queryable, id: number): Promise<StepRow> {
   const step = await steps.getById(db, id)
   if (!step) throw notFound('step', id)
   return step
@@ -182,28 +205,38 @@ async function stepControl(
   actor: string,
   action: 'resolve cue' | 'skip step',
   text: string | null,
-  apply: (step: StepRow) => Promise<boolean>,
+  apply: (db: Queryable, step: StepRow) => Promise<boolean>,
 ): Promise<StepAnswer> {
   if (text !== null && text.length > 1000) throw badInput('note and reason must be at most 1000 characters.')
-  const before = await mustGetStep(deps.db, stepId)
-  const applied = await apply(before)
-  const step = await mustGetStep(deps.db, stepId)
-  await logs.append(deps.db, {
-    runId: step.runId,
-    stepId,
-    level: applied ? 'info' : 'warn',
-    message: applied
-      ? `${action} ${step.seq} (${step.kind}) by ${actor}${text ? `: ${text}` : ''}`
-      : `${action} ${step.seq} by ${actor} not applied: the step is ${step.status.toUpperCase()}${step.parked ? ' (parked)' : ''}`,
-    actor,
-    data: { action, applied, text },
-  })
-  if (applied) {
-    // The runner compares wake_at with its clock, so wake by that clock, not the database's.
-    await runs.wakeNow(deps.db, step.runId, deps.clock.now())
-    deps.nudge?.()
-  }
-  return { applied, step }
+  // One transaction on one connection: an instance too busy to take the answer
+  // refuses it (BUSY) before anything is applied, never after. As separate
+  // statements, a full pool queue could refuse the log line or the wake-up of
+  // a cue already answered, and the person was told BUSY for an answer that
+  // counted (their retry then read applied: false). Read committed, so the
+  // step answered back is the current row, not the snapshot of the first read.
+  const answer = await deps.db.transaction(
+    async (tx) => {
+      const before = await mustGetStep(tx, stepId)
+      const applied = await apply(tx, before)
+      const step = await mustGetStep(tx, stepId)
+      await logs.append(tx, {
+        runId: step.runId,
+        stepId,
+        level: applied ? 'info' : 'warn',
+        message: applied
+          ? `${action} ${step.seq} (${step.kind}) by ${actor}${text ? `: ${text}` : ''}`
+          : `${action} ${step.seq} by ${actor} not applied: the step is ${step.status.toUpperCase()}${step.parked ? ' (parked)' : ''}`,
+        actor,
+        data: { action, applied, text },
+      })
+      // The runner compares wake_at with its clock, so wake by that clock, not the database's.
+      if (applied) await runs.wakeNow(tx, step.runId, deps.clock.now())
+      return { applied, step }
+    },
+    { isolation: 'READ COMMITTED', retryable: true },
+  )
+  if (answer.applied) deps.nudge?.()
+  return answer
 }
 
 /** A person answers a parked cue: the step completes and the run continues at once. */
@@ -213,8 +246,8 @@ export function resolveCue(
   actor: string,
   note: string | null = null,
 ): Promise<StepAnswer> {
-  return stepControl(deps, stepId, actor, 'resolve cue', note, (step) =>
-    steps.resolveParked(deps.db, step.id, { resolvedBy: actor, note }),
+  return stepControl(deps, stepId, actor, 'resolve cue', note, (db, step) =>
+    steps.resolveParked(db, step.id, { resolvedBy: actor, note }),
   )
 }
 
@@ -225,5 +258,5 @@ export function skipStep(
   actor: string,
   reason: string | null = null,
 ): Promise<StepAnswer> {
-  return stepControl(deps, stepId, actor, 'skip step', reason, (step) => steps.skip(deps.db, step.id, reason))
+  return stepControl(deps, stepId, actor, 'skip step', reason, (db, step) => steps.skip(db, step.id, reason))
 }

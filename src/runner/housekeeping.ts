@@ -5,10 +5,12 @@
  * heartbeat.
  */
 import { hostname } from 'node:os'
+import * as audit from '../../sql/auditLog.ts'
 import type { Db } from '../../sql/db.ts'
 import * as logs from '../../sql/eventRunLogs.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
 import * as heartbeats from '../../sql/runnerHeartbeats.ts'
+import * as quotas from '../../sql/runQuotas.ts'
 import { materialiseAll } from './materialise.ts'
 import type { RunnerLogger } from './options.ts'
 import type { RunnerObserver } from './types.ts'
@@ -23,6 +25,8 @@ export interface HousekeepingDeps {
   materialiseEveryMs: number
   logRetentionMs: number
   runRetentionMs: number
+  /** audit_log rows older than this are deleted; 0 keeps every row. */
+  auditRetentionMs: number
   retentionEveryMs: number
   /** True once the runner is stopping: a long sweep stops between rounds. */
   stopping: () => boolean
@@ -135,8 +139,29 @@ export class Housekeeping {
       if (now.getTime() - this.lastRetention < this.deps.retentionEveryMs) return
       this.lastRetention = now.getTime()
       await this.logRetention(now)
+      await this.auditRetention(now)
     }
     this.runRetentionBacklog = await this.runRetention(now)
+  }
+
+  /**
+   * audit_log retention (AUDIT_RETENTION_DAYS), a batch per statement, and the
+   * run quota's past minutes (a minute's count is worth nothing once it is over).
+   */
+  private async auditRetention(now: Date): Promise<void> {
+    const { db, logger, auditRetentionMs } = this.deps
+    let deleted = 0
+    if (auditRetentionMs > 0) {
+      const cutoff = new Date(now.getTime() - auditRetentionMs)
+      for (let round = 0; round < 20 && !this.deps.stopping(); round++) {
+        const n = await audit.deleteOlderThan(db, cutoff, 1000)
+        deleted += n
+        if (n < 1000) break
+      }
+      if (deleted > 0)
+        logger.info({ rows: deleted, before: cutoff }, 'audit retention: deleted old audit rows')
+    }
+    await quotas.deleteBefore(db, Math.floor(Date.now() / 60_000) - 1, 10_000)
   }
 
   /** Say this instance is alive, and how late its tick was. */

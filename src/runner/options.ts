@@ -45,6 +45,8 @@ export interface RunnerOptions {
    * and logs; 0 keeps every run. @default 90 days
    */
   runRetentionMs?: number
+  /** audit_log rows older than this are deleted; 0 keeps every row. @default 90 days */
+  auditRetentionMs?: number
   /** Minimum time between retention sweeps. @default 1 h */
   retentionEveryMs?: number
   /**
@@ -91,6 +93,7 @@ export function resolveOptions(options: RunnerOptions): ResolvedOptions {
     materialiseEveryMs: options.materialiseEveryMs ?? 60_000,
     logRetentionMs: options.logRetentionMs ?? 30 * 24 * 3600_000,
     runRetentionMs: options.runRetentionMs ?? 90 * 24 * 3600_000,
+    auditRetentionMs: options.auditRetentionMs ?? 90 * 24 * 3600_000,
     retentionEveryMs: options.retentionEveryMs ?? 3600_000,
     batchSize: options.batchSize ?? 1000,
     parallelism: options.parallelism ?? 8,

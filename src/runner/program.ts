@@ -138,7 +138,8 @@ const phaseSchema = strictObject(
   'an object with "name" and "steps"',
 )
 
-const programSchema = strictObject(
+/** The shape of a program (the cross checks of {@link programProblems} come on top). */
+export const programSchema = strictObject(
   { phases: z.array(phaseSchema, { error: expected('an array') }).min(1, 'must not be empty') },
   'an object like {"phases": [...]}',
 )

@@ -21,6 +21,11 @@ export const SECRET_NAME = /^[A-Z][A-Z0-9_]{0,63}$/
 /** `{{secret.NAME}}` (whitespace inside the braces allowed), capturing what follows `secret.`. */
 const SECRET_REF = /\{\{\s*secret\.([^{}]*?)\s*\}\}/g
 
+/** A fresh copy of the pattern {@link SecretScope.resolve} resolves (global, so each caller gets its own state). */
+export function secretReferencePattern(): RegExp {
+  return new RegExp(SECRET_REF.source, 'g')
+}
+
 /** The environment secrets are read from. */
 export type SecretSource = Readonly<Record<string, string | undefined>>
 
@@ -78,6 +83,51 @@ export class SecretScope {
   /** `text` with every form of every resolved value replaced by `[secret.NAME]`. */
   scrub(text: string): string {
     if (this.resolved.size === 0) return text
+    let out = text
+    for (const [form, name] of this.forms()) out = out.split(form).join(`[secret.${name}]`)
+    return out
+  }
+
+  /**
+   * `text` scrubbed, then cut to `maxChars` characters, in that order: cutting
+   * first would leave the start of a value that straddles the cut. What is left
+   * at the end that could be the start of a value (text cut here, or by
+   * whoever read it: `alreadyCut`) is dropped too, so no prefix of a secret
+   * survives, however the padding before it was chosen. A cut text ends in `ellipsis`.
+   */
+  scrubAndCut(text: string, maxChars: number, alreadyCut = false, ellipsis = ''): string {
+    const scrubbed = this.scrub(text)
+    if (scrubbed.length <= maxChars && !alreadyCut) return scrubbed
+    return `${this.withoutPartialTail(scrubbed.slice(0, maxChars))}${ellipsis}`
+  }
+
+  /**
+   * `text` with the start of a resolved value dropped wherever a part of the
+   * text was cut short and marked so with `…` (a URL shown at 200 characters,
+   * say): the whole value is scrubbed, the start that survived a cut is not.
+   */
+  private withoutPartialsAtCuts(text: string): string {
+    if (this.resolved.size === 0 || !text.includes('…')) return text
+    const parts = text.split('…')
+    return parts.map((part, i) => (i < parts.length - 1 ? this.withoutPartialTail(part) : part)).join('…')
+  }
+
+  /** `text` without a tail that is the start of any form of a resolved value. */
+  private withoutPartialTail(text: string): string {
+    let cut = text.length
+    for (const [form] of this.forms()) {
+      for (let k = Math.min(form.length - 1, text.length); k > 0; k--) {
+        if (text.length - k < cut && text.endsWith(form.slice(0, k))) {
+          cut = text.length - k
+          break
+        }
+      }
+    }
+    return text.slice(0, cut)
+  }
+
+  /** Every form of every resolved value, longest first. */
+  private forms(): [form: string, name: string][] {
     const forms: [form: string, name: string][] = []
     for (const [name, value] of this.resolved) {
       const variants = new Set([
@@ -97,9 +147,7 @@ export class SecretScope {
     }
     // Longest first, so a value that contains another is replaced whole.
     forms.sort((a, b) => b[0].length - a[0].length)
-    let out = text
-    for (const [form, name] of forms) out = out.split(form).join(`[secret.${name}]`)
-    return out
+    return forms
   }
 
   /** {@link scrub} applied to every string inside `value` (keys included). */
@@ -125,6 +173,6 @@ export class SecretScope {
   scrubError(err: unknown): StepFailure {
     const message = err instanceof Error ? err.message || err.name : String(err)
     const retryable = err instanceof StepFailure ? err.retryable : true
-    return new StepFailure(this.scrub(message), { retryable })
+    return new StepFailure(this.withoutPartialsAtCuts(this.scrub(message)), { retryable })
   }
 }

@@ -12,8 +12,15 @@
  * `acceptsSecrets` (`core.webhook`) resolves it, at the moment it sends, and
  * keeps the value out of everything it answers (see secrets.ts). Rendering it
  * here would put the value into whatever a step logs or stores.
+ *
+ * One pass: a rendered value is text, never a template. Secret references
+ * come only from the program as published: after rendering, every
+ * `{{secret.…}}` the program did not write itself (a value holding one, or
+ * values and text joined into one, as `{{params.a}}{{params.b}}` with a = "{"
+ * and b = "{secret.X}}") is broken with a space between its braces, so the
+ * webhook that resolves references never sees it as one.
  */
-import { SECRET_ENV_PREFIX, SECRET_NAME } from './secrets.ts'
+import { SECRET_ENV_PREFIX, SECRET_NAME, secretReferencePattern } from './secrets.ts'
 
 /** What a template can refer to. */
 export interface TemplateVars {
@@ -78,21 +85,40 @@ function lookup(name: string, vars: TemplateVars): string {
 }
 
 /**
- * A value put into a template must not become a secret reference there: a run
- * param `"{{secret.X}}"` rendered into a webhook body would otherwise be
- * resolved by the webhook, and anyone who may start a run could have a secret
- * sent where they can read it. Such text keeps a space between its braces.
+ * `rendered` with every secret reference broken except those starting at
+ * `programRefs` (offsets in `rendered` of the references the program wrote).
+ * A broken one reads `{ {secret.X}}`: the space cannot join with what is
+ * before it into another reference.
  */
-function inert(value: string): string {
-  return value.includes('{{') ? value.replace(/\{\{(?=\s*secret\.)/g, '{ {') : value
+function withoutForgedReferences(rendered: string, programRefs: ReadonlySet<number>): string {
+  let out = ''
+  let last = 0
+  for (const m of rendered.matchAll(secretReferencePattern())) {
+    if (programRefs.has(m.index)) continue
+    out += `${rendered.slice(last, m.index)}{ `
+    last = m.index + 1
+  }
+  return last === 0 ? rendered : out + rendered.slice(last)
 }
 
 function renderString(text: string, vars: TemplateVars): string {
   if (!text.includes('{{')) return text
-  return text.replace(PLACEHOLDER, (match, inner: string) => {
-    const name = inner.trim()
-    return name.startsWith('secret.') ? match : inert(lookup(name, vars))
-  })
+  let out = ''
+  let last = 0
+  const programRefs = new Set<number>()
+  for (const m of text.matchAll(PLACEHOLDER)) {
+    out += text.slice(last, m.index)
+    const name = m[1]!.trim()
+    if (name.startsWith('secret.')) {
+      programRefs.add(out.length)
+      out += m[0]
+    } else {
+      out += lookup(name, vars)
+    }
+    last = m.index + m[0].length
+  }
+  out += text.slice(last)
+  return withoutForgedReferences(out, programRefs)
 }
 
 /**

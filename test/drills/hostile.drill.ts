@@ -16,6 +16,12 @@
  * refused (a 4xx, or over WebSocket an error naming the limit); `/healthz`
  * p99 stays under 100 ms; each booked run starts within 2 × TICK_MS of its
  * time. The figures are printed as `[drill:hostile] {...}`.
+ *
+ * A second case sends the third round's findings (test/drills/hostileRound3.ts):
+ * heavy answers six at once, a secret straddling each truncation, joined
+ * placeholders and a principal creating past its runs per minute. Expected:
+ * each is closed, the process stays up with its peak RSS under 1 GB, and
+ * `/healthz` p99 stays under 100 ms throughout (`[drill:hostile-round3]`).
  */
 import { spawn } from 'node:child_process'
 import { once } from 'node:events'
@@ -24,6 +30,7 @@ import { afterAll, beforeAll, expect, it } from 'vitest'
 import WebSocket from 'ws'
 import { createTestDb, type TestDb } from '../helpers/db.ts'
 import { rawRequest } from '../helpers/rawHttp.ts'
+import { roundThree, startEchoReceiver } from './hostileRound3.ts'
 import {
   percentile,
   postGql,
@@ -383,4 +390,67 @@ it(`${FLOOD_MS / 1000} s of hostile traffic: the server stays up, /healthz p99 <
   expect(figures.runs.lagMaxMs).toBeLessThan(2 * TICK_MS)
   expect(tallies.websocket).toMatchObject({ served: 100, refused: 400, closedWhileOpen: 0 })
   expect(tallies.idleSockets).toEqual({ 4408: 20 })
+})
+
+it('the third round: heavy answers, truncation edges, joined placeholders, runs per minute; all closed', {
+  timeout: 180_000,
+}, async () => {
+  const db = await createTestDb()
+  const receiver = await startEchoReceiver()
+  const secret = `s3cr3t-${Math.random().toString(36).slice(2)}${Math.random().toString(36).slice(2)}`
+  let s: ServerProcess | null = null
+  try {
+    s = await spawnServer({
+      name: 'hostile-round3',
+      env: {
+        DATABASE_URL: db.url,
+        SHOWRUNNER_TOKENS,
+        INSTANCE_ID: 'drill-hostile-round3',
+        RUNNER: 'on',
+        TICK_MS: '200',
+        WEBHOOK_ALLOW: `${receiver.origin}/`,
+        SHOWRUNNER_SECRET_HOOK: secret,
+        // A 1 MB params reaches startRun (and is refused there) instead of the body limit.
+        MAX_BODY_BYTES: String(2 * 1024 * 1024),
+        // At most one backfill of 1,000 a minute, so a few in a row meet the quota.
+        MAX_RUNS_PER_MINUTE: '1500',
+      },
+    })
+    // Probed every 20 ms: a round of a few seconds still gives a p99 of a few hundred samples.
+    const quiet = (await probeInChild(`${s.url}/healthz`, 2000, 20)).latencies
+    let stopProbe = false
+    const healthz: number[] = []
+    const probing = (async () => {
+      while (!stopProbe) {
+        const r = await probeInChild(`${s?.url}/healthz`, 2000, 20)
+        healthz.push(...r.latencies)
+      }
+    })()
+    const result = await roundThree(s, db.db, receiver, secret)
+    stopProbe = true
+    await probing
+    const figures = {
+      ...result.figures,
+      healthzQuiet: { p99Ms: Math.round(percentile(quiet, 99)) },
+      healthzP99BoundMs: Math.max(HEALTHZ_P99_MS, 2 * Math.round(percentile(quiet, 99))),
+      healthz: {
+        samples: healthz.length,
+        p50Ms: Math.round(percentile(healthz, 50)),
+        p99Ms: Math.round(percentile(healthz, 99)),
+        maxMs: Math.round(Math.max(...healthz)),
+      },
+      problems: result.problems,
+      serverErrorLogLines: s.errorLines().length,
+    }
+    report('hostile-round3', figures)
+    expect(s.alive(), s.tail()).toBe(true)
+    expect(result.problems).toEqual([])
+    expect(s.errorLines()).toEqual([])
+    expect(figures.healthz.p99Ms).toBeLessThan(figures.healthzP99BoundMs)
+  } finally {
+    await s?.stop()
+    receiver.server.closeAllConnections()
+    await new Promise((r) => receiver.server.close(r))
+    await db.drop()
+  }
 })

@@ -69,7 +69,7 @@ export async function signIn(
   ;(page as Page & { outsideRequests?: string[] }).outsideRequests = outside
   await page.goto(`${url}/${hash}`)
   await page.getByLabel('Access token').fill(TOKENS[role])
-  await page.getByRole('button', { name: 'Sign in' }).click()
+  await page.getByRole('button', { name: 'Sign in', exact: true }).click()
   await page.getByTestId('role').waitFor()
   return page
 }

@@ -86,8 +86,8 @@ type Loaded = BoardData & { inProgress: { nodes: RunCard[]; more: boolean } }
 
 async function loadBoard(token: string): Promise<Loaded> {
   const [rest, inProgress] = await Promise.all([
-    gql<BoardData>(token, BOARD),
-    allPages<RunCard>(token, IN_PROGRESS_PAGE, IN_PROGRESS_PAGE_SIZE, BOARD_MAX_RUNS),
+    gql(token, BOARD),
+    allPages(token, IN_PROGRESS_PAGE, IN_PROGRESS_PAGE_SIZE, BOARD_MAX_RUNS),
   ])
   return { ...rest, inProgress }
 }

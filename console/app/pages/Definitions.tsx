@@ -141,7 +141,7 @@ function StartRun({ definitionId, scopes }: { definitionId: string; scopes: stri
       onSubmit={async (e) => {
         e.preventDefault()
         try {
-          const data = await gql<{ startRun: { id: string } }>(session.token, START_RUN, {
+          const data = await gql(session.token, START_RUN, {
             definitionId,
             scope,
             rehearsal,

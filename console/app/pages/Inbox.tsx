@@ -5,16 +5,19 @@
  */
 import { useEffect, useRef, useState } from 'preact/hooks'
 import { ApiError, gql } from '../api.ts'
+import { useAlertToggle } from '../cueAlerts.tsx'
 import { duration, promptOf, scopeLabel } from '../format.ts'
+import { Ladder } from '../ladder.tsx'
 import { type Live, useLive, useNow } from '../live.ts'
 import {
   type Cue,
   INBOX,
   INBOX_LIVE,
+  INBOX_MINE,
+  INBOX_MINE_LIVE,
   type InboxData,
   RESOLVE_CUE,
   SKIP_STEP,
-  type StepResultData,
 } from '../operations.ts'
 import { can, useSession } from '../session.ts'
 import { ErrorNote, Loading } from '../ui.tsx'
@@ -61,8 +64,8 @@ function CueCard({
       const note = text.trim() || null
       const data =
         kind === 'resolve'
-          ? await gql<StepResultData>(session.token, RESOLVE_CUE, { stepId: cue.id, note })
-          : await gql<StepResultData>(session.token, SKIP_STEP, { stepId: cue.id, reason: note })
+          ? await gql(session.token, RESOLVE_CUE, { stepId: cue.id, note })
+          : await gql(session.token, SKIP_STEP, { stepId: cue.id, reason: note })
       const applied = Object.values(data)[0]?.applied
       session.notify(
         applied
@@ -92,6 +95,7 @@ function CueCard({
         {cue.phase}
         {cue.run.rehearsal && ' · rehearsal'}
       </p>
+      <Ladder cue={cue.cue} />
       {operator && (
         <form
           class="cue-form"
@@ -124,10 +128,19 @@ function CueCard({
   )
 }
 
+/** The inbox of cues for me, live: its own subscription while "Mine" is ticked. */
+function MineInbox() {
+  const { token } = useSession()
+  const mine = useLive<InboxData>(token, INBOX_MINE, {
+    subscription: { query: INBOX_MINE_LIVE, apply: (event) => event as InboxData },
+  })
+  return <CueList inbox={mine} />
+}
+
 export function Inbox({ inbox }: { inbox: Live<InboxData> }) {
   const session = useSession()
-  const now = useNow()
-  const cues = inbox.data?.waitingSteps
+  const [mine, setMine] = useState(false)
+  const [alerts, toggleAlerts] = useAlertToggle()
   return (
     <>
       <h1>Cue inbox</h1>
@@ -137,6 +150,38 @@ export function Inbox({ inbox }: { inbox: Live<InboxData> }) {
           ? 'Press a to answer the oldest cue: Enter resolves; Tab to Skip.'
           : 'Your token may watch cues, not answer them.'}
       </p>
+      {/* Filters and alerts for people who answer cues; a viewer's inbox is the whole inbox. */}
+      {can(session, 'OPERATOR') && (
+        <div class="inbox-tools">
+          <label>
+            <input
+              type="checkbox"
+              checked={mine}
+              data-testid="inbox-mine"
+              onChange={(e) => setMine((e.target as HTMLInputElement).checked)}
+            />{' '}
+            Mine only (assigned to me, my teams, or nobody)
+          </label>
+          <button
+            type="button"
+            aria-pressed={alerts}
+            data-testid="cue-alerts"
+            onClick={() => void toggleAlerts()}
+          >
+            {alerts ? 'Alerts on for my new cues' : 'Alert me of my new cues'}
+          </button>
+        </div>
+      )}
+      {mine ? <MineInbox /> : <CueList inbox={inbox} />}
+    </>
+  )
+}
+
+function CueList({ inbox }: { inbox: Live<InboxData> }) {
+  const now = useNow()
+  const cues = inbox.data?.waitingSteps
+  return (
+    <>
       <ErrorNote error={inbox.error} />
       {!cues ? (
         !inbox.error && <Loading what="cues" />

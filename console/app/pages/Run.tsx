@@ -1,6 +1,8 @@
 /** One run: its steps as a timeline, its log, and the run controls. */
+import type { TadaDocumentNode } from '../../../src/client/graphql.ts'
 import { ApiError, gql } from '../api.ts'
 import { duration, json, promptOf, scopeLabel } from '../format.ts'
+import { Ladder } from '../ladder.tsx'
 import { useLive, useNow } from '../live.ts'
 import { CANCEL_RUN, PAUSE_RUN, RESUME_RUN, RUN, RUN_STATUS, type RunData } from '../operations.ts'
 import { can, useSession } from '../session.ts'
@@ -33,12 +35,13 @@ export function RunPage({ id }: { id: string }) {
       </>
     )
 
-  async function control(mutation: string, verb: string, variables: Record<string, unknown> = {}) {
+  async function control(
+    mutation: TadaDocumentNode<Record<string, { applied: boolean }>, { id: string; reason?: string }>,
+    verb: string,
+    variables: { reason?: string } = {},
+  ) {
     try {
-      const data = await gql<Record<string, { applied: boolean }>>(session.token, mutation, {
-        id,
-        ...variables,
-      })
+      const data = await gql(session.token, mutation, { id, ...variables })
       const applied = Object.values(data)[0]?.applied
       session.notify(
         applied ? `${verb}.` : `Not ${verb.toLowerCase()}: the run had already moved on.`,
@@ -119,6 +122,7 @@ export function RunPage({ id }: { id: string }) {
                   )}
                 </div>
                 {s.kind === 'core.cue' && <div>“{promptOf(s.params)}”</div>}
+                {s.kind === 'core.cue' && <Ladder cue={s.cue} />}
                 <div class="muted small">
                   {s.startedAt && (
                     <>

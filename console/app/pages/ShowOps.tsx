@@ -12,7 +12,6 @@ import { go } from '../router.ts'
 import { can, useSession } from '../session.ts'
 import {
   BULK_RUNS,
-  type BulkData,
   RETRY_RUN,
   RUN_ORIGINS,
   type RunOriginsData,
@@ -92,7 +91,7 @@ export function BulkControls({ definitionId, title }: { definitionId: string; ti
   const filter = { definitionId }
   async function dryRun() {
     try {
-      const data = await gql<BulkData>(session.token, BULK_RUNS, { action, filter, dryRun: true })
+      const data = await gql(session.token, BULK_RUNS, { action, filter, dryRun: true })
       setCounted({ action, matched: data.bulkRuns.matched })
     } catch (err) {
       session.notify(err instanceof ApiError ? err.message : String(err), 'error')
@@ -100,7 +99,7 @@ export function BulkControls({ definitionId, title }: { definitionId: string; ti
   }
   async function apply() {
     try {
-      const data = await gql<BulkData>(session.token, BULK_RUNS, {
+      const data = await gql(session.token, BULK_RUNS, {
         action,
         filter,
         dryRun: false,
@@ -194,7 +193,7 @@ export function RunOrigins({ id, status, ended }: { id: string; status: string; 
           kind="primary"
           run={async () => {
             try {
-              const data = await gql<{ retryRun: { id: string } }>(session.token, RETRY_RUN, { id })
+              const data = await gql(session.token, RETRY_RUN, { id })
               session.notify(`Retried as run ${data.retryRun.id}.`)
               go(`/runs/${data.retryRun.id}`)
             } catch (err) {

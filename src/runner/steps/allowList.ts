@@ -1,3 +1,5 @@
+import ipaddr from 'ipaddr.js'
+
 /**
  * The webhook allow-list (`WEBHOOK_ALLOW`): which URLs a `core.webhook` step may
  * call. Both sides are normalised with the WHATWG URL parser, the same one
@@ -103,7 +105,10 @@ export function shownUrl(url: string | URL): string {
   } catch {
     const text = String(url)
     const cut = text.search(/[?#]/)
-    return cut === -1 ? text.slice(0, 200) : `${text.slice(0, Math.min(cut, 200))}?…`
+    // A cut says so (`…`): what is cut may be the start of a secret, which the
+    // webhook's scrubbing then drops (see SecretScope.scrubError).
+    if (cut === -1) return text.length > 200 ? `${text.slice(0, 200)}…` : text
+    return `${text.slice(0, Math.min(cut, 200))}${cut > 200 ? '…' : ''}?…`
   }
   return `${u.origin}${u.pathname}${u.search ? '?…' : ''}`
 }
@@ -122,61 +127,81 @@ export function allowListRefusal(url: string, allowPrefixes: readonly string[]):
   return `${shownUrl(n.url)} is not in the webhook allow-list (WEBHOOK_ALLOW)`
 }
 
-/** IPv4 ranges a hostname may not resolve to (unless an allow-list entry names the address). */
-const BLOCKED_V4: [base: string, bits: number, what: string][] = [
-  ['0.0.0.0', 8, 'a "this network" address'],
-  ['10.0.0.0', 8, 'a private address'],
-  ['100.64.0.0', 10, 'a shared (carrier-grade NAT) address'],
-  ['127.0.0.0', 8, 'a loopback address'],
-  ['169.254.0.0', 16, 'a link-local address'],
-  ['172.16.0.0', 12, 'a private address'],
-  ['192.168.0.0', 16, 'a private address'],
-  ['224.0.0.0', 4, 'a multicast address'],
-  ['240.0.0.0', 4, 'a reserved address'],
-]
-
-function v4ToInt(ip: string): number {
-  return ip.split('.').reduce((acc, part) => acc * 256 + Number(part), 0)
+/** What ipaddr.js's `range()` names, as a failure message says it. */
+const RANGE_WORDS: Readonly<Record<string, string>> = {
+  unspecified: 'an unspecified address',
+  broadcast: 'a broadcast address',
+  multicast: 'a multicast address',
+  linkLocal: 'a link-local address',
+  loopback: 'a loopback address',
+  carrierGradeNat: 'a shared (carrier-grade NAT) address',
+  private: 'a private address',
+  reserved: 'a reserved address',
+  uniqueLocal: 'a private (unique local) address',
+  ipv4Mapped: 'an IPv4-mapped address',
+  rfc6145: 'an IPv4-translated address',
+  rfc6052: 'a NAT64 address (with an IPv4 address inside)',
+  '6to4': 'a 6to4 address (with an IPv4 address inside)',
+  teredo: 'a Teredo address',
+  deprecatedSiteLocal: 'a site-local address',
 }
 
+/** `::a.b.c.d`, the deprecated IPv4-compatible form, which ipaddr.js counts as unicast. */
+const IPV4_COMPATIBLE = ipaddr.parseCIDR('::/96')
+
 /**
- * What kind of internal address `ip` is (loopback, private, link-local, …), or
- * null for a public address. IPv4-mapped IPv6 addresses are judged as IPv4.
+ * What kind of internal address `ip` is (loopback, private, link-local, NAT64,
+ * …), or null for a public one. Classes come from ipaddr.js's `range()`:
+ * only a plain `unicast` address is public, so every special range, and every
+ * IPv6 form with an IPv4 address inside (mapped, NAT64, 6to4, Teredo,
+ * IPv4-compatible), is internal whatever the IPv4 address in it.
  */
 export function internalAddressKind(ip: string): string | null {
-  let addr = ip.toLowerCase()
-  const mapped = /^::ffff:(\d+\.\d+\.\d+\.\d+)$/.exec(addr)
-  if (mapped) addr = mapped[1]!
-  if (/^\d+\.\d+\.\d+\.\d+$/.test(addr)) {
-    const n = v4ToInt(addr)
-    for (const [base, bits, what] of BLOCKED_V4) {
-      const size = 2 ** (32 - bits)
-      const start = v4ToInt(base)
-      if (n >= start && n < start + size) return what
-    }
-    return null
+  let addr: ipaddr.IPv4 | ipaddr.IPv6
+  try {
+    addr = ipaddr.parse(ip.replace(/^\[|\]$/g, '').replace(/%.*$/, ''))
+  } catch {
+    return 'not an IP address'
   }
-  if (addr === '::1') return 'a loopback address'
-  if (addr === '::') return 'an unspecified address'
-  if (/^fe[89ab]/.test(addr)) return 'a link-local address'
-  if (/^f[cd]/.test(addr)) return 'a private (unique local) address'
-  if (/^ff/.test(addr)) return 'a multicast address'
+  const range = addr.range()
+  if (range !== 'unicast') return RANGE_WORDS[range] ?? `a special-purpose address (${range})`
+  if (addr.kind() === 'ipv6' && addr.match(IPV4_COMPATIBLE)) return 'an IPv4-compatible address'
   return null
 }
 
+/** `ip` in one spelling, whatever spelling it came in (`::ffff:127.0.0.1` and `::ffff:7f00:1` alike). */
+function canonicalIp(ip: string): string {
+  try {
+    return ipaddr.parse(ip.replace(/^\[|\]$/g, '')).toNormalizedString()
+  } catch {
+    return ip.toLowerCase()
+  }
+}
+
+/** The key an internal (address, port) exemption is looked up by. */
+export function addressPortKey(ip: string, port: number): string {
+  return `${canonicalIp(ip)}|${port}`
+}
+
 /**
- * The IP literals the allow-list names as hosts (`http://10.0.0.5:8080/` names
- * 10.0.0.5): the internal addresses a webhook may reach. A hostname that
- * resolves to any other internal address is refused, so a DNS name on the list
- * cannot be pointed at the loopback, the cloud metadata service or the LAN.
+ * The (IP literal, port) pairs the allow-list names (`http://10.0.0.5:8080/`
+ * names 10.0.0.5 port 8080; a prefix without a port names its scheme's
+ * default): the internal addresses a webhook may reach, each on that port
+ * only. A hostname that resolves to any other internal address, or to a named
+ * one on another port, is refused, so a DNS name on the list cannot be pointed
+ * at the loopback, the cloud metadata service or the LAN, nor at another
+ * service of an allowed internal host.
  */
 export function allowedInternalAddresses(allowPrefixes: readonly string[]): Set<string> {
   const out = new Set<string>()
   for (const raw of allowPrefixes) {
     const p = normaliseAllowPrefix(raw)
     if (!p.ok) continue
-    const host = new URL(p.url).hostname.replace(/^\[|\]$/g, '').toLowerCase()
-    if (/^\d+\.\d+\.\d+\.\d+$/.test(host) || host.includes(':')) out.add(host)
+    const u = new URL(p.url)
+    const host = u.hostname.replace(/^\[|\]$/g, '').toLowerCase()
+    if (!ipaddr.isValid(host)) continue
+    const port = u.port === '' ? (u.protocol === 'https:' ? 443 : 80) : Number(u.port)
+    out.add(addressPortKey(host, port))
   }
   return out
 }

@@ -59,6 +59,45 @@ export interface StepSettings {
   webhookAllow: string[]
   /** Where `{{secret.NAME}}` values are read from (`SHOWRUNNER_SECRET_NAME`). @default process.env */
   secrets?: Readonly<Record<string, string | undefined>>
+  /**
+   * Where a cue's ladder (reminders, escalations, who answered) is kept and
+   * its notifications are written. Without one a cue parks until its timeout
+   * and nobody is told (a bare runner in a test).
+   */
+  cueLadder?: CueLadderPort
+}
+
+/** A cue as its handler sees it after rendering: what {@link CueLadderPort.sync} brings up to date. */
+export interface CuePlan {
+  run: StepRunInfo
+  stepId: number
+  prompt: string
+  /** Names and `team:NAME` entries; empty = anyone who may operate. */
+  assignees: string[]
+  exclusive: boolean
+  /** Seconds after the cue opened, ascending. */
+  remindAfterSeconds: number[]
+  /** Ascending by afterSeconds. */
+  escalate: { afterSeconds: number; to: string }[]
+  timeoutSeconds: number | undefined
+  /** When the cue opened, if its ladder does not say so yet (the step's first start). */
+  openedAt: Date
+}
+
+/** Where a cue's ladder stands after {@link CueLadderPort.sync}. */
+export interface CueLadderState {
+  /** The next rung still to come (a reminder, an escalation or the deadline), or null. */
+  nextAt: Date | null
+  deadlineAt: Date | null
+}
+
+export interface CueLadderPort {
+  /**
+   * Open the cue's ladder if it is new (sending CUE_WAITING), then apply every
+   * rung due by `now` that was not applied yet (each once, whoever re-enters
+   * the cue), including the deadline (CUE_TIMED_OUT).
+   */
+  sync(plan: CuePlan, now: Date): Promise<CueLadderState>
 }
 
 /** What a handler answers. A thrown error is a failed attempt (see {@link StepFailure}). */

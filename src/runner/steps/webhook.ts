@@ -11,8 +11,9 @@
  * The allow-list is checked twice: on the URL, and on the address its host
  * resolves to when the connection is made (the connector's own DNS lookup, so
  * what is checked is what is dialled, also after a redirect). A hostname that
- * resolves to a loopback, link-local or private address is refused unless the
- * allow-list names that IP address itself. undici's fetch is used for that
+ * resolves to a loopback, link-local, private or other special-purpose address
+ * (ipaddr.js's classes) is refused unless the allow-list names that IP address
+ * and port itself. undici's fetch is used for that
  * hook (the same fetch Node ships, with a dispatcher we may configure).
  *
  * Secrets: `{{secret.NAME}}` in the url, headers and body are resolved here,
@@ -20,10 +21,11 @@
  * scrubbed from the error or result before the runner stores it.
  */
 import { lookup as dnsLookup, type LookupAddress } from 'node:dns'
-import { Agent, fetch, Headers, type Response } from 'undici'
+import { Agent, buildConnector, fetch, Headers, type Response } from 'undici'
 import { z } from 'zod'
 import { SecretScope } from '../secrets.ts'
 import {
+  addressPortKey,
   allowedInternalAddresses,
   allowListRefusal,
   internalAddressKind,
@@ -129,22 +131,33 @@ export interface WebhookResult {
   body: string
 }
 
-/** Read at most `limit` bytes of a body as text, then let the rest go. */
-async function readPrefix(res: Response, limit: number): Promise<string> {
-  if (!res.body) return ''
+/** Characters of a refused response's body quoted in the step's error. */
+export const ERROR_SNIPPET_CHARS = 200
+
+/**
+ * Read at most `limit` bytes of a body as text, then let the rest go. `cut`
+ * says there may have been more (the end of the body was not seen).
+ */
+async function readPrefix(res: Response, limit: number): Promise<{ text: string; cut: boolean }> {
+  if (!res.body) return { text: '', cut: false }
   const reader = res.body.getReader()
   const chunks: Uint8Array[] = []
   let size = 0
+  let ended = false
   try {
     while (size < limit) {
       const { done, value } = await reader.read()
-      if (done) break
+      if (done) {
+        ended = true
+        break
+      }
       chunks.push(value)
       size += value.byteLength
     }
   } finally {
     await reader.cancel().catch(() => {})
   }
+  const cut = size > limit || !ended
   const bytes = new Uint8Array(Math.min(size, limit))
   let at = 0
   for (const chunk of chunks) {
@@ -154,7 +167,7 @@ async function readPrefix(res: Response, limit: number): Promise<string> {
     if (at >= bytes.length) break
   }
   // stream: true keeps a character cut at the limit out instead of garbling it.
-  return new TextDecoder().decode(bytes, { stream: true })
+  return { text: new TextDecoder().decode(bytes, { stream: true }), cut }
 }
 
 function networkReason(err: unknown): string {
@@ -170,10 +183,11 @@ function abortReason(signal: AbortSignal): string {
   return reason === undefined ? 'aborted' : String(reason)
 }
 
-function snippet(text: string): string {
-  const flat = text.replace(/\s+/g, ' ').trim()
+/** The start of a refused response's body for the error: scrubbed of secrets first, then cut. */
+function snippet(body: { text: string; cut: boolean }, secrets: SecretScope): string {
+  const flat = body.text.replace(/\s+/g, ' ').trim()
   if (flat === '') return ''
-  return `: ${flat.length > 200 ? `${flat.slice(0, 200)}…` : flat}`
+  return `: ${secrets.scrubAndCut(flat, ERROR_SNIPPET_CHARS, body.cut, '…')}`
 }
 
 type LookupCallback = (
@@ -187,38 +201,48 @@ const REFUSED = Symbol('webhook address refused')
 
 /**
  * A connection pool whose DNS lookup refuses internal addresses the allow-list
- * does not name. The check is made when a connection is made, on the address
- * dialled; a kept-alive connection was checked when it was opened, and a
- * hostname that now resolves elsewhere gets a new connection, checked again.
+ * does not name, on the port being dialled. The check is made when a
+ * connection is made, on the address dialled; a kept-alive connection was
+ * checked when it was opened, and a hostname that now resolves elsewhere gets
+ * a new connection, checked again. A lookup does not know the port it
+ * resolves for, so each port gets its own connector whose lookup does.
  */
 function guardedAgent(allow: readonly string[]): Agent {
   const allowedInternal = allowedInternalAddresses(allow)
-  const lookup = (
-    hostname: string,
-    options: { all?: boolean; family?: number },
-    callback: LookupCallback,
-  ) => {
-    dnsLookup(hostname, { family: options.family ?? 0, all: true }, (err, addresses) => {
-      if (err) return callback(err, [])
-      for (const a of addresses) {
-        const kind = internalAddressKind(a.address)
-        if (kind && !allowedInternal.has(a.address.toLowerCase())) {
-          const reason = `${hostname} resolves to ${a.address}, ${kind}; only an allow-list entry naming that IP address allows it`
-          return callback(Object.assign(new Error(reason), { code: 'EACCES', [REFUSED]: reason }), [])
+  const lookupFor =
+    (port: number) =>
+    (hostname: string, options: { all?: boolean; family?: number }, callback: LookupCallback) => {
+      dnsLookup(hostname, { family: options.family ?? 0, all: true }, (err, addresses) => {
+        if (err) return callback(err, [])
+        for (const a of addresses) {
+          const kind = internalAddressKind(a.address)
+          if (kind && !allowedInternal.has(addressPortKey(a.address, port))) {
+            const reason = `${hostname} resolves to ${a.address}, ${kind}; only an allow-list entry naming that IP address and port ${port} allows it`
+            return callback(Object.assign(new Error(reason), { code: 'EACCES', [REFUSED]: reason }), [])
+          }
         }
-      }
-      if (options.all) return callback(null, addresses)
-      const first = addresses[0]
-      if (!first)
-        return callback(Object.assign(new Error(`${hostname} has no address`), { code: 'ENOTFOUND' }), [])
-      callback(null, first.address, first.family)
-    })
+        if (options.all) return callback(null, addresses)
+        const first = addresses[0]
+        if (!first)
+          return callback(Object.assign(new Error(`${hostname} has no address`), { code: 'ENOTFOUND' }), [])
+        callback(null, first.address, first.family)
+      })
+    }
+  const connectors = new Map<number, buildConnector.connector>()
+  const connect: buildConnector.connector = (opts, callback) => {
+    const port = opts.port ? Number(opts.port) : opts.protocol === 'https:' ? 443 : 80
+    let connector = connectors.get(port)
+    if (!connector) {
+      connector = buildConnector({ lookup: lookupFor(port) } as buildConnector.BuildOptions)
+      connectors.set(port, connector)
+    }
+    connector(opts, callback)
   }
-  return new Agent({ connect: { lookup } as Record<string, unknown> })
+  return new Agent({ connect })
 }
 
 /** The refusal a guarded lookup made, found along the error's causes; null when it was not one. */
-function refusalOf(err: unknown): string | null {
+export function refusalOf(err: unknown): string | null {
   let at: unknown = err
   for (let depth = 0; depth < 8 && at !== null && typeof at === 'object'; depth++) {
     const reason = (at as { [REFUSED]?: unknown })[REFUSED]
@@ -236,7 +260,7 @@ function refusalOf(err: unknown): string | null {
 const agents = new Map<string, Agent>()
 const MAX_AGENTS = 16
 
-function agentFor(allow: readonly string[]): Agent {
+export function agentFor(allow: readonly string[]): Agent {
   const key = allow.join('\n')
   let agent = agents.get(key)
   if (agent === undefined) {
@@ -252,16 +276,24 @@ function agentFor(allow: readonly string[]): Agent {
   return agent
 }
 
-/** Perform one attempt, following (and re-checking) redirects. */
-async function send(ctx: StepContext<WebhookParams>, params: unknown): Promise<WebhookResult> {
+/**
+ * Perform one attempt, following (and re-checking) redirects. What the
+ * receiver answers is scrubbed of `secrets` before it is cut to size.
+ */
+async function send(
+  ctx: StepContext<WebhookParams>,
+  params: unknown,
+  secrets: SecretScope,
+): Promise<WebhookResult> {
   const p = parseParams(schema, params, 'core.webhook')
-  return sendWith(ctx, p, agentFor(ctx.settings.webhookAllow))
+  return sendWith(ctx, p, agentFor(ctx.settings.webhookAllow), secrets)
 }
 
 async function sendWith(
   ctx: StepContext<WebhookParams>,
   p: WebhookParams,
   agent: Agent,
+  secrets: SecretScope,
 ): Promise<WebhookResult> {
   const allow = ctx.settings.webhookAllow
   let url = p.url
@@ -291,7 +323,7 @@ async function sendWith(
     if (body !== undefined && !headers.has('content-type')) headers.set('Content-Type', 'application/json')
 
     let res: Response
-    let text: string
+    let answer: { text: string; cut: boolean }
     try {
       res = await fetch(target, {
         method,
@@ -331,7 +363,7 @@ async function sendWith(
         url = next.href
         continue
       }
-      text = await readPrefix(res, RESPONSE_BODY_BYTES)
+      answer = await readPrefix(res, RESPONSE_BODY_BYTES)
     } catch (err) {
       if (err instanceof StepFailure) throw err
       const refused = refusalOf(err)
@@ -344,10 +376,12 @@ async function sendWith(
       }
       throw new StepFailure(`webhook ${method} ${shownUrl(target)} failed: ${networkReason(err)}`)
     }
-    if (res.status >= 200 && res.status < 300) return { status: res.status, body: text }
+    if (res.status >= 200 && res.status < 300) {
+      return { status: res.status, body: secrets.scrubAndCut(answer.text, RESPONSE_BODY_BYTES, answer.cut) }
+    }
     const retryable = res.status === 408 || res.status === 429 || res.status >= 500
     throw new StepFailure(
-      `webhook ${method} ${shownUrl(target)} answered HTTP ${res.status}${snippet(text)}`,
+      `webhook ${method} ${shownUrl(target)} answered HTTP ${res.status}${snippet(answer, secrets)}`,
       {
         retryable,
       },
@@ -363,7 +397,7 @@ export const webhookStep: StepKind<WebhookParams> = {
   async execute(ctx) {
     const secrets = new SecretScope(ctx.settings.secrets ?? process.env)
     try {
-      const result = await send(ctx, secrets.resolve(ctx.params))
+      const result = await send(ctx, secrets.resolve(ctx.params), secrets)
       return { type: 'completed', result: secrets.scrubValue(result) }
     } catch (err) {
       throw secrets.scrubError(err)

@@ -1,0 +1,175 @@
+/**
+ * `cue_ladders`: where each cue's ladder stands (who it is for, how many
+ * reminders and escalations went out) and who answered it, how and when.
+ * Every move is guarded on the value it moves from, so two writers of the
+ * same rung or two answers cannot both apply.
+ */
+import type { Queryable } from './db.ts'
+import { hydrate as hydrateStep, type Raw, SELECT_STEP, type StepRow } from './eventSteps/rows.ts'
+import { clampLimit, parseJson, placeholders, toJson } from './json.ts'
+
+export type CueOutcome = 'resolved' | 'skipped' | 'timedOut'
+export type CueVia = 'api' | 'console' | 'link' | 'timeout'
+
+export interface CueAnswerRow {
+  outcome: CueOutcome
+  by: string
+  via: CueVia
+  at: Date
+  note: string | null
+}
+
+export interface LadderRow {
+  stepId: number
+  runId: number
+  prompt: string
+  openedAt: Date
+  deadlineAt: Date | null
+  assignees: string[]
+  exclusive: boolean
+  escalationLevel: number
+  remindersSent: number
+  answer: CueAnswerRow | null
+}
+
+const COLUMNS = `step_id, run_id, prompt, opened_at, deadline_at, assignees, exclusive, escalation_level,
+  reminders_sent, answer_outcome, answer_by, answer_via, answer_at, answer_note`
+
+function hydrate(r: Record<string, unknown>): LadderRow {
+  return {
+    stepId: Number(r.step_id),
+    runId: Number(r.run_id),
+    prompt: String(r.prompt),
+    openedAt: r.opened_at as Date,
+    deadlineAt: (r.deadline_at as Date | null) ?? null,
+    assignees: parseJson<string[]>(r.assignees, []),
+    exclusive: Boolean(Number(r.exclusive)),
+    escalationLevel: Number(r.escalation_level),
+    remindersSent: Number(r.reminders_sent),
+    answer:
+      r.answer_outcome === null || r.answer_outcome === undefined
+        ? null
+        : {
+            outcome: r.answer_outcome as CueOutcome,
+            by: String(r.answer_by),
+            via: r.answer_via as CueVia,
+            at: r.answer_at as Date,
+            note: (r.answer_note as string | null) ?? null,
+          },
+  }
+}
+
+export async function get(db: Queryable, stepId: number): Promise<LadderRow | null> {
+  const [row] = await db.execute(`SELECT ${COLUMNS} FROM cue_ladders WHERE step_id = ?`, [stepId])
+  return row ? hydrate(row) : null
+}
+
+/** The row, locked until the transaction ends: an answer decides on what no one else can change meanwhile. */
+export async function getForUpdate(tx: Queryable, stepId: number): Promise<LadderRow | null> {
+  const [row] = await tx.execute(`SELECT ${COLUMNS} FROM cue_ladders WHERE step_id = ? FOR UPDATE`, [stepId])
+  return row ? hydrate(row) : null
+}
+
+export async function getMany(db: Queryable, stepIds: readonly number[]): Promise<LadderRow[]> {
+  if (stepIds.length === 0) return []
+  const rows = await db.query(
+    `SELECT ${COLUMNS} FROM cue_ladders WHERE step_id IN (${placeholders(stepIds.length)})`,
+    [...stepIds],
+  )
+  return rows.map(hydrate)
+}
+
+export interface NewLadder {
+  stepId: number
+  runId: number
+  prompt: string
+  openedAt: Date
+  deadlineAt: Date | null
+  assignees: readonly string[]
+  exclusive: boolean
+}
+
+/** Open a cue's ladder; true when this call made the row (a re-entry finds it made). */
+export async function open(tx: Queryable, l: NewLadder): Promise<boolean> {
+  const res = await tx.run(
+    `INSERT IGNORE INTO cue_ladders (step_id, run_id, prompt, opened_at, deadline_at, assignees, exclusive)
+     VALUES (?, ?, ?, ?, ?, ?, ?)`,
+    [
+      l.stepId,
+      l.runId,
+      l.prompt.slice(0, 1000),
+      l.openedAt,
+      l.deadlineAt,
+      toJson([...l.assignees]),
+      l.exclusive ? 1 : 0,
+    ],
+  )
+  return res.affectedRows === 1
+}
+
+/** `reminders_sent: from → to`, only from the value read (a second writer moves nothing). */
+export async function advanceReminders(
+  tx: Queryable,
+  stepId: number,
+  from: number,
+  to: number,
+): Promise<boolean> {
+  const res = await tx.run(
+    'UPDATE cue_ladders SET reminders_sent = ? WHERE step_id = ? AND reminders_sent = ? AND answer_outcome IS NULL',
+    [to, stepId, from],
+  )
+  return res.affectedRows === 1
+}
+
+/** `escalation_level: from → to` with the assignees it adds, only from the value read. */
+export async function escalate(
+  tx: Queryable,
+  stepId: number,
+  from: number,
+  to: number,
+  assignees: readonly string[],
+): Promise<boolean> {
+  const res = await tx.run(
+    `UPDATE cue_ladders SET escalation_level = ?, assignees = ?
+      WHERE step_id = ? AND escalation_level = ? AND answer_outcome IS NULL`,
+    [to, toJson([...assignees]), stepId, from],
+  )
+  return res.affectedRows === 1
+}
+
+/** Write the answer once; false when the cue already has one. */
+export async function recordAnswer(tx: Queryable, stepId: number, a: CueAnswerRow): Promise<boolean> {
+  const res = await tx.run(
+    `UPDATE cue_ladders SET answer_outcome = ?, answer_by = ?, answer_via = ?, answer_at = ?, answer_note = ?
+      WHERE step_id = ? AND answer_outcome IS NULL`,
+    [a.outcome, a.by.slice(0, 191), a.via, a.at, a.note === null ? null : a.note.slice(0, 1000), stepId],
+  )
+  return res.affectedRows === 1
+}
+
+/**
+ * Steps parked on a person, oldest first; with `identities` (a caller's name
+ * and `team:NAME` entries), only the cues assigned to one of them and the
+ * cues assigned to nobody.
+ */
+export async function listWaiting(
+  db: Queryable,
+  limit: number,
+  identities: readonly string[] | null,
+): Promise<StepRow[]> {
+  const n = clampLimit(limit, 100)
+  if (identities === null) {
+    const rows = await db.execute<Raw>(
+      `${SELECT_STEP} WHERE s.parked = 1 AND s.status = 'running' ORDER BY s.started_at, s.id LIMIT ${n}`,
+    )
+    return rows.map(hydrateStep)
+  }
+  const rows = await db.execute<Raw>(
+    `${SELECT_STEP} LEFT JOIN cue_ladders l ON l.step_id = s.id
+      WHERE s.parked = 1 AND s.status = 'running'
+        AND (l.step_id IS NULL OR JSON_LENGTH(l.assignees) = 0 OR JSON_OVERLAPS(l.assignees, ?))
+      ORDER BY s.started_at, s.id LIMIT ${n}`,
+    [toJson([...identities])],
+  )
+  return rows.map(hydrateStep)
+}

@@ -1,0 +1,153 @@
+/**
+ * Answering a cue (resolve or skip) so that answers cannot race: the cue's
+ * ladder row is locked, then the step moves by its guard, then the answer is
+ * written on the ladder and CUE_ANSWERED into the outbox, all in one
+ * transaction. Of two answers exactly one applies; the other reads the
+ * winner's answer back (`applied: false`, `step.cue.answer`). An answer after
+ * the deadline, or from outside an exclusive cue's assignees, does not apply.
+ */
+import * as audit from '../../sql/auditLog.ts'
+import type { CueVia, LadderRow } from '../../sql/cueLadders.ts'
+import * as ladders from '../../sql/cueLadders.ts'
+import type { Db } from '../../sql/db.ts'
+import * as logs from '../../sql/eventRunLogs.ts'
+import * as runs from '../../sql/eventRuns/index.ts'
+import type { StepRow } from '../../sql/eventSteps/index.ts'
+import * as steps from '../../sql/eventSteps/index.ts'
+import type { Person } from '../api/person.ts'
+import { identitiesOf } from '../api/person.ts'
+import { AppError, badInput, ERROR_CODES, notFound } from '../errors.ts'
+import { emitCueEvent } from '../runner/cueLadder.ts'
+import { type ControlDeps, type StepAnswer, skipStep } from './runControls.ts'
+
+export interface CueAnswerInput {
+  stepId: number
+  person: Person
+  outcome: 'resolved' | 'skipped'
+  via: CueVia
+  /** The note (resolve) or reason (skip). */
+  text: string | null
+  /**
+   * What `by` records when it is not the person's name (an answer link: the
+   * channel's name); the log and audit still say who.
+   */
+  by?: string
+}
+
+/** True when `person` may answer `ladder`: anyone who may operate, unless the cue is exclusive. */
+export function mayAnswer(person: Person, ladder: Pick<LadderRow, 'exclusive' | 'assignees'>): boolean {
+  if (!ladder.exclusive || person.admin || ladder.assignees.length === 0) return true
+  return identitiesOf(person).some((id) => ladder.assignees.includes(id))
+}
+
+type Decision = { applied: true } | { applied: false; why: string }
+
+export async function answerCue(deps: ControlDeps, input: CueAnswerInput): Promise<StepAnswer> {
+  const { stepId, person, outcome, via, text } = input
+  if (text !== null && text.length > 1000) throw badInput('note and reason must be at most 1000 characters.')
+  const before = await steps.getById(deps.db, stepId)
+  if (!before) throw notFound('step', stepId)
+  const action = outcome === 'resolved' ? 'resolve cue' : 'skip step'
+  const known = await ladders.get(deps.db, stepId)
+  if (known && !mayAnswer(person, known)) {
+    await refuse(deps.db, before, person, action, via)
+    throw new AppError(
+      ERROR_CODES.FORBIDDEN,
+      `This cue is exclusive to ${known.assignees.join(', ')}; ${person.name} may not answer it (an admin may).`,
+    )
+  }
+  const run = known ? await runs.getById(deps.db, known.runId) : null
+  const now = deps.clock.now()
+  const by = input.by ?? person.name
+  const decision = await deps.db.transaction<Decision>(
+    async (tx) => {
+      const ladder = await ladders.getForUpdate(tx, stepId)
+      if (ladder?.answer) return { applied: false, why: `already answered by ${ladder.answer.by}` }
+      if (ladder?.deadlineAt && ladder.deadlineAt.getTime() <= now.getTime())
+        return { applied: false, why: 'its deadline has passed' }
+      // A cue with a ladder may be answered while the runner re-enters it at a rung.
+      const resolve = ladder ? steps.resolveCue : steps.resolveParked
+      const moved =
+        outcome === 'resolved'
+          ? await resolve(tx, stepId, { resolvedBy: by, note: text })
+          : await steps.skip(tx, stepId, text)
+      if (!moved) return { applied: false, why: 'the step is no longer waiting' }
+      if (ladder) {
+        const answer = { outcome, by, via, at: now, note: text }
+        await ladders.recordAnswer(tx, stepId, answer)
+        if (run) await emitCueEvent(tx, 'CUE_ANSWERED', run, { ...ladder, answer }, 'answered', now)
+      }
+      return { applied: true }
+    },
+    { retryable: true },
+  )
+  const step = (await steps.getById(deps.db, stepId)) ?? before
+  const who = by === person.name ? person.name : `${person.name} (${by})`
+  await logs.append(deps.db, {
+    runId: step.runId,
+    stepId,
+    level: decision.applied ? 'info' : 'warn',
+    message: decision.applied
+      ? `${action} ${step.seq} (${step.kind}) by ${who} via ${via}${text ? `: ${text}` : ''}`
+      : `${action} ${step.seq} by ${who} via ${via} not applied: ${decision.why}`,
+    actor: person.name,
+    data: { action, applied: decision.applied, text, via, by },
+  })
+  await audit.record(deps.db, {
+    actor: person.name,
+    action: outcome === 'resolved' ? 'cue.resolve' : 'cue.skip',
+    targetType: 'step',
+    targetId: String(stepId),
+    outcome: decision.applied ? 'ok' : 'refused',
+    detail: { runId: step.runId, via, by, note: text, ...(decision.applied ? {} : { why: decision.why }) },
+  })
+  if (decision.applied) {
+    // The runner compares wake_at with its clock, so wake by that clock, not the database's.
+    await runs.wakeNow(deps.db, step.runId, deps.clock.now())
+    deps.nudge?.()
+  }
+  return { applied: decision.applied, step }
+}
+
+async function refuse(db: Db, step: StepRow, person: Person, action: string, via: CueVia): Promise<void> {
+  await logs.append(db, {
+    runId: step.runId,
+    stepId: step.id,
+    level: 'warn',
+    message: `${action} ${step.seq} by ${person.name} via ${via} refused: the cue is exclusive to its assignees`,
+    actor: person.name,
+    data: { action, applied: false, via, forbidden: true },
+  })
+  await audit.record(db, {
+    actor: person.name,
+    action: action === 'resolve cue' ? 'cue.resolve' : 'cue.skip',
+    targetType: 'step',
+    targetId: String(step.id),
+    outcome: 'refused',
+    detail: { runId: step.runId, via, why: 'exclusive' },
+  })
+}
+
+/** `resolveCue`: a parked cue answered `resolved`. */
+export function resolveCueAs(
+  deps: ControlDeps,
+  stepId: number,
+  person: Person,
+  note: string | null,
+  via: CueVia,
+): Promise<StepAnswer> {
+  return answerCue(deps, { stepId, person, outcome: 'resolved', via, text: note })
+}
+
+/** `skipStep`: a cue is answered `skipped`; any other step is skipped as before. */
+export async function skipStepAs(
+  deps: ControlDeps,
+  stepId: number,
+  person: Person,
+  reason: string | null,
+  via: CueVia,
+): Promise<StepAnswer> {
+  const step = await steps.getById(deps.db, stepId)
+  if (step && step.kind !== 'core.cue') return skipStep(deps, stepId, person.name, reason)
+  return answerCue(deps, { stepId, person, outcome: 'skipped', via, text: reason })
+}
