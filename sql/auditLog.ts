@@ -48,12 +48,18 @@ export async function list(
 }
 
 /**
- * Delete up to `limit` rows older than `before`, oldest first (audit
- * retention); answers how many went. One short statement per call, served by
- * the `at` index.
+ * Delete up to `limit` rows older than `ageMs`, oldest first (audit
+ * retention); answers how many went. Age is read on the database's clock, the
+ * one that stamped `at`, so a runner on a skewed host (or a test's clock)
+ * cannot sweep rows early. One short statement per call, served by the `at`
+ * index.
  */
-export async function deleteOlderThan(db: Queryable, before: Date, limit = 1000): Promise<number> {
+export async function deleteOlderThan(db: Queryable, ageMs: number, limit = 1000): Promise<number> {
   const n = clampLimit(limit, 1000, 1, 10_000)
-  const res = await db.run(`DELETE FROM audit_log WHERE at < ? ORDER BY at LIMIT ${n}`, [before])
+  const seconds = Math.max(0, Math.floor(ageMs / 1000))
+  const res = await db.run(
+    `DELETE FROM audit_log WHERE at < NOW(3) - INTERVAL ? SECOND ORDER BY at LIMIT ${n}`,
+    [seconds],
+  )
   return res.affectedRows
 }

@@ -218,10 +218,15 @@ describe('operating runs', () => {
       return list.find((c) => c.run.id === runId)?.id
     }, 30_000)
     const table = await cli(['cues'])
-    expect(table.stdout).toMatch(/^STEP\s+RUN\s+DEFINITION\s+SCOPE\s+PHASE\s+WAITING\s+PROMPT$/m)
+    expect(table.stdout).toMatch(/^STEP\s+RUN\s+DEFINITION\s+SCOPE\s+PHASE\s+WAITING\s+FOR\s+PROMPT$/m)
     expect(table.stdout).toMatch(
       new RegExp(`^${stepId}\\s+${runId}\\s+demo-manual\\s+""\\s+main\\s+.*Ready when you are$`, 'm'),
     )
+    // An unassigned cue is everybody's, so it is among mine too; for whom the table says.
+    expect(table.stdout).toMatch(new RegExp(`^${stepId}\\s.*\\s+anyone\\s+Ready when you are$`, 'm'))
+    const mine = await cli(['cues', '--mine', '--json'])
+    expect(mine, mine.stderr).toMatchObject({ code: 0 })
+    expect((JSON.parse(mine.stdout) as { id: string }[]).map((c) => c.id)).toContain(stepId)
 
     const runs = await cli(['runs', '--definition', 'demo-manual', '--status', 'running'])
     expect(runs.stdout).toMatch(new RegExp(`^${runId}\\s+demo-manual\\s+""\\s+RUNNING\\s+OK\\s+main`, 'm'))

@@ -106,7 +106,6 @@ describe('stand-by', () => {
     startedAt: null,
     endedAt: null,
     lastError: null,
-    cue: null,
     ...extra,
   })
   const run = (steps: ops.StepCard[], status: ops.RunStatus = 'RUNNING'): ops.RunWithSteps => ({

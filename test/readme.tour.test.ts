@@ -119,7 +119,7 @@ describe.skipIf(missing !== null)('the README tour', () => {
     expect(text).toMatch(/^ok: true {3}database: true/m)
     expect(text).toMatch(/^slug: demo-manual$/m)
     expect(text).toMatch(/^started run \d+$/m)
-    expect(text).toMatch(/^STEP\s+RUN\s+DEFINITION\s+SCOPE\s+PHASE\s+WAITING\s+PROMPT$/m)
+    expect(text).toMatch(/^STEP\s+RUN\s+DEFINITION\s+SCOPE\s+PHASE\s+WAITING\s+FOR\s+PROMPT$/m)
     expect(text).toMatch(/demo-manual\s+""\s+main\s+.*Ready when you are$/m)
     expect(text).toMatch(/^paused run \d+: now PAUSED$/m)
     expect(text).toMatch(/^resumed run \d+: now RUNNING$/m)

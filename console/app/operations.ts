@@ -96,14 +96,15 @@ export const INBOX_MINE_LIVE = graphql(
   [CUE_FIELDS],
 )
 
-const STEP_FIELDS = graphql(
-  `
+/**
+ * A step as stand-by and the run page show it. The ladder (`cue`) is the run
+ * page's alone: stand-by reads a page of runs with all their steps, and a
+ * nested object per step would take that page past the query budget.
+ */
+const STEP_FIELDS = graphql(`
 fragment StepCard on RunStep {
   id seq phase kind params status parked attempts maxAttempts wakeAt startedAt endedAt lastError
-  cue { ...CueLadder }
-}`,
-  [CUE_LADDER],
-)
+}`)
 export type StepCard = ResultOf<typeof STEP_FIELDS>
 
 /** Stand-by: the steps of every run in progress, to find each one's next cue. */
@@ -125,11 +126,11 @@ query Run($id: ID!) {
     ...RunCard timezone startedBy params claimedBy updatedAt
     version { version }
     concurrencyHolder { id definition { title } scope }
-    steps { ...StepCard result }
+    steps { ...StepCard result cue { ...CueLadder } }
     logs(limit: 200) { id at level message actor }
   }
 }`,
-  [RUN_CARD, STEP_FIELDS],
+  [RUN_CARD, STEP_FIELDS, CUE_LADDER],
 )
 export type RunData = ResultOf<typeof RUN>
 export const RUN_STATUS = graphql(

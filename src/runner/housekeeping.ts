@@ -139,7 +139,7 @@ export class Housekeeping {
       if (now.getTime() - this.lastRetention < this.deps.retentionEveryMs) return
       this.lastRetention = now.getTime()
       await this.logRetention(now)
-      await this.auditRetention(now)
+      await this.auditRetention()
     }
     this.runRetentionBacklog = await this.runRetention(now)
   }
@@ -148,18 +148,20 @@ export class Housekeeping {
    * audit_log retention (AUDIT_RETENTION_DAYS), a batch per statement, and the
    * run quota's past minutes (a minute's count is worth nothing once it is over).
    */
-  private async auditRetention(now: Date): Promise<void> {
+  private async auditRetention(): Promise<void> {
     const { db, logger, auditRetentionMs } = this.deps
     let deleted = 0
     if (auditRetentionMs > 0) {
-      const cutoff = new Date(now.getTime() - auditRetentionMs)
       for (let round = 0; round < 20 && !this.deps.stopping(); round++) {
-        const n = await audit.deleteOlderThan(db, cutoff, 1000)
+        const n = await audit.deleteOlderThan(db, auditRetentionMs, 1000)
         deleted += n
         if (n < 1000) break
       }
       if (deleted > 0)
-        logger.info({ rows: deleted, before: cutoff }, 'audit retention: deleted old audit rows')
+        logger.info(
+          { rows: deleted, olderThanDays: auditRetentionMs / 86_400_000 },
+          'audit retention: deleted old audit rows',
+        )
     }
     await quotas.deleteBefore(db, Math.floor(Date.now() / 60_000) - 1, 10_000)
   }

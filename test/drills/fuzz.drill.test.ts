@@ -157,8 +157,15 @@ it("regressions: deep documents, deep or non-finite JSON, lone surrogates are th
   const deepSelection = `{ runs ${'{ steps { run '.repeat(2500)}{ id }${' } }'.repeat(2500)} }`
   expectCode(await post(JSON.stringify({ query: deepSelection })), 400, 'GRAPHQL_PARSE_FAILED')
   // …while a legitimately nested document (depth limit 10) still parses and validates as before.
+  // (Its answer could also be too large, and says so beside the depth: every limit it breaks is named.)
   const tooDeep = `{ runs ${'{ steps { run '.repeat(6)}{ id }${' } }'.repeat(6)} }`
-  expectCode(await post(JSON.stringify({ query: tooDeep })), 400, 'GRAPHQL_VALIDATION_FAILED')
+  const deep = await post(JSON.stringify({ query: tooDeep }))
+  expect(deep.status).toBe(400)
+  expect(codesOf(deep)).toContain('GRAPHQL_VALIDATION_FAILED')
+  expect(new Set(codesOf(deep))).toEqual(
+    new Set(['GRAPHQL_VALIDATION_FAILED', 'ANSWER_TOO_LARGE'].filter((c) => codesOf(deep).includes(c))),
+  )
+  expect(leaks(deep)).toEqual([])
 
   // JSON values MariaDB cannot store (JSON_VALID stops at 31 levels) or Node cannot stringify.
   for (const depth of [25, 32, 50_000])

@@ -264,7 +264,8 @@ export async function probe(baseUrl: string, path: string, timeoutMs = 5000): Pr
  * Hostile input is echoed back on purpose ("schedule: \"'; SELECT …\" has 4
  * fields"), always inside double quotes, so quoted spans of a message are
  * skipped; everything else in the error (its extensions included) is checked
- * whole, and extensions may carry nothing but `code`.
+ * whole, and extensions may carry nothing but `code`, a manifest's `problems`
+ * (each a path and a message) and RATE_LIMITED's `retryAfterSeconds`.
  */
 export function leaks(a: GqlAnswer<unknown>): string[] {
   const found: string[] = []
@@ -284,9 +285,27 @@ export function leaks(a: GqlAnswer<unknown>): string[] {
     } = e as GqlError & { locations?: unknown }
     if (Object.keys(rest).length > 0)
       found.push(`unexpected error fields ${Object.keys(rest).join(',')}: ${full.slice(0, 400)}`)
-    const extra = Object.keys(extensions ?? {}).filter((k) => k !== 'code')
-    if (extra.length > 0) found.push(`unexpected extensions ${extra.join(',')}: ${full.slice(0, 400)}`)
-    check('extensions', JSON.stringify(extensions ?? {}), full)
+    const { code, problems, retryAfterSeconds, ...extra } = (extensions ?? {}) as Record<string, unknown>
+    if (Object.keys(extra).length > 0)
+      found.push(`unexpected extensions ${Object.keys(extra).join(',')}: ${full.slice(0, 400)}`)
+    check('extensions', JSON.stringify({ code }), full)
+    // A manifest's problems (applyDefinitions) each name a path and say what is wrong, echoing
+    // the caller's values in double quotes like a message does.
+    if (problems !== undefined) {
+      if (!Array.isArray(problems)) found.push(`problems not a list: ${full.slice(0, 400)}`)
+      else
+        for (const p of problems as { path?: unknown; message?: unknown }[]) {
+          if (typeof p?.path !== 'string' || typeof p?.message !== 'string')
+            found.push(`a problem without a path and message: ${full.slice(0, 400)}`)
+          else check('problem', `${p.path} ${unquoted(p.message)}`, full)
+        }
+    }
+    // RATE_LIMITED says when to retry, in whole seconds.
+    if (
+      retryAfterSeconds !== undefined &&
+      !(Number.isInteger(retryAfterSeconds) && (retryAfterSeconds as number) > 0)
+    )
+      found.push(`retryAfterSeconds not a positive whole number: ${full.slice(0, 400)}`)
   }
   if (!a.body && a.text) check('body', a.text, a.text)
   return found
