@@ -1,6 +1,6 @@
 /**
  * The one Pothos builder. Every type in `schema/` and every root field in
- * `resolvers/` registers on it; `schema/index.ts` imports them all and builds.
+ * `resolvers/` registers on it; src/api/schema.ts imports both indexes and builds.
  *
  * Output fields are non-null unless marked `nullable: true`, and arguments and
  * input fields are optional unless `required: true`, which is how the contract (docs/contract.md) reads.

@@ -3,7 +3,6 @@
  * cluster, parsed and validated, and turned into mysql2 pool options.
  */
 import type { PoolOptions } from 'mysql2/promise'
-import type { DbOptions } from './db.ts'
 
 /** Where a database URL points: one server, or several nodes of one Galera cluster. */
 export interface DatabaseTarget {
@@ -87,6 +86,27 @@ export function redactDatabaseUrl(url: string): string {
   const colon = head.slice(0, at).indexOf(':')
   if (colon < 0) return url
   return `${url.slice(0, schemeEnd + 3)}${head.slice(0, colon)}:***${rest.slice(at)}`
+}
+
+/** Options for `createDb` (sql/db.ts), read here into pool options. */
+export interface DbOptions {
+  /** Pool size. @default 10 */
+  connectionLimit?: number
+  /** Milliseconds to wait for a connection to open. @default 5000 */
+  connectTimeout?: number
+  /**
+   * On a Galera node, make every read wait until the node has applied every
+   * write the cluster committed before it (`wsrep_sync_wait = 1`), so an answer
+   * reflects a write just made through another node. Ignored on a server that
+   * is not a Galera node. @default true
+   */
+  causalReads?: boolean
+  /**
+   * Statements that may wait for a free connection; one more fails at once
+   * with a "busy" error (`isPoolBusy` in sql/db.ts) instead of waiting behind them.
+   * @default 0 (unbounded)
+   */
+  queueLimit?: number
 }
 
 /**

@@ -11,16 +11,8 @@ import mysql, {
   type ResultSetHeader,
   type RowDataPacket,
 } from 'mysql2/promise'
-import { parseDatabaseUrl, poolOptionsFromUrl } from './databaseUrl.ts'
-import {
-  DatabaseError,
-  DB_ERRNO,
-  isConflict,
-  isDbErrno,
-  isDbUnavailable,
-  isPoolBusy,
-  nothingRan,
-} from './dbErrors.ts'
+import { type DbOptions, parseDatabaseUrl, poolOptionsFromUrl } from './databaseUrl.ts'
+import { DatabaseError, DB_ERRNO, isConflict, isDbErrno, isDbUnavailable, nothingRan } from './dbErrors.ts'
 
 // Callers import errors and URL parsing from here, beside the pool.
 export * from './databaseUrl.ts'
@@ -87,27 +79,6 @@ export interface Db extends Queryable {
   /** True when a trivial query succeeds within the pool's connect timeout. */
   ping(): Promise<boolean>
   close(): Promise<void>
-}
-
-/** Options for {@link createDb}. */
-export interface DbOptions {
-  /** Pool size. @default 10 */
-  connectionLimit?: number
-  /** Milliseconds to wait for a connection to open. @default 5000 */
-  connectTimeout?: number
-  /**
-   * On a Galera node, make every read wait until the node has applied every
-   * write the cluster committed before it (`wsrep_sync_wait = 1`), so an answer
-   * reflects a write just made through another node. Ignored on a server that
-   * is not a Galera node. @default true
-   */
-  causalReads?: boolean
-  /**
-   * Statements that may wait for a free connection; one more fails at once
-   * with a "busy" error ({@link isPoolBusy}) instead of waiting behind them.
-   * @default 0 (unbounded)
-   */
-  queueLimit?: number
 }
 
 function wrap(err: unknown, what: string): DatabaseError {

@@ -27,6 +27,7 @@ import { GRAPHIQL_ASSET_PATH, serveGraphiqlAsset } from './api/graphiql.ts'
 import { InboxFeed } from './api/inboxFeed.ts'
 import { requestTarget } from './api/requestTarget.ts'
 import { RunChangeFeed } from './api/runChangeFeed.ts'
+import { schema } from './api/schema.ts'
 import { StatusPoller } from './api/statusPoller.ts'
 import { attachGraphqlWs, type WsTransport } from './api/ws.ts'
 import { createApiYoga, GRAPHQL_PATH } from './api/yoga.ts'
@@ -309,7 +310,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     notifications: { webhookAllow: config.webhookAllow, nudge: () => dispatcher?.nudge() },
   }
 
-  const yoga = createApiYoga({ config, logger, authenticator, changes, services })
+  const yoga = createApiYoga({ schema, config, logger, authenticator, changes, services })
 
   const probe = createProbes({ db, metrics, runCounts, isStopping: () => stopping })
 

@@ -7,8 +7,8 @@
  */
 import { readFileSync } from 'node:fs'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { DEFINITION_SCHEMA_FILE } from '../schema/print.ts'
 import { definitionSchemaText } from '../src/api/definitionSchema.ts'
+import { DEFINITION_SCHEMA_FILE } from '../src/api/schemaPrint.ts'
 import { sleep, startTestServer, type TestServer } from './helpers/server.ts'
 
 let source: TestServer

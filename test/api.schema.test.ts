@@ -22,9 +22,9 @@ import {
   print,
 } from 'graphql'
 import { describe, expect, it } from 'vitest'
-import { schema } from '../schema/index.ts'
-import { printedSchema, SCHEMA_FILE } from '../schema/print.ts'
 import { ROLE_EXTENSION } from '../src/api/authz.ts'
+import { schema } from '../src/api/schema.ts'
+import { printedSchema, SCHEMA_FILE } from '../src/api/schemaPrint.ts'
 
 const here = dirname(fileURLToPath(import.meta.url))
 const FIXTURE = join(here, 'fixtures', 'spec-api.graphql')

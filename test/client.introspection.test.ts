@@ -5,7 +5,7 @@
  */
 import { readFileSync } from 'node:fs'
 import { describe, expect, it } from 'vitest'
-import { printedSchema } from '../schema/print.ts'
+import { printedSchema } from '../src/api/schemaPrint.ts'
 import { INTROSPECTION_FILE, introspectionText } from '../src/client/generate.ts'
 
 describe('the typed client', () => {

@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import * as ops from '../console/app/operations.ts'
 import * as showOps from '../console/app/showOps.ts'
 import { nextCue, standbyList } from '../console/app/standby.ts'
-import { schema } from '../schema/index.ts'
+import { schema } from '../src/api/schema.ts'
 import { startTestServer, type TestServer, TOKENS } from './helpers/server.ts'
 
 /** Each exported document as text (the typed documents are ASTs; the server gets them printed). */

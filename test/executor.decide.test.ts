@@ -7,7 +7,7 @@
 import { describe, expect, it } from 'vitest'
 import type { StepRow } from '../sql/eventSteps/index.ts'
 import {
-  batchEntry,
+  entryOf,
   failureWrite,
   isResume,
   notYet,
@@ -84,27 +84,20 @@ describe('guards before a step is entered', () => {
     expect(isResume(step({ status: 'running', wakeAt: earlier }))).toBe(true)
     expect(isResume(step())).toBe(false)
   })
-  it('a batch begins pending steps and resumes due timers; unknown kinds, rehearsed side effects and crashed attempts go run by run', () => {
-    const kind = { sideEffects: false }
-    expect(batchEntry(step(), kind, false)).toBe('begin')
-    expect(batchEntry(step(), { sideEffects: true }, false)).toBe('begin')
-    expect(batchEntry(step(), undefined, false)).toBeNull()
-    expect(batchEntry(step(), { sideEffects: true }, true)).toBeNull()
-    expect(batchEntry(step(), kind, true)).toBe('begin')
+  it('a step is begun when pending or left executing by a crash, resumed when its timer came due, else not entered', () => {
+    expect(entryOf(step())).toBe('begin')
     // A retry whose backoff is over, and an attempt given back at a shutdown.
-    expect(batchEntry(step({ attempts: 1, lastError: 'x' }), kind, false)).toBe('begin')
-    expect(batchEntry(step({ attempts: 1, lastError: 'x', wakeAt: earlier }), kind, false)).toBe('begin')
-    expect(batchEntry(step({ attempts: 0, lastError: 'interrupted', wakeAt: earlier }), kind, false)).toBe(
-      'begin',
-    )
+    expect(entryOf(step({ attempts: 1, lastError: 'x' }))).toBe('begin')
+    expect(entryOf(step({ attempts: 1, lastError: 'x', wakeAt: earlier }))).toBe('begin')
+    expect(entryOf(step({ attempts: 0, lastError: 'interrupted', wakeAt: earlier }))).toBe('begin')
     // A timer or a cue's timeout that came due, on any attempt.
-    expect(batchEntry(step({ status: 'running', attempts: 1, wakeAt: earlier }), kind, false)).toBe('resume')
-    expect(
-      batchEntry(step({ status: 'running', attempts: 1, parked: true, wakeAt: earlier }), kind, false),
-    ).toBe('resume')
-    expect(batchEntry(step({ status: 'running', attempts: 2, wakeAt: earlier }), kind, false)).toBe('resume')
-    // Executing after a crash (its lease gone): the per-run engine begins it again.
-    expect(batchEntry(step({ status: 'running', attempts: 1 }), kind, false)).toBeNull()
+    expect(entryOf(step({ status: 'running', attempts: 1, wakeAt: earlier }))).toBe('resume')
+    expect(entryOf(step({ status: 'running', attempts: 1, parked: true, wakeAt: earlier }))).toBe('resume')
+    expect(entryOf(step({ status: 'running', attempts: 2, wakeAt: earlier }))).toBe('resume')
+    // Executing after a crash (its lease gone: the begin's guard checks it): begun again.
+    expect(entryOf(step({ status: 'running', attempts: 1 }))).toBe('begin')
+    // A cue parked on a person with no timeout is not entered (notYet says so first).
+    expect(entryOf(step({ status: 'running', attempts: 1, parked: true }))).toBeNull()
   })
 })
 

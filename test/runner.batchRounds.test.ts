@@ -1,5 +1,5 @@
 /**
- * The batch path for every kind of step (src/runner/batch.ts): a show of many
+ * The batch path for every kind of step (src/runner/advance.ts): a show of many
  * runs (announce, wait, call out, wrap up) advances in rounds of set-wise
  * statements, not a dozen per run; a slow webhook does not hold its round; a
  * cancel lands between two rounds; cues park set-wise and wake at their

@@ -31,7 +31,7 @@ const bump = (name: string) => executed.set(name, (executed.get(name) ?? 0) + 1)
 const hangSignals: AbortSignal[] = []
 
 function kinds(env: () => RunnerTestEnv): AnyStepKind[] {
-  // Each control kind twice: per-run engine path, and `inline` (the batch path of src/runner/batch.ts).
+  // Each control kind twice: a kind that takes a concurrency slot, and `inline` (one that takes none, src/runner/advance.ts).
   return [false, true]
     .flatMap((inline) => {
       const suffix = inline ? '-inline' : ''

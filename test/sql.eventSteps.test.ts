@@ -100,7 +100,7 @@ describe('expand', () => {
   })
 })
 
-describe('insertStarted / reopenStarted (the start transaction)', () => {
+describe('insertStarted (the start transaction)', () => {
   it.each([
     ['from the INSERT’s first id', false],
     ['read back', true],
@@ -145,11 +145,6 @@ describe('insertStarted / reopenStarted (the start transaction)', () => {
           : { status: 'pending', attempts: 0, startedAt: null, endedAt: null },
       )
     })
-    // A start whose attempt failed after all takes its "completed" back; only completed rows move.
-    expect(await db.transaction((tx) => steps.reopenStarted(tx, [ids[1] as number, ids[12] as number]))).toBe(
-      1,
-    )
-    expect(await get(ids[1] as number)).toMatchObject({ status: 'pending', attempts: 0, startedAt: null })
   })
 
   it('inserts a lone step in one statement, its id the INSERT’s own, under any id lock mode', async () => {

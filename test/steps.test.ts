@@ -1,6 +1,8 @@
 import { describe, expect, it } from 'vitest'
+import { promptOf as consolePromptOf } from '../console/app/format.ts'
 import { cueStep } from '../src/runner/steps/cue.ts'
 import { logStep } from '../src/runner/steps/log.ts'
+import { cuePrompt, promptOf, parseOffset as sharedParseOffset } from '../src/runner/steps/paramText.ts'
 import { createDefaultRegistry, StepRegistry } from '../src/runner/steps/registry.ts'
 import { StepFailure, type StepKind } from '../src/runner/steps/types.ts'
 import { parseOffset, waitStep } from '../src/runner/steps/wait.ts'
@@ -85,6 +87,17 @@ describe('core.wait', () => {
       parseOffset('+1d'),
     ]).toEqual([0, 90, 900, 7200, 86400])
     expect(parseOffset('+1w')).toBeNull()
+  })
+
+  it('reads offsets and prompts the one way the console reads them too', () => {
+    expect(parseOffset).toBe(sharedParseOffset)
+    expect(consolePromptOf).toBe(promptOf)
+    expect([promptOf({ prompt: 'Open the gates' }), promptOf({ prompt: 3 }), promptOf(null)]).toEqual([
+      'Open the gates',
+      '(no prompt)',
+      '(no prompt)',
+    ])
+    expect([cuePrompt({ prompt: 'Go' }), cuePrompt({})]).toEqual(['Go', null])
   })
 
   it('{seconds}: sleeps from the first start, completes when due', async () => {

@@ -61,14 +61,8 @@ export function scheduleInWords(schedule: string | null): string {
   }
 }
 
-/** The prompt of a cue step, from its params. */
-export function promptOf(params: unknown): string {
-  if (params && typeof params === 'object' && 'prompt' in params) {
-    const p = (params as { prompt: unknown }).prompt
-    if (typeof p === 'string') return p
-  }
-  return '(no prompt)'
-}
+/** The prompt of a cue step, from its params: read as the runner reads it. */
+export { promptOf } from '../../src/runner/steps/paramText.ts'
 
 export function scopeLabel(scope: string): string {
   return scope === '' ? 'default scope' : scope

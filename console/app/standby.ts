@@ -6,6 +6,7 @@
  * Other steps (logs, webhooks) are taken as instant, so the estimate is the
  * earliest the cue can come up.
  */
+import { parseOffset, promptOf } from '../../src/runner/steps/paramText.ts'
 import type { RunWithSteps, StepCard } from './operations.ts'
 
 export interface NextCue {
@@ -20,20 +21,8 @@ export interface NextCue {
   blockedByCue: boolean
 }
 
-const UNIT_SECONDS: Record<string, number> = { s: 1, m: 60, h: 3600, d: 86_400 }
-
-function offsetSeconds(text: string): number | null {
-  const m = /^\+?(\d{1,10})([smhd])$/.exec(text.trim())
-  return m ? Number(m[1]) * (UNIT_SECONDS[m[2] as string] ?? 0) : null
-}
-
 function waitParams(params: unknown): { seconds?: number; until?: string } {
   return params && typeof params === 'object' ? (params as { seconds?: number; until?: string }) : {}
-}
-
-function promptOf(params: unknown): string {
-  const p = params && typeof params === 'object' ? (params as { prompt?: unknown }).prompt : undefined
-  return typeof p === 'string' ? p : '(no prompt)'
 }
 
 /** The run's next cue not yet asked, or null when none is left. */
@@ -71,7 +60,7 @@ export function nextCue(run: RunWithSteps, now: number): NextCue | null {
       const p = waitParams(step.params)
       if (typeof p.seconds === 'number') t += p.seconds * 1000
       else if (typeof p.until === 'string') {
-        const s = offsetSeconds(p.until)
+        const s = parseOffset(p.until)
         if (s !== null) t = Math.max(t, scheduled + s * 1000)
       }
     }

@@ -88,8 +88,8 @@ const SHARED_SPEC_MIN_RUNS = 8
 const MAX_RUN_IDS_PER_STATEMENT = 2000
 
 /**
- * Insert the step rows of runs being started, each already in the state the
- * start transaction leaves it (`completed` after one attempt, or `pending`), and
+ * Insert the step rows of runs being started, each in the state the start
+ * transaction's attempt left it (`completed` after one attempt, or `pending`), and
  * answer their ids in input order. Plain INSERT: the run was `scheduled` and
  * locked, so it has no rows yet, and a duplicate would be a bug worth failing on.
  *
@@ -206,21 +206,6 @@ export async function insertStarted(
     })
   }
   return ids
-}
-
-/**
- * Undo {@link insertStarted}'s `completed` for steps whose attempt inside the start
- * transaction failed after all: back to `pending` with no attempt counted, for
- * the engine to run with its retries.
- */
-export async function reopenStarted(tx: Queryable, ids: readonly number[]): Promise<number> {
-  if (ids.length === 0) return 0
-  const res = await tx.runQuery(
-    `UPDATE event_run_steps SET status = 'pending', attempts = 0, started_at = NULL, ended_at = NULL
-      WHERE id IN (${placeholders(ids.length)}) AND status = 'completed'`,
-    [...ids],
-  )
-  return res.affectedRows
 }
 
 /**

@@ -25,20 +25,7 @@ export async function begin(
   leaseUntil: Date,
   now: Date,
 ): Promise<boolean> {
-  const res = await db.run(
-    `UPDATE event_run_steps
-        SET status = 'running', attempts = attempts + 1, claimed_by = ?, claim_expires_at = ${LEASE_EXPIRY},
-            started_at = COALESCE(started_at, ?), wake_at = NULL, parked = 0
-      WHERE id = ?
-        AND ((status = 'pending' AND (wake_at IS NULL OR wake_at <= ?))
-             OR (status = 'running' AND parked = 0 AND wake_at IS NULL))
-        AND ${leaseFree()}`,
-    // started_at is the caller's `now`, not NOW(3): `core.wait {seconds}` and cue
-    // timeouts count from it and compare with the runner's clock, so both ends
-    // must come from the same clock. The lease is on the database's (sql/leases.ts).
-    [owner, leaseMicros(leaseUntil, now), now, id, now],
-  )
-  return res.affectedRows === 1
+  return (await beginMany(db, [id], owner, leaseUntil, now)) === 1
 }
 
 /**
@@ -107,9 +94,12 @@ export async function takeBackEntered(
 }
 
 /**
- * {@link begin} for many pending steps at once (a batch of runs): first
- * attempts, and retries whose backoff has ended; answers how many began. `now`
- * stamps `started_at`, from the runner's clock like {@link begin}.
+ * {@link begin} for many steps at once (a batch of runs, or a batch of one):
+ * first attempts, retries whose backoff has ended, and steps whose executing
+ * owner's lease is gone; answers how many began. `now` stamps `started_at`
+ * (only a first start), from the runner's clock: `core.wait {seconds}` and cue
+ * timeouts count from it and compare with the runner's clock, so both ends
+ * must come from the same clock. The lease is on the database's (sql/leases.ts).
  */
 export async function beginMany(
   db: Queryable,
@@ -123,7 +113,9 @@ export async function beginMany(
     `UPDATE event_run_steps
         SET status = 'running', attempts = attempts + 1, claimed_by = ?, claim_expires_at = ${LEASE_EXPIRY},
             started_at = COALESCE(started_at, ?), wake_at = NULL, parked = 0
-      WHERE id IN (${placeholders(ids.length)}) AND status = 'pending' AND (wake_at IS NULL OR wake_at <= ?)
+      WHERE id IN (${placeholders(ids.length)})
+        AND ((status = 'pending' AND (wake_at IS NULL OR wake_at <= ?))
+             OR (status = 'running' AND parked = 0 AND wake_at IS NULL))
         AND ${leaseFree()}`,
     [owner, leaseMicros(leaseUntil, now), now, ...ids, now],
   )

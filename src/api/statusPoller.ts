@@ -8,15 +8,17 @@
  * dashboards watch, and none at all when nobody does: the timer stops with the
  * last listener and starts again with the next one.
  *
- * Polls never overlap: the next one is scheduled when the previous finishes. A
- * failed poll (database down) is logged and retried at the next interval;
- * subscribers simply see no change until it answers again.
+ * The timing is the other feeds' (pollLoop.ts): polls never overlap, the next
+ * one is scheduled when the previous finishes, and the loop is idle while
+ * nobody watches. A failed poll (database down) is logged and retried at the
+ * next interval; subscribers simply see no change until it answers again.
  */
 import { Repeater, SlidingBuffer } from 'graphql-yoga'
 import type { Queryable } from '../../sql/db.ts'
 import { type RunStatusSnapshot, statusesOf } from '../../sql/eventRuns/index.ts'
 import { isTerminal } from '../../sql/states.ts'
 import type { Logger } from '../log.ts'
+import { PollLoop } from './pollLoop.ts'
 
 /** Ids per statement: keeps the IN list and the packet bounded. */
 export const POLL_CHUNK = 1000
@@ -51,15 +53,17 @@ export function statusChanged(prev: RunStatusSnapshot, next: RunStatusSnapshot):
 
 export class StatusPoller {
   private readonly listeners = new Map<number, Set<StatusListener>>()
-  private timer: NodeJS.Timeout | null = null
-  private inFlight: Promise<void> | null = null
+  private readonly loop: PollLoop
   private closed = false
-  private readonly intervalMs: number
-  /** Polls issued since creation (tests compare it with the statement counter). */
+  /** Status statements issued since creation (tests compare it with the statement counter). */
   polls = 0
 
   constructor(private readonly opts: StatusPollerOptions) {
-    this.intervalMs = opts.intervalMs ?? 500
+    this.loop = new PollLoop({
+      intervalMs: opts.intervalMs ?? 500,
+      poll: () => this.poll(),
+      hasListeners: () => this.listeners.size > 0,
+    })
   }
 
   /** Runs watched right now. */
@@ -86,7 +90,7 @@ export class StatusPoller {
       this.listeners.set(runId, set)
     }
     set.add(listener)
-    this.schedule()
+    this.loop.ensure()
     return () => this.remove(runId, listener)
   }
 
@@ -132,12 +136,11 @@ export class StatusPoller {
   /** Stop polling and end every watcher (server shutdown). Waits for a poll in flight. */
   async close(): Promise<void> {
     this.closed = true
-    if (this.timer) clearTimeout(this.timer)
-    this.timer = null
+    const closing = this.loop.close()
     const all = [...this.listeners.values()].flatMap((set) => [...set])
     this.listeners.clear()
     for (const l of all) l.onClose()
-    await this.inFlight
+    await closing
   }
 
   private remove(runId: number, listener: StatusListener): void {
@@ -145,23 +148,7 @@ export class StatusPoller {
     if (!set) return
     set.delete(listener)
     if (set.size === 0) this.listeners.delete(runId)
-    if (this.listeners.size === 0 && this.timer) {
-      clearTimeout(this.timer)
-      this.timer = null
-    }
-  }
-
-  private schedule(): void {
-    if (this.closed || this.timer || this.inFlight || this.listeners.size === 0) return
-    this.timer = setTimeout(() => {
-      this.timer = null
-      this.inFlight = this.poll().finally(() => {
-        this.inFlight = null
-        this.schedule()
-      })
-    }, this.intervalMs)
-    // A process with only watchers left should still be able to exit.
-    this.timer.unref?.()
+    this.loop.idle()
   }
 
   private async poll(): Promise<void> {

@@ -7,14 +7,13 @@
 import { maxAliasesPlugin } from '@escape.tech/graphql-armor-max-aliases'
 import { maxDepthPlugin } from '@escape.tech/graphql-armor-max-depth'
 import { maxTokensPlugin } from '@escape.tech/graphql-armor-max-tokens'
-import { GraphQLError, type ValidationContext } from 'graphql'
+import { GraphQLError, type GraphQLSchema, type ValidationContext } from 'graphql'
 import {
   createGraphQLError,
   createYoga,
   type YogaInitialContext,
   type YogaServerInstance,
 } from 'graphql-yoga'
-import { schema } from '../../schema/index.ts'
 import type { Principal } from '../auth.ts'
 import type { Config } from '../config.ts'
 import type { Authenticator } from '../identity/authenticator.ts'
@@ -71,6 +70,8 @@ const tokenLimitReports = (limit: number) => ({
 })
 
 export interface ApiYogaOptions {
+  /** The built schema (src/api/schema.ts). */
+  schema: GraphQLSchema
   config: Config
   logger: Logger
   authenticator: Authenticator
@@ -81,7 +82,7 @@ export interface ApiYogaOptions {
 /** The yoga instance behind `/graphql` (HTTP, SSE and, through src/api/ws.ts, WebSocket). */
 // biome-ignore lint/suspicious/noExplicitAny: node:http server context
 export function createApiYoga(opts: ApiYogaOptions): YogaServerInstance<any, ApiContext> {
-  const { config, logger, authenticator, changes, services } = opts
+  const { schema, config, logger, authenticator, changes, services } = opts
   const principalOf = (initial: YogaInitialContext & { [WS_PRINCIPAL]?: Principal }): Principal | null => {
     const fromWs = initial[WS_PRINCIPAL]
     if (fromWs) return fromWs

@@ -19,7 +19,7 @@ import * as runs from '../../sql/eventRuns/index.ts'
 import { AppError, badInput, conflict, notFound } from '../errors.ts'
 import { refusals } from '../refusalSampler.ts'
 import { loadExceptions, NO_EXCEPTIONS, placeOf } from '../runner/calendar.ts'
-import { resolveConcurrencyKey } from '../runner/materialise.ts'
+import { newRun } from '../runner/newRun.ts'
 import { occurrenceStream } from '../runner/schedule.ts'
 import type { RunQuota } from '../runQuota.ts'
 
@@ -118,7 +118,6 @@ async function backfill(deps: BackfillDeps, input: BackfillInput): Promise<Backf
       )
     }
   }
-  const versionId = def.currentVersionId
   // A blackout day or a skipped occurrence gets no run; a moved one is made where it went.
   const ex =
     (await loadExceptions(deps.db, [def.id], new Date(from.getTime() - 1), to)).get(def.id) ?? NO_EXCEPTIONS
@@ -128,19 +127,9 @@ async function backfill(deps: BackfillDeps, input: BackfillInput): Promise<Backf
       return place ? [{ scope, scheduledFor: place }] : []
     }),
   )
-  const rows: NewRun[] = places.map(({ scope, scheduledFor }) => ({
-    definitionId: def.id,
-    versionId,
-    scope,
-    scheduledFor,
-    timezone: def.timezone,
-    concurrencyKey: resolveConcurrencyKey(def.concurrencyKey, { scope, scheduledFor, params: null }, def),
-    params: null,
-    rehearsal: false,
-    startedBy: input.actor,
-    overlap: definitions.runOverlap(def.overlap),
-    graceExempt: true,
-  }))
+  const rows: NewRun[] = places.map(({ scope, scheduledFor }) =>
+    newRun(def, { scope, scheduledFor, startedBy: input.actor, graceExempt: true }),
+  )
   const wanted = new Set(rows.map((r) => `${r.scope}|${r.scheduledFor.getTime()}`))
   const inRange = async () =>
     (await runs.occurrencesInRange(deps.db, def.id, scopes, from, to)).filter((r) =>

@@ -21,7 +21,7 @@ import * as overrides from '../../sql/occurrenceOverrides.ts'
 import { AppError, badInput, conflict, notFound } from '../errors.ts'
 import { blackoutOf, blackoutReason, loadExceptions, NO_EXCEPTIONS, overrideKey } from '../runner/calendar.ts'
 import type { Clock } from '../runner/clock.ts'
-import { resolveConcurrencyKey } from '../runner/materialise.ts'
+import { newRun, resolveConcurrencyKey } from '../runner/newRun.ts'
 import { occurrenceStream } from '../runner/schedule.ts'
 
 export interface OccurrenceDeps {
@@ -229,18 +229,10 @@ export function moveOccurrence(deps: OccurrenceDeps, input: MoveInput): Promise<
           if (run) {
             if (place?.getTime() !== to.getTime()) await runs.moveScheduled(tx, run.id, to, key)
           } else if (state === 'active' && def.currentVersionId !== null) {
-            runId = await runs.materialise(tx, {
-              definitionId: def.id,
-              versionId: def.currentVersionId,
-              scope,
-              scheduledFor: to,
-              timezone: def.timezone,
-              concurrencyKey: key,
-              params: null,
-              rehearsal: false,
-              startedBy: 'schedule',
-              overlap: definitions.runOverlap(def.overlap),
-            })
+            runId = await runs.materialise(
+              tx,
+              newRun(def, { scope, scheduledFor: to, startedBy: 'schedule' }),
+            )
             if (runId === null) throw DUPLICATE
           }
         } catch (err) {

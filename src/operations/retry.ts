@@ -22,7 +22,7 @@ import * as runs from '../../sql/eventRuns/index.ts'
 import * as steps from '../../sql/eventSteps/index.ts'
 import { AppError, badInput, conflict, notFound } from '../errors.ts'
 import type { Clock } from '../runner/clock.ts'
-import { specsForVersion } from '../runner/engine.ts'
+import { specsForVersion } from '../runner/expand.ts'
 import type { RunQuota } from '../runQuota.ts'
 
 export interface RetryDeps {

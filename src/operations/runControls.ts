@@ -15,7 +15,7 @@ import * as steps from '../../sql/eventSteps/index.ts'
 import { NON_TERMINAL } from '../../sql/states.ts'
 import { badInput, conflict, notFound } from '../errors.ts'
 import type { Clock } from '../runner/clock.ts'
-import { resolveConcurrencyKey } from '../runner/materialise.ts'
+import { newRun } from '../runner/newRun.ts'
 import { speedProblem } from '../runner/speed.ts'
 import type { RunQuota } from '../runQuota.ts'
 
@@ -95,7 +95,7 @@ export async function startRun(deps: ControlDeps, input: StartRunInput): Promise
   const scheduledFor = input.at ?? deps.clock.now()
   const rehearsal = input.rehearsal === true
   const typedParams = params as Record<string, unknown> | null
-  const versionId = def.currentVersionId
+  const run = newRun(def, { scope, scheduledFor, params: typedParams, rehearsal, startedBy: input.actor })
   // After writing the definition's guard, so an archive cannot slip in between
   // the state check above and the insert (see eventDefinitions.setState). Safe
   // to repeat: a retry after losing a conflict finds the run if the winner made
@@ -103,20 +103,7 @@ export async function startRun(deps: ControlDeps, input: StartRunInput): Promise
   const id = await deps.db.transaction(
     async (tx) => {
       if ((await definitions.lockForNewRuns(tx, def.id)) === 'archived') throw archived()
-      const made = await runs.materialise(tx, {
-        definitionId: def.id,
-        versionId,
-        scope,
-        scheduledFor,
-        timezone: def.timezone,
-        concurrencyKey: rehearsal
-          ? null
-          : resolveConcurrencyKey(def.concurrencyKey, { scope, scheduledFor, params: typedParams }, def),
-        params: typedParams,
-        rehearsal,
-        startedBy: input.actor,
-        overlap: definitions.runOverlap(def.overlap),
-      })
+      const made = await runs.materialise(tx, run)
       if (made !== null && speed !== 1) await runs.setSpeed(tx, made, speed)
       return made
     },

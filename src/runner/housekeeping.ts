@@ -11,9 +11,9 @@ import * as logs from '../../sql/eventRunLogs.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
 import * as heartbeats from '../../sql/runnerHeartbeats.ts'
 import * as quotas from '../../sql/runQuotas.ts'
-import type { RunnerObserver } from './engine.ts'
 import { materialiseAll } from './materialise.ts'
 import type { RunnerLogger } from './options.ts'
+import type { RunnerObserver } from './types.ts'
 
 export interface HousekeepingDeps {
   db: Db

@@ -9,7 +9,7 @@ import type { Db } from '../../sql/db.ts'
 import * as logs from '../../sql/eventRunLogs.ts'
 import type { RunRow } from '../../sql/eventRuns/index.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
-import type { RunnerObserver } from './engine.ts'
+import type { RunnerObserver } from './types.ts'
 
 export interface KeyedStartDeps {
   db: Db
@@ -34,9 +34,16 @@ export class KeyedStarter {
 
   /**
    * Claim the due keyed and overlap-policy runs this instance can start now.
-   * Answers them as claimed (`starting`, under this instance's lease).
+   * Answers them as claimed (`starting`, under this instance's lease), and
+   * tells `onClaimed` of each as its claim commits (so a pass that fails
+   * part-way still gives it back).
    */
-  async claimDue(now: Date, leaseUntil: Date, limit: number): Promise<RunRow[]> {
+  async claimDue(
+    now: Date,
+    leaseUntil: Date,
+    limit: number,
+    onClaimed: (run: RunRow) => void = () => {},
+  ): Promise<RunRow[]> {
     const { db, instanceId, observer } = this.deps
     const claimed: RunRow[] = []
     // Their own query, so no backlog of key-less runs can hide them past their grace.
@@ -59,7 +66,9 @@ export class KeyedStarter {
         this.blockedLogged.delete(run.id)
         if (run.concurrencyKey) holderOfKey.set(run.concurrencyKey, run.id)
         // expandStartingRuns re-reads every claimed run, so the claim's own effect is all it needs here.
-        claimed.push({ ...run, status: 'starting', claimedBy: instanceId, claimExpiresAt: leaseUntil })
+        const mine: RunRow = { ...run, status: 'starting', claimedBy: instanceId, claimExpiresAt: leaseUntil }
+        onClaimed(mine)
+        claimed.push(mine)
       } else if (answer.overlap) {
         // Decided by the overlap policy (and logged above).
       } else if (answer.blockedBy !== null && run.concurrencyKey) {

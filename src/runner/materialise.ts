@@ -24,8 +24,8 @@ import * as runs from '../../sql/eventRuns/index.ts'
 import * as watermarks from '../../sql/scheduleWatermarks.ts'
 import { occurrencesAhead, rememberAhead } from './aheadCount.ts'
 import { loadExceptions, NO_EXCEPTIONS, type OccurrenceExceptions, placeOf } from './calendar.ts'
+import { newRun } from './newRun.ts'
 import { occurrenceStream, occurrencesBetween } from './schedule.ts'
-import { renderTemplate } from './template.ts'
 
 /** After downtime, occurrences older than this are not made (they would all be `missed`). */
 const MAX_CATCH_UP_MS = 7 * 24 * 3600 * 1000
@@ -39,23 +39,6 @@ export const DEFAULT_MAX_RUNS_AHEAD = 1000
 /** Rows per INSERT statement (and per short transaction). */
 const ROWS_PER_STATEMENT = 2000
 
-/** The concurrency key of one run: the definition's template rendered for that run. */
-export function resolveConcurrencyKey(
-  template: string | null,
-  run: { scope: string; scheduledFor: Date; params: Record<string, unknown> | null },
-  def: { title: string; slug: string },
-): string | null {
-  if (!template) return null
-  const key = String(
-    renderTemplate(template, {
-      run: { id: '', scope: run.scope, scheduledFor: run.scheduledFor },
-      params: run.params,
-      definition: def,
-    }),
-  ).slice(0, 255)
-  return key === '' ? null : key
-}
-
 /** The runs one definition's schedule asks for in `(from, to]` (at most 20,000 instants). */
 export function occurrenceRuns(def: DefinitionRow, from: Date, to: Date): NewRun[] {
   if (!def.schedule || def.currentVersionId === null) return []
@@ -65,18 +48,7 @@ export function occurrenceRuns(def: DefinitionRow, from: Date, to: Date): NewRun
 }
 
 function newScheduledRun(def: DefinitionRow, scope: string, scheduledFor: Date): NewRun {
-  return {
-    definitionId: def.id,
-    versionId: def.currentVersionId as number,
-    scope,
-    scheduledFor,
-    timezone: def.timezone,
-    concurrencyKey: resolveConcurrencyKey(def.concurrencyKey, { scope, scheduledFor, params: null }, def),
-    params: null,
-    rehearsal: false,
-    startedBy: 'schedule',
-    overlap: definitions.runOverlap(def.overlap),
-  }
+  return newRun(def, { scope, scheduledFor, startedBy: 'schedule' })
 }
 
 /** Options of {@link materialiseDefinition} and {@link materialiseAll}. */

@@ -5,10 +5,10 @@
  */
 import type { Db } from '../../sql/db.ts'
 import { type Clock, systemClock } from './clock.ts'
-import type { RunnerObserver } from './engine.ts'
 import { DEFAULT_MAX_RUNS_AHEAD } from './materialise.ts'
 import type { StepRegistry } from './steps/registry.ts'
 import type { StepSettings } from './steps/types.ts'
+import type { RunnerObserver } from './types.ts'
 
 /** Minimal logger shape (pino's). */
 export interface RunnerLogger {

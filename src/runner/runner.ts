@@ -6,18 +6,20 @@
  * runs, a batch per transaction (start.ts; first, so nothing else makes a run
  * late) → lease due in-flight runs → reclaim expired leases → mark missed runs
  * → claim due keyed runs one by one, each with its key lock
- * (keyedStart.ts) → advance what is held (a batch at a time in batch.ts, what
- * it leaves run by run in engine.ts, both through the step executor in
- * executor/) → materialise (throttled) → retention (throttled) → heartbeat.
+ * (keyedStart.ts) → advance everything held together (advance.ts, each
+ * attempt through executor/attempt.ts; a straggler goes on as a batch of one)
+ * → materialise (throttled) → retention (throttled) → heartbeat.
  * The sweeps and their throttles live in housekeeping.ts; the options and
  * their defaults in options.ts.
  *
  * Be careful about which parts can throw. `tick()` may throw only database
  * errors from its sweeps; the loop catches them, counts them, logs them and
- * backs off (capped) so a database restart never kills the process. Work on
- * one run is isolated: its errors are logged with the run id and its lease is
- * released in `finally` (if the release itself fails, the lease simply expires
- * and another tick reclaims it).
+ * backs off (capped) so a database restart never kills the process. Every
+ * claim a pass takes is held by one `HeldClaims` (held.ts) and given back in
+ * the tick's `finally`: each run as soon as it is answered, the rest due now.
+ * A run whose own writes failed is answered with its error, logged with the
+ * run id and tried again after a tick (if a release itself fails, the lease
+ * simply expires and another tick reclaims it).
  */
 import { randomUUID } from 'node:crypto'
 import { setMaxListeners } from 'node:events'
@@ -27,12 +29,14 @@ import type { RunRow } from '../../sql/eventRuns/index.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
 import * as steps from '../../sql/eventSteps/index.ts'
 import * as heartbeats from '../../sql/runnerHeartbeats.ts'
-import { advanceBatch } from './batch.ts'
-import { advanceRun, type ClaimedRun, type EngineDeps, expandStartingRuns, type RunAnswer } from './engine.ts'
+import { advanceBatch } from './advance.ts'
+import { expandStartingRuns } from './expand.ts'
+import { HeldClaims } from './held.ts'
 import { Housekeeping } from './housekeeping.ts'
 import { KeyedStarter } from './keyedStart.ts'
 import { type ResolvedOptions, type RunnerOptions, resolveOptions } from './options.ts'
 import { startKeylessDue } from './start.ts'
+import type { ClaimedRun, EngineDeps } from './types.ts'
 
 export type RunnerState = 'created' | 'active' | 'stopping' | 'stopped'
 export type { RunnerLogger, RunnerOptions } from './options.ts'
@@ -249,30 +253,39 @@ export class Runner {
     this.dueCheckedAt = now
     const leaseUntil = new Date(now.getTime() + this.opts.leaseMs)
     const token = `${this.instanceId}:${++this.tickSeq}`
-    let started: ClaimedRun[] = []
-    let claimed: RunRow[] = []
-    await this.givingBackOnFailure(
-      () => [...claimed, ...started],
-      async () => {
-        started = await this.startDue(token)
-        claimed = await runs.claimTickBatch(
-          db,
-          this.instanceId,
-          `${token}:t`,
-          leaseUntil,
-          now,
-          this.opts.batchSize,
-        )
-        // A full claim means more in-flight runs are due (a burst of timers running
-        // out together): tick again at once rather than after TICK_MS.
-        if (claimed.length >= this.opts.batchSize && !this.windingDown) this.nudged = true
-        // Lease expiry is judged on the database's clock (sql/leases.ts).
-        await runs.reclaimStale(db)
-        await steps.reclaimStale(db)
-        this.keyed.forget(await this.housekeeping.markMissed(clock.now()))
-      },
-    )
-    await this.advanceDue(claimed, started, { claimFrom, now, leaseUntil })
+    // Every claim this pass takes is held here and given back in the finally,
+    // at its run's answer or, for whatever was not answered (the pass failed
+    // part-way), due now.
+    const held = new HeldClaims({
+      db,
+      owner: this.instanceId,
+      clock,
+      logger: this.opts.logger,
+      observer: this.opts.observer,
+      retryAfterMs: this.opts.tickMs,
+    })
+    try {
+      const started = await this.startDue(token, held)
+      const claimed = await runs.claimTickBatch(
+        db,
+        this.instanceId,
+        `${token}:t`,
+        leaseUntil,
+        now,
+        this.opts.batchSize,
+      )
+      held.hold(claimed)
+      // A full claim means more in-flight runs are due (a burst of timers running
+      // out together): tick again at once rather than after TICK_MS.
+      if (claimed.length >= this.opts.batchSize && !this.windingDown) this.nudged = true
+      // Lease expiry is judged on the database's clock (sql/leases.ts).
+      await runs.reclaimStale(db)
+      await steps.reclaimStale(db)
+      this.keyed.forget(await this.housekeeping.markMissed(clock.now()))
+      await this.advanceDue(held, claimed, started, { claimFrom, now, leaseUntil })
+    } finally {
+      await held.giveBack()
+    }
     if (!requested) {
       // Runs it made that are due already start on a pass at once; later ones are the sleep's aim.
       const made = await this.housekeeping.materialiseIfDue(clock.now())
@@ -286,7 +299,7 @@ export class Runner {
   }
 
   /** Start due key-less runs, a batch per transaction (start.ts); answers those left claimed for the rest of their program. */
-  private async startDue(token: string): Promise<ClaimedRun[]> {
+  private async startDue(token: string, held: HeldClaims): Promise<ClaimedRun[]> {
     const pass = await startKeylessDue(this.engineDeps(), {
       token: `${token}:s`,
       batchSize: this.opts.batchSize,
@@ -296,7 +309,7 @@ export class Runner {
           { runId, instance: this.instanceId, reason },
           'a run could not be started; it failed',
         ),
-      release: (ids) => this.releaseAll(ids, this.opts.clock.now()),
+      hold: (runs) => held.hold(runs),
     })
     // A backlog is left: tick again at once rather than after the tick interval.
     if (pass.backlog && !this.windingDown) this.nudged = true
@@ -305,22 +318,21 @@ export class Runner {
 
   /**
    * Claim due keyed runs (one by one) and advance them with the in-flight runs
-   * leased and the runs the start handed over, all claimed since `claimFrom`.
+   * leased and the runs the start handed over, all claimed since `claimFrom`
+   * and held by `held`, which gives each back as it is answered.
    */
   private async advanceDue(
+    held: HeldClaims,
     leased: RunRow[],
     handedOver: ClaimedRun[],
     at: { claimFrom: number; now: Date; leaseUntil: Date },
   ): Promise<void> {
     const { db, clock, batchSize } = this.opts
     const { claimFrom, now, leaseUntil } = at
-    let started = handedOver
-    let claimed = [...leased]
     // Keyed runs and runs under an overlap policy, one by one (keyedStart.ts).
-    const holding = () => [...claimed, ...started]
-    claimed.push(
-      ...(await this.givingBackOnFailure(holding, () => this.keyed.claimDue(now, leaseUntil, batchSize))),
-    )
+    const keyed = await this.keyed.claimDue(now, leaseUntil, batchSize, (run) => held.hold([run]))
+    let started = handedOver
+    let claimed = [...leased, ...keyed]
     if (claimed.length === 0 && started.length === 0) return
     // The keyed loop can be long (a transaction per due keyed run). Past a third
     // of the lease, the claims taken at its start may have expired and been
@@ -329,117 +341,16 @@ export class Runner {
     if (Date.now() - claimFrom > this.opts.leaseMs / 3) {
       const renewedFrom = clock.now()
       const renewedUntil = new Date(renewedFrom.getTime() + this.opts.leaseMs)
-      const mine = await runs.renewClaims(
-        db,
-        [...claimed, ...started].map((r) => r.id),
-        this.instanceId,
-        renewedUntil,
-        renewedFrom,
-      )
+      const mine = await runs.renewClaims(db, held.holding, this.instanceId, renewedUntil, renewedFrom)
+      held.drop(held.holding.filter((id) => !mine.has(id)))
       claimed = claimed.filter((r) => mine.has(r.id))
       started = started.filter((r) => mine.has(r.id))
     }
     const engine = this.engineDeps()
-    const ready = [
-      ...(await this.givingBackOnFailure(holding, () => expandStartingRuns(engine, claimed))),
-      ...started,
-    ]
-    // The whole batch goes together, step by step; what it leaves runs one by
-    // one. A run it lets go on alone (its step is still executing, or failed
-    // the run) is released by its own continuation, whatever becomes of the rest.
-    const alone: Promise<void>[] = []
-    const aloneIds = new Set<number>()
-    const onAlone = (run: ClaimedRun, done: Promise<RunAnswer>) => {
-      aloneIds.add(run.id)
-      alone.push(this.advanceClaimed(run, () => done))
-    }
-    let handOff: ClaimedRun[]
-    try {
-      const batch = await advanceBatch(engine, ready, onAlone)
-      handOff = batch.handOff
-      await runs.releaseClaims(db, batch.release, this.instanceId, clock.now())
-      await runs.releaseClaimsAt(db, batch.releaseAt, this.instanceId)
-    } catch (err) {
-      // Nothing more of this batch will be advanced now: give back every claim
-      // not in the hands of a continuation rather than leave the runs waiting
-      // out their leases, and let those continuations finish first.
-      await this.releaseAll(
-        ready.filter((r) => !aloneIds.has(r.id)).map((r) => r.id),
-        clock.now(),
-      )
-      await Promise.all(alone)
-      throw err
-    }
-    await Promise.all([
-      ...alone,
-      this.forEachLimited(handOff, (run) => this.advanceClaimed(run, () => advanceRun(engine, run))),
-    ])
-  }
-
-  /**
-   * Run `work`; if it fails, give back the claims `holding` names at that
-   * moment (due now) rather than leave their runs waiting out their leases,
-   * then fail as it did.
-   */
-  private async givingBackOnFailure<T>(
-    holding: () => readonly { id: number }[],
-    work: () => Promise<T>,
-  ): Promise<T> {
-    try {
-      return await work()
-    } catch (err) {
-      await this.releaseAll(
-        holding().map((r) => r.id),
-        this.opts.clock.now(),
-      )
-      throw err
-    }
-  }
-
-  /** Advance one claimed run with `work`, then release it, due when `work` says (or soon, if it failed). */
-  private async advanceClaimed(run: ClaimedRun, work: () => Promise<RunAnswer>): Promise<void> {
-    const { db, clock, logger } = this.opts
-    let wakeAt: Date | null = clock.now()
-    try {
-      const answer = await work()
-      wakeAt = 'stop' in answer ? clock.now() : answer.wakeAt
-    } catch (err) {
-      this.opts.observer?.tickError?.()
-      logger.error(
-        { err, runId: run.id, instance: this.instanceId },
-        'advancing a run failed; it will be retried',
-      )
-      // Come back after a tick rather than at once, so a persistent error does not spin.
-      wakeAt = new Date(clock.now().getTime() + this.opts.tickMs)
-    } finally {
-      try {
-        await runs.releaseClaim(db, run.id, this.instanceId, { wakeAt })
-      } catch (err) {
-        logger.warn({ err, runId: run.id }, 'could not release a claim; it will expire and be reclaimed')
-      }
-    }
-  }
-
-  private async releaseAll(ids: number[], now: Date): Promise<void> {
-    try {
-      await runs.releaseClaims(this.opts.db, ids, this.instanceId, now)
-    } catch (err) {
-      this.opts.logger.warn(
-        { err, runIds: ids },
-        'could not release claims; they will expire and be reclaimed',
-      )
-    }
-  }
-
-  private async forEachLimited<T>(items: readonly T[], fn: (item: T) => Promise<void>): Promise<void> {
-    let next = 0
-    const workers = Array.from({ length: Math.min(this.opts.parallelism, items.length) }, async () => {
-      while (next < items.length) {
-        const item = items[next++] as T
-        await fn(item)
-      }
-    })
-    await Promise.all(workers)
+    const ready = [...(await expandStartingRuns(engine, claimed)), ...started]
+    // One path for every held run: the whole batch together, step by step,
+    // each run given back as soon as it is let go (advance.ts).
+    await advanceBatch(engine, ready, (run, answer) => held.answer(run.id, answer))
   }
 
   private engineDeps(): EngineDeps {

@@ -6,7 +6,7 @@
  * runs the leading *pure* steps (`core.log`: computation and a log line, see
  * `StepKind.pure`), and moves each run out of `scheduled` with a guarded UPDATE:
  * to `completed` when every step ran, otherwise to `running`/`ending` under this
- * instance's lease for the engine to take on after the commit. Everything the
+ * instance's lease, to be advanced (advance.ts) after the commit. Everything the
  * start did commits together or not at all, so a crash or a lost connection
  * leaves the run `scheduled`, to be started again whole; pure steps change
  * nothing outside that transaction, so running one twice that way is harmless.
@@ -20,7 +20,7 @@
  * transaction outlives the start, and nothing in it waits on a person or the
  * network. A person's cancel or pause of a run in the batch waits for the
  * commit (milliseconds), then finds the run `completed` (applied: false) or
- * `running`, where it lands before the engine's next step.
+ * `running`, where it lands before the run's next step.
  *
  * Runs with a concurrency key are not started here: each needs its key lock,
  * taken with its claim (`claimStart`).
@@ -33,13 +33,15 @@ import type { DuePlace, LockedRun, RunRow, StartedAs } from '../../sql/eventRuns
 import * as runs from '../../sql/eventRuns/index.ts'
 import type { StartedStep, StepRow, StepSpec } from '../../sql/eventSteps/index.ts'
 import * as steps from '../../sql/eventSteps/index.ts'
-import { type ClaimedRun, type EngineDeps, specsForVersion } from './engine.ts'
-import { stepContext, withTimeout } from './executor/context.ts'
-import { outcomeWrite, startedAs } from './executor/decide.ts'
+import { attempt } from './executor/attempt.ts'
+import { withTimeout } from './executor/context.ts'
+import { startedAs } from './executor/decide.ts'
 import type { StepWriter } from './executor/writer.ts'
+import { specsForVersion } from './expand.ts'
 import { withinGrace } from './grace.ts'
 import { STEP_DEFAULTS } from './program.ts'
 import { StepFailure } from './steps/types.ts'
+import type { ClaimedRun, EngineDeps } from './types.ts'
 
 /** What one start transaction did. */
 export interface StartBatchOutcome {
@@ -138,8 +140,8 @@ export async function startKeylessDue(
     concurrency: number
     /** A run could not be started at all and failed. */
     onFailed: (runId: number, reason: string) => void
-    /** Give back claims this pass took, when it fails part-way. */
-    release: (ids: number[]) => Promise<void>
+    /** Told of the runs each batch left claimed, as it commits: the caller holds them and gives them back. */
+    hold: (runs: readonly ClaimedRun[]) => void
   },
 ): Promise<{ handOff: ClaimedRun[]; backlog: boolean }> {
   const handOff: ClaimedRun[] = []
@@ -157,6 +159,7 @@ export async function startKeylessDue(
       },
     })
     handOff.push(...batch.handOff)
+    pass.hold(batch.handOff)
     for (const { runId, reason } of batch.failed) pass.onFailed(runId, reason)
     // A short batch means the due index is drained (or holds only runs past their grace).
     if (batch.locked < pass.batchSize || batch.started === 0) drained = true
@@ -175,20 +178,15 @@ export async function startKeylessDue(
     if (locked < pass.batchSize || helpers.length > 0 || !more()) return
     for (let i = 1; i < pass.concurrency; i++) helpers.push(keepStarting())
   }
-  try {
-    const first = (async () => {
-      await startOne(joinHelpers)
-      await keepStarting()
-    })()
-    // allSettled: a failed worker must not leave the others still starting runs after the release below.
-    const settled = [...(await Promise.allSettled([first])), ...(await Promise.allSettled(helpers))]
-    const failed = settled.find((w) => w.status === 'rejected')
-    if (failed) throw failed.reason
-  } catch (err) {
-    // The batches that committed hold claims: give them back rather than let them wait out their leases.
-    await pass.release(handOff.map((r) => r.id))
-    throw err
-  }
+  const first = (async () => {
+    await startOne(joinHelpers)
+    await keepStarting()
+  })()
+  // allSettled: a failed worker must not leave the others still starting runs
+  // after the caller gave back what the committed batches hold.
+  const settled = [...(await Promise.allSettled([first])), ...(await Promise.allSettled(helpers))]
+  const failed = settled.find((w) => w.status === 'rejected')
+  if (failed) throw failed.reason
   return { handOff, backlog: !drained }
 }
 
@@ -259,6 +257,8 @@ interface Plan {
   pure: number
   /** Index of the first step not completed (== specs.length when the run is finished). */
   reached: number
+  /** The run with its definition's names, for its pure steps' attempts (made once, when needed). */
+  claimed?: ClaimedRun
 }
 
 async function startInTransaction(
@@ -328,15 +328,10 @@ async function startInTransaction(
     return { run, definition: { title: def?.title ?? '', slug: def?.slug ?? '' }, specs, pure, reached: pure }
   })
 
-  const rows: StartedStep[] = plans.flatMap((p) =>
-    p.specs.map((spec, i) => ({ runId: p.run.id, spec, done: i < p.pure })),
-  )
-  const ids = await steps.insertStarted(tx, rows, now)
   const leaseUntil = new Date(now.getTime() + deps.leaseMs)
   const finished: string[] = []
-  const reopen: number[] = []
   // Rare: pure kinds log rather than answer, so a result costs its own UPDATE.
-  const results: { id: number; result: unknown }[] = []
+  const results: { at: number; result: unknown }[] = []
   // Pure steps finish at once (a batch of thousands takes milliseconds), so one
   // deadline covers them all, the shortest timeout among them, rather than a
   // timer per step. A batch that overruns it rolls back and is started one run
@@ -346,17 +341,24 @@ async function startInTransaction(
     STEP_DEFAULTS.timeoutSeconds * 1000,
     ...plans.flatMap((p) => p.specs.slice(0, p.pure).map((s) => s.timeoutMs)),
   )
-  // The pure steps' log lines, written with the start; a failed attempt's are dropped (below).
+  // The pure steps' lines (a failed attempt's are dropped), and beside each the
+  // position of its step's row, which does not exist yet. Plain arrays.
   const kept: NewLog[] = []
+  const keptAt: number[] = []
+  // The pure steps are attempted before their rows are written, so that each
+  // row goes in once, as its attempt left it: `completed`, or `pending` from the
+  // step that did not complete on, for the advance to run with its retries. A
+  // step never moves backwards. Their attempts see no step id yet (0): a pure
+  // attempt touches nothing outside its run's log, so it has nothing to name it by.
   await withTimeout(deadline, deps.hardStop, async (signal) => {
-    // The plans' step ids follow one another in `ids`, in plan order.
+    // The plans' step rows follow one another, in plan order.
     let offset = 0
     for (const plan of plans) {
       const first = offset
       offset += plan.specs.length
       for (let i = 0; i < plan.pure; i++) {
         const spec = plan.specs[i] as StepSpec
-        const step = stepRowOf(spec, ids[first + i] as number, plan.run.id, deps.owner, now, leaseUntil)
+        const step = stepRowOf(spec, 0, plan.run.id, deps.owner, now, leaseUntil)
         // This attempt's lines, kept only if it completes (a plain array: one per run of a batch of thousands).
         const lines: NewLog[] = []
         const outcome = await runPure(
@@ -371,21 +373,25 @@ async function startInTransaction(
           signal,
         )
         if (!outcome) {
-          // Not completed after all: this step and the pure ones after it go back
-          // to `pending`, and the engine runs it with its retries.
           plan.reached = i
-          reopen.push(...ids.slice(first + i, first + plan.pure))
           break
         }
-        for (const line of lines) kept.push(line)
+        for (const line of lines) {
+          kept.push(line)
+          keptAt.push(first + i)
+        }
         if (outcome.result !== undefined && outcome.result !== null)
-          results.push({ id: step.id, result: outcome.result })
+          results.push({ at: first + i, result: outcome.result })
         finished.push(spec.kind)
       }
     }
   })
-  await steps.reopenStarted(tx, reopen)
-  for (const { id, result } of results) await steps.setStartedResult(tx, id, result)
+  const rows: StartedStep[] = plans.flatMap((p) =>
+    p.specs.map((spec, i) => ({ runId: p.run.id, spec, done: i < p.reached })),
+  )
+  const ids = await steps.insertStarted(tx, rows, now)
+  for (const { at, result } of results) await steps.setStartedResult(tx, ids[at] as number, result)
+  for (let k = 0; k < kept.length; k++) (kept[k] as NewLog).stepId = ids[keptAt[k] as number] as number
   if (kept.length > 0) await logs.appendMany(tx, kept)
 
   // One guarded UPDATE per outcome: (status, phase) groups, in practice one or two.
@@ -435,7 +441,11 @@ async function startInTransaction(
   }
 }
 
-/** Run one pure step; its log lines go to `writer`. Null when the attempt failed, else its result. */
+/**
+ * Run one pure step under the start's one deadline (`signal`); its log lines go
+ * to `writer`. Null when the attempt did not complete (the step is then left
+ * to run again with its retries, where its error is recorded), else its result.
+ */
 async function runPure(
   deps: EngineDeps,
   writer: Pick<StepWriter, 'log'>,
@@ -443,18 +453,16 @@ async function runPure(
   step: StepRow,
   signal: AbortSignal,
 ): Promise<{ result: unknown } | null> {
-  const kind = deps.registry.get(step.kind)
-  if (!kind) return null
-  try {
-    const outcome = await kind.execute(
-      stepContext(deps, writer, plan.run, step, plan.definition, false, signal),
-    )
-    const write = outcome ? outcomeWrite(outcome) : undefined
-    return write?.write === 'complete' ? { result: write.result } : null
-  } catch {
-    // The engine runs the step again with its retries and records the error there.
-    return null
-  }
+  const { title: definitionTitle, slug: definitionSlug } = plan.definition
+  plan.claimed ??= { ...plan.run, definitionTitle, definitionSlug }
+  const done = await attempt(deps, {
+    run: plan.claimed,
+    step,
+    resumed: false,
+    lines: writer,
+    deadline: signal,
+  })
+  return done.ok && done.write.write === 'complete' ? { result: done.write.result } : null
 }
 
 function stepRowOf(

@@ -250,7 +250,7 @@ export function customKind(
   return {
     kind,
     sideEffects: opts.sideEffects ?? false,
-    // an inline kind's steps take no concurrency slot in a batch (src/runner/batch.ts)
+    // an inline kind's steps take no concurrency slot in a batch (src/runner/advance.ts)
     inline: opts.inline ?? false,
     validate: () => [],
     async execute(ctx) {

@@ -1,14 +1,16 @@
 /**
- * The one place a step's {@link StepContext} is built, for every path that
- * executes steps. Its `log` goes to the writer the path uses: written at once
- * on the per-run path, collected and written set-wise by a batch or the start
- * transaction.
+ * The one place a step's {@link StepContext} is built (by attempt.ts). Its
+ * `log` goes where the attempt's caller says: collected and written set-wise
+ * with a round or the start transaction, or at once by a straggler.
  */
+import type { NewLog } from '../../../sql/eventRunLogs.ts'
 import type { RunRow } from '../../../sql/eventRuns/index.ts'
 import type { StepRow } from '../../../sql/eventSteps/index.ts'
 import type { Clock } from '../clock.ts'
+import { cuePrompt } from '../steps/paramText.ts'
 import { type StepContext, StepFailure, type StepSettings } from '../steps/types.ts'
 import { renderTemplate, type TemplateVars } from '../template.ts'
+import type { ClaimedRun } from '../types.ts'
 import type { StepWriter } from './writer.ts'
 
 export interface ContextDeps {
@@ -113,4 +115,12 @@ export async function withTimeout<T>(
     clearTimeout(timer)
     hardStop.removeEventListener('abort', onHardStop)
   }
+}
+
+/** The log line a run gets when a step parks it on a person, its prompt rendered as the step saw it. */
+export function parkedLine(run: ClaimedRun, step: Pick<StepRow, 'id' | 'params'>): NewLog {
+  const raw = cuePrompt(step.params)
+  const vars = templateVars(run, { title: run.definitionTitle, slug: run.definitionSlug })
+  const prompt = raw !== null ? `: ${String(renderTemplate(raw, vars))}` : ''
+  return { runId: run.id, stepId: step.id, level: 'info', message: `waiting on a person${prompt}` }
 }

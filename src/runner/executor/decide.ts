@@ -1,7 +1,7 @@
 /**
  * What a step's execution means for its rows, decided in one place for every
- * path that executes steps (per run in engine.ts, many runs at once in
- * batch.ts, inside the start transaction in start.ts). Pure functions: given
+ * path that executes steps (held runs in advance.ts, a batch at a time or a
+ * batch of one, and the start transaction in start.ts). Pure functions: given
  * a step, its run's status and an outcome or an error, they answer which
  * writes to make; the caller makes them through a `StepWriter`
  * (writer.ts), at once or buffered.
@@ -61,23 +61,16 @@ export function isResume(step: StepRow): boolean {
 }
 
 /**
- * How a step may be entered on the path that executes many runs' steps
- * together (batch.ts): `begin` for a pending step (a first attempt, a retry
- * whose backoff is over, an attempt given back at a shutdown), `resume` for a
- * step whose timer (or cue timeout) came due, or null for the per-run engine:
- * an unknown kind (failed there with its reason), a rehearsal of a kind with
- * side effects (the per-run engine logs its intent instead), and a step left
- * executing by an owner whose lease ran out. The caller has already checked
- * that the step is due ({@link notYet}).
+ * How a due step is entered (executor/attempt.ts makes the attempt, whatever
+ * its kind): `begin` for a pending step (a first attempt, a retry whose backoff
+ * is over, an attempt given back at a shutdown) or one left executing by an
+ * owner whose lease ran out (the begin's guard checks the lease), `resume` for
+ * a step whose timer (or cue timeout) came due, null for a step parked on a
+ * person. The caller has already checked that the step is due ({@link notYet}).
  */
-export function batchEntry(
-  step: StepRow,
-  kind: { sideEffects?: boolean } | undefined,
-  rehearsal: boolean,
-): 'begin' | 'resume' | null {
-  if (kind === undefined || (rehearsal && kind.sideEffects === true)) return null
-  if (step.status === 'pending' && !step.claimExpiresAt) return 'begin'
+export function entryOf(step: StepRow): 'begin' | 'resume' | null {
   if (isResume(step)) return 'resume'
+  if (step.status === 'pending' || (step.status === 'running' && !step.parked)) return 'begin'
   return null
 }
 
@@ -152,7 +145,7 @@ export function startedAs(
 ): StartedAs {
   if (reached >= specs.length) return { status: 'completed', phase: specs.at(-1)?.phase ?? null }
   // `current_phase` is the phase being run: the last step's that ran, else the
-  // first step's. The engine moves it on when it begins a step of the next phase.
+  // first step's. The advance moves it on when it begins a step of the next phase.
   const current = specs[Math.max(0, reached - 1)] as Pick<StepSpec, 'phase' | 'ending'>
   const status = current.ending ? 'ending' : 'running'
   if (reached >= budget) return { status, phase: current.phase, wakeAt: now }

@@ -13,8 +13,8 @@ import type { StepRow } from '../../../sql/eventSteps/index.ts'
 import * as steps from '../../../sql/eventSteps/index.ts'
 import type { RunStatus } from '../../../sql/states.ts'
 import type { Clock } from '../clock.ts'
-import type { RunnerObserver } from '../engine.ts'
-import { failureWrite, type StepVerdict } from './decide.ts'
+import type { RunnerObserver } from '../types.ts'
+import type { FailureWrite, StepVerdict } from './decide.ts'
 import { recordOutcome } from './writer.ts'
 
 export interface FailureDeps {
@@ -24,16 +24,15 @@ export interface FailureDeps {
   observer?: RunnerObserver
 }
 
-/** Write a failed attempt's outcome; answers what the run does next. */
+/** Write a failed attempt's outcome, as `decided` (executor/attempt.ts); answers what the run does next. */
 export async function handleFailure(
   deps: FailureDeps,
   run: RunRow,
   step: StepRow,
-  err: unknown,
+  decided: FailureWrite,
   runStatus: RunStatus,
 ): Promise<StepVerdict> {
   const now = deps.clock.now()
-  const decided = failureWrite(step, err, now, deps.hardStop.aborted)
   const { message } = decided
   switch (decided.write) {
     case 'interrupt': {

@@ -1,10 +1,10 @@
 /**
- * Where the executor's decisions (decide.ts) become rows. The per-run path
- * writes each at once ({@link immediateWriter}); a batch of runs and the start
- * transaction collect them and write them set-wise, a few multi-row statements
- * per round ({@link BufferedWriter}).
+ * Where the executor's decisions (decide.ts) become rows: collected and
+ * written set-wise, a few multi-row statements per round of a batch (a batch
+ * of one included), by {@link BufferedWriter} and, as outcomes arrive, by
+ * {@link GroupWriter}. What fails a run is written by failure.ts instead.
  */
-import { type Db, isDbUnavailable, type Queryable } from '../../../sql/db.ts'
+import { isDbUnavailable, type Queryable } from '../../../sql/db.ts'
 import type { NewLog } from '../../../sql/eventRunLogs.ts'
 import * as logs from '../../../sql/eventRunLogs.ts'
 import * as runs from '../../../sql/eventRuns/index.ts'
@@ -61,23 +61,6 @@ export async function recordOutcome<T>(hardStop: AbortSignal, write: () => Promi
       })
       delay = Math.min(delay * 2, 1000)
     }
-  }
-}
-
-/** Each write at once, as its own statement: the per-run path. */
-export function immediateWriter(db: Db, hardStop: AbortSignal): StepWriter {
-  return {
-    async movePhase(runId, move) {
-      if (move.to === 'ending') await runs.transition(db, runId, 'running', 'ending', { phase: move.phase })
-      else await runs.setPhase(db, runId, move.phase)
-    },
-    async finishRun(runId) {
-      await runs.transition(db, runId, ['running', 'ending'], 'completed')
-    },
-    complete: (stepId, result) => recordOutcome(hardStop, () => steps.complete(db, stepId, result)),
-    async log(line) {
-      await logs.append(db, line)
-    },
   }
 }
 
@@ -162,7 +145,7 @@ export class BufferedWriter implements StepWriter {
   }
 
   /**
-   * Write what was collected, in the order the per-run path would: runs
+   * Write what was collected, in the order one run's steps need: runs
    * finished, phases moved, log lines, then completions (retried through a
    * database outage: the lines are written, and a lost completion would run
    * the steps and log them again; a lost sleep would run them again as well).

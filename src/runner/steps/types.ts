@@ -151,7 +151,8 @@ export interface StepKind<P = Record<string, unknown>> {
    * lines and the run's new status commit together (a run made only of such steps is started and
    * finished in that one transaction). A pure kind must not read or change runs
    * itself (a pause from inside it would wait on the lock it runs under), and it
-   * has no side effects. @default false
+   * has no side effects. There it is attempted before its step row exists:
+   * `ctx.step.id` is 0 and the idempotency key names no step. @default false
    */
   pure?: boolean
   /**

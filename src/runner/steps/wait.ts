@@ -11,20 +11,14 @@
 import { z } from 'zod'
 import { showTimeAfter } from '../speed.ts'
 import { parseParams, schemaProblems } from './params.ts'
+import { parseOffset } from './paramText.ts'
 import type { StepKind } from './types.ts'
 
 /** Longest wait, either form. */
 export const MAX_WAIT_SECONDS = 30 * 24 * 3600
 
-const UNIT_SECONDS = { s: 1, m: 60, h: 3600, d: 86_400 } as const
-const OFFSET = /^\+?(\d{1,10})([smhd])$/
-
-/** Seconds of an `until` offset such as "+15m", or null when it is not one. */
-export function parseOffset(text: string): number | null {
-  const m = OFFSET.exec(text.trim())
-  if (!m) return null
-  return Number(m[1]) * UNIT_SECONDS[m[2] as keyof typeof UNIT_SECONDS]
-}
+// The offset is read the one way the console reads it too (paramText.ts).
+export { parseOffset }
 
 const schema = z
   .strictObject({

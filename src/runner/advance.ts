@@ -1,0 +1,407 @@
+/**
+ * Advancing held runs: the one path every run this instance holds takes, many
+ * runs together or a batch of one. A top-of-the-hour show for thousands of
+ * scopes (announce, wait, call out, wrap up) is as many rounds as it has
+ * steps, whatever the number of runs, each round a few multi-row statements.
+ *
+ * Each round: re-read the statuses of the batch in one query (a pause or
+ * cancel lands before the next step), read each run's next step, finish the
+ * runs with none left, let go the ones whose step is not due yet, move
+ * phases, renew the runs' leases when a step may outlast them, begin (or, for
+ * a timer that came due, resume) every step set-wise, make the attempts (at
+ * most `stepConcurrency` at once, executor/round.ts; each one through
+ * executor/attempt.ts), and write their outcomes and log lines set-wise as
+ * they come (executor/writer.ts `GroupWriter`). Runs whose step is done take
+ * the next round; the others are let go, each answered once with when it next
+ * needs the runner.
+ *
+ * The rules are executor/decide.ts's; what it decides is written set-wise,
+ * guarded: steps begin only from `pending` (or from an owner whose lease ran
+ * out), resume only from a due timer, complete or set aside only from
+ * `running`; runs finish through the guarded `running | ending → completed`.
+ * A retry (or a failure for good under `onError: degrade`) is written with the
+ * round; a failure that fails its run, and an attempt cut short by a shutdown,
+ * are written at once by executor/failure.ts, which decides the run's fate.
+ *
+ * A straggler (a step far slower than its round, executor/round.ts) does not
+ * hold the round: when it answers, its outcome is written the same way, and
+ * its run re-enters this path as a batch of one.
+ *
+ * What it answers: `onAnswer` is told once per run, as soon as the run is let
+ * go and its writes are made, so its claim can be given back then. A run the
+ * batch could not answer for (it failed part-way) is not told: the caller
+ * gives those back when the batch returns or throws.
+ */
+import { isDbUnavailable } from '../../sql/db.ts'
+import * as logs from '../../sql/eventRunLogs.ts'
+import * as runs from '../../sql/eventRuns/index.ts'
+import type { StepRow } from '../../sql/eventSteps/index.ts'
+import * as steps from '../../sql/eventSteps/index.ts'
+import type { RunStatus } from '../../sql/states.ts'
+import { type AttemptResult, attempt } from './executor/attempt.ts'
+import { parkedLine } from './executor/context.ts'
+import { entryOf, failureWrite, isAdvancing, notYet, phaseMove } from './executor/decide.ts'
+import { degradeLine, handleFailure, retryLine } from './executor/failure.ts'
+import { executeRound, type Settled } from './executor/round.ts'
+import { BufferedWriter, GroupWriter, recordOutcome, type StepWriter } from './executor/writer.ts'
+import type { ClaimedRun, EngineDeps, RunAnswer } from './types.ts'
+
+/** Told once per run, when the batch lets it go: when it next needs the runner, or `stop`. */
+export type OnAnswer = (run: ClaimedRun, answer: RunAnswer) => void
+
+/** One run's step in a round. */
+interface Entry {
+  run: ClaimedRun
+  /** The step as read before it was entered. */
+  step: StepRow
+  /** The step as it is while this attempt executes. */
+  executing: StepRow
+  /** The run's status when the round read it. */
+  status: RunStatus
+  how: 'begin' | 'resume'
+}
+
+/**
+ * Advance `claimed` (held by this instance) until each sleeps, parks, finishes,
+ * fails, is no longer ours, or has spent its step budget. Resolves once every
+ * run is answered, stragglers included; rejects (after those) when a
+ * statement the batch shares failed, its unanswered runs let go as they are.
+ */
+export async function advanceBatch(
+  deps: EngineDeps,
+  claimed: readonly ClaimedRun[],
+  onAnswer: OnAnswer,
+): Promise<void> {
+  const answered = new Set<number>()
+  const held: Held = {
+    tell: (run, answer) => {
+      answered.add(run.id)
+      onAnswer(run, answer)
+    },
+    answered,
+    continuations: [],
+    straggling: new Set(),
+  }
+  let failure: { err: unknown } | null = null
+  try {
+    await rounds(deps, claimed, held, undefined)
+  } catch (err) {
+    failure = { err }
+    // Nothing more of this batch is advanced now: what no straggler holds is
+    // let go as it is at once, not after the stragglers.
+    for (const run of claimed)
+      if (!answered.has(run.id) && !held.straggling.has(run.id)) held.tell(run, { stop: true })
+  }
+  // Stragglers hold claims of their own: they finish before the batch answers,
+  // whatever became of it (each answers its own errors; more may join as they go).
+  for (let i = 0; i < held.continuations.length; i++) await held.continuations[i]
+  if (failure) throw failure.err
+}
+
+/** What a batch and its stragglers share. */
+interface Held {
+  tell: OnAnswer
+  answered: Set<number>
+  continuations: Promise<void>[]
+  /** Runs whose step went on past its round. */
+  straggling: Set<number>
+}
+
+/**
+ * The rounds of one batch. `knownLeaseEnds`: when the claims run out at the
+ * earliest (runner's clock, ms); by default two thirds of a lease from now,
+ * since the runner renews claims older than a third of the lease before it
+ * gets here.
+ */
+async function rounds(
+  deps: EngineDeps,
+  claimed: readonly ClaimedRun[],
+  held: Held,
+  knownLeaseEnds: number | undefined,
+): Promise<void> {
+  const onAnswer = held.tell
+  const { db, registry } = deps
+  const byId = new Map(claimed.map((r) => [r.id, r]))
+  let active = claimed.map((r) => r.id)
+  const budget = deps.maxStepsPerClaim ?? 25
+  let leaseEnds = knownLeaseEnds ?? deps.clock.now().getTime() + (deps.leaseMs * 2) / 3
+  const writer = new BufferedWriter(db, deps.hardStop)
+
+  for (let round = 0; round < budget && active.length > 0; round++) {
+    if (deps.stopping()) break
+    // Let go once the round's writes that concern them are made.
+    const leaving: [ClaimedRun, RunAnswer][] = []
+    const snapshots = await runs.statusesOf(db, active)
+    const live = new Map(snapshots.filter((s) => isAdvancing(s.status)).map((s) => [s.id, s]))
+    for (const id of active) if (!live.has(id)) leaving.push([byId.get(id) as ClaimedRun, { stop: true }])
+    const next = live.size > 0 ? await steps.nextSteps(db, [...live.keys()]) : new Map<number, StepRow>()
+    const now = deps.clock.now()
+    let entries: Entry[] = []
+    for (const [id, snap] of live) {
+      const run: ClaimedRun = {
+        ...(byId.get(id) as ClaimedRun),
+        status: snap.status,
+        currentPhase: snap.currentPhase,
+        health: snap.health,
+      }
+      byId.set(id, run)
+      const step = next.get(id)
+      if (!step) {
+        await writer.finishRun(id)
+        leaving.push([run, { stop: true }])
+        continue
+      }
+      const wait = notYet(step, now)
+      const how = wait ? null : entryOf(step)
+      if (how === null) {
+        leaving.push([run, { wakeAt: wait?.wakeAt ?? new Date(now.getTime() + 1000) }])
+        continue
+      }
+      const move = phaseMove(step, snap.status, snap.currentPhase)
+      if (move) await writer.movePhase(id, move)
+      entries.push({ run, step, executing: executingRow(step, how, now), status: snap.status, how })
+    }
+    // Runs finished and phases moved, before any step of the round begins.
+    await writer.flush()
+    for (const [run, answer] of leaving) onAnswer(run, answer)
+    if (entries.length === 0) return
+
+    // The run's lease (and the step's) must outlive the step, or another
+    // instance would take it mid-step: renewed set-wise when the round's
+    // longest timeout reaches past what is left of it, or half of it is gone.
+    const needed = Math.max(...entries.map((e) => e.step.timeoutMs + 5000))
+    const leaseUntil = new Date(now.getTime() + Math.max(deps.leaseMs, needed))
+    if (now.getTime() + needed > leaseEnds || leaseEnds - now.getTime() < deps.leaseMs / 2) {
+      const ids = entries.map((e) => e.run.id)
+      const renewed = await runs.renewClaims(db, ids, deps.owner, leaseUntil, now)
+      // Lost (its lease ran out and another instance took it): not ours to advance.
+      for (const e of entries) if (!renewed.has(e.run.id)) onAnswer(e.run, { stop: true })
+      entries = entries.filter((e) => renewed.has(e.run.id))
+      leaseEnds = leaseUntil.getTime()
+    }
+    entries = await enter(deps, entries, leaseUntil, now, onAnswer)
+
+    // Outcomes and log lines are written as they come, set-wise.
+    const recording = new Recording(deps)
+    // A step's lines are written while it runs: with the round's writes while
+    // the round lasts, at once by a straggler.
+    let roundOpen = true
+    const lines: Pick<StepWriter, 'log'> = {
+      async log(line) {
+        if (roundOpen) recording.writer.add((w) => void w.log(line))
+        else await logs.append(db, line)
+      },
+    }
+    const outcomes = await executeRound(
+      entries.map((e) => ({
+        unlimited: registry.get(e.step.kind)?.inline === true,
+        run: () => attempt(deps, { run: e.run, step: e.executing, resumed: e.how === 'resume', lines }),
+      })),
+      deps.stepConcurrency ?? 8,
+      {
+        onSettled: (i, done) =>
+          recording.record(entries[i] as Entry, resultOf(deps, entries[i] as Entry, done)),
+      },
+    )
+    roundOpen = false
+    const roundLeaseEnds = leaseEnds
+    for (const [i, pending] of outcomes.pending) {
+      const e = entries[i] as Entry
+      held.straggling.add(e.run.id)
+      held.continuations.push(straggler(deps, e, pending, held, roundLeaseEnds))
+    }
+    // Every outcome of the round is written before any run of it takes its next step.
+    await recording.settled()
+    for (const [run, answer] of recording.leaving) onAnswer(run, answer)
+    active = recording.next.map((r) => r.id)
+  }
+  // Stopping, or the step budget spent: due now, so other runs get a turn first.
+  const now = deps.clock.now()
+  for (const id of active) onAnswer(byId.get(id) as ClaimedRun, { wakeAt: now })
+}
+
+/**
+ * Begin (or resume) the round's steps set-wise; answers the entries this
+ * instance now executes. A run whose step was not entered (a person skipped
+ * it meanwhile, another owner holds it) is let go, due again in a second.
+ */
+async function enter(
+  deps: EngineDeps,
+  entries: Entry[],
+  leaseUntil: Date,
+  now: Date,
+  onAnswer: OnAnswer,
+): Promise<Entry[]> {
+  const { db } = deps
+  const toBegin = entries.filter((e) => e.how === 'begin').map((e) => e.step.id)
+  const toResume = entries.filter((e) => e.how === 'resume').map((e) => e.step.id)
+  let entered: number
+  try {
+    entered =
+      (await steps.beginMany(db, toBegin, deps.owner, leaseUntil, now)) +
+      (await steps.resumeMany(db, toResume, deps.owner, leaseUntil, now))
+  } catch (err) {
+    // A database that went away mid-reply may have committed the begin and
+    // lost only its answer. Nothing ran yet, so once it answers again the
+    // steps are put back as they were (no lease, no attempt counted).
+    if (isDbUnavailable(err)) await recordOutcome(deps.hardStop, () => takeBack(deps, entries))
+    throw err
+  }
+  if (entered === entries.length) return entries
+  const mine = new Set(
+    (
+      await steps.getByIds(
+        db,
+        entries.map((e) => e.step.id),
+      )
+    )
+      .filter((s) => s.status === 'running' && s.claimedBy === deps.owner)
+      .map((s) => s.id),
+  )
+  const again = new Date(now.getTime() + 1000)
+  for (const e of entries) if (!mine.has(e.step.id)) onAnswer(e.run, { wakeAt: again })
+  return entries.filter((e) => mine.has(e.step.id))
+}
+
+/**
+ * A step that outlasted its round: its outcome is written when it answers,
+ * then its run goes on as a batch of one. Never rejects: what fails is its
+ * run's error alone.
+ */
+async function straggler(
+  deps: EngineDeps,
+  e: Entry,
+  pending: Promise<Settled<AttemptResult>>,
+  held: Held,
+  leaseEnds: number,
+): Promise<void> {
+  try {
+    const recording = new Recording(deps)
+    recording.record(e, resultOf(deps, e, await pending))
+    await recording.settled()
+    for (const [run, answer] of recording.leaving) held.tell(run, answer)
+    if (recording.next.length > 0) await rounds(deps, recording.next, held, leaseEnds)
+  } catch (error) {
+    if (!held.answered.has(e.run.id)) held.tell(e.run, { error })
+  }
+}
+
+/**
+ * What the attempts of a round (or one straggler) came to, written set-wise
+ * as they come: the runs whose step is done take the next step, the others
+ * are let go with their answer once it is written.
+ */
+class Recording {
+  readonly writer: GroupWriter
+  /** Runs whose step is done (completed, failed under `degrade`, skipped meanwhile): on to the next. */
+  readonly next: ClaimedRun[] = []
+  readonly leaving: [ClaimedRun, RunAnswer][] = []
+  /** Failures written one run at a time, at once (executor/failure.ts). */
+  private readonly alone: Promise<void>[] = []
+  private readonly finished: { kind: string; how: 'completed' | 'sleep' | 'park' | 'retry' | 'failed' }[] = []
+
+  constructor(private readonly deps: EngineDeps) {
+    this.writer = new GroupWriter(deps.db, deps.hardStop)
+  }
+
+  record(e: Entry, result: AttemptResult): void {
+    const step = e.executing
+    if (!result.ok) {
+      this.recordFailure(e, result)
+      return
+    }
+    const { write } = result
+    this.writer.add((w) => {
+      if (write.write === 'complete') void w.complete(step.id, write.result)
+      else w.setAsideStep(step.id, write.until, write.write === 'park')
+      if (write.write === 'park') void w.log(parkedLine(e.run, step))
+      // A retry that succeeded: the run is no longer degraded for it.
+      if (write.write === 'complete' && step.attempts > 1 && step.lastError) w.restoreHealth(e.run.id)
+    })
+    if (write.write === 'complete') {
+      this.finished.push({ kind: step.kind, how: 'completed' })
+      this.next.push(e.run)
+    } else {
+      this.finished.push({ kind: step.kind, how: write.write })
+      this.leaving.push([e.run, { wakeAt: write.until }])
+    }
+  }
+
+  /**
+   * A failed attempt with a retry left, or failed for good under `onError:
+   * degrade`, is written with the round's outcomes (a receiver down at the top
+   * of the hour fails a whole batch at once). Failing the run, and an attempt
+   * cut short by a shutdown, are written at once, run by run.
+   */
+  private recordFailure(e: Entry, result: AttemptResult & { ok: false }): void {
+    const step = e.executing
+    const decided = result.failure
+    if (decided.write === 'retry') {
+      this.writer.add((w) => {
+        void w.log(retryLine(e.run.id, step, decided.message, decided.wakeAt))
+        w.failAttempt(step.id, decided.message, decided.wakeAt)
+      })
+      this.finished.push({ kind: step.kind, how: 'retry' })
+      this.leaving.push([e.run, { wakeAt: decided.wakeAt }])
+    } else if (decided.write === 'degrade') {
+      this.writer.add((w) => {
+        void w.log(degradeLine(e.run.id, step, decided.message))
+        w.failAttempt(step.id, decided.message, null)
+      })
+      this.finished.push({ kind: step.kind, how: 'failed' })
+      this.next.push(e.run)
+    } else {
+      this.alone.push(
+        handleFailure(this.deps, e.run, step, decided, e.status).then(
+          (verdict) => {
+            if (verdict.next) this.next.push(e.run)
+            else this.leaving.push([e.run, 'stop' in verdict ? { stop: true } : { wakeAt: verdict.wakeAt }])
+          },
+          // Its own writes failed: this run alone is given back, the round goes on.
+          (error: unknown) => void this.leaving.push([e.run, { error }]),
+        ),
+      )
+    }
+  }
+
+  /** Wait until everything recorded is written; throws the first set-wise write's error. */
+  async settled(): Promise<void> {
+    await Promise.all(this.alone)
+    await this.writer.settled()
+    for (const f of this.finished) this.deps.observer?.stepFinished?.(f.kind, f.how)
+  }
+}
+
+/** An attempt never rejects (executor/attempt.ts); should one, its error is its failure. */
+function resultOf(deps: EngineDeps, e: Entry, settled: Settled<AttemptResult>): AttemptResult {
+  if (settled.ok) return settled.value
+  const { error } = settled
+  return {
+    ok: false,
+    error,
+    failure: failureWrite(e.executing, error, deps.clock.now(), deps.hardStop.aborted),
+  }
+}
+
+/** Put back the steps of a round whose begin (or resume) may have committed unanswered. */
+async function takeBack(deps: EngineDeps, entries: readonly Entry[]): Promise<void> {
+  // Steps as a materialised program left them go back set-wise; any other begun step row by row.
+  const pristine = (st: StepRow) =>
+    st.status === 'pending' && st.attempts === 0 && !st.lastError && !st.wakeAt && !st.startedAt
+  const begun = entries.filter((e) => e.how === 'begin')
+  await steps.takeBackEntered(
+    deps.db,
+    begun.filter((e) => pristine(e.step)).map((e) => e.step.id),
+    entries.filter((e) => e.how === 'resume').map((e) => e.step.id),
+    deps.owner,
+  )
+  for (const e of begun) if (!pristine(e.step)) await steps.takeBackBegin(deps.db, e.step, deps.owner)
+}
+
+/** The step as it is while this attempt executes (what its handler and its outcome's writes see). */
+function executingRow(step: StepRow, how: 'begin' | 'resume', now: Date): StepRow {
+  if (how === 'resume') return step
+  // As beginMany wrote it: a first start is stamped with the round's `now`, so
+  // a `core.wait {seconds}` counts from the same instant for the whole batch.
+  return { ...step, status: 'running', attempts: step.attempts + 1, startedAt: step.startedAt ?? now }
+}

@@ -1,0 +1,112 @@
+/**
+ * The claims one pass of the runner holds, and the one place they are given
+ * back. A run is held from the moment its claim is taken (a start, a lease, a
+ * keyed claim) until it is answered (advance.ts says when it next needs the
+ * runner) or the pass ends: `giveBack()`, in the tick's `finally`, releases
+ * whatever was not answered, due now, whether the pass finished or failed.
+ *
+ * Answered runs are released as their answers come, not when the whole pass
+ * ends, and set-wise like a group commit: what is answered while one release
+ * is being written goes in the next, so a batch's runs let go together cost
+ * one statement, and a run let go early is not held back by a slow straggler.
+ */
+import type { Db } from '../../sql/db.ts'
+import * as runs from '../../sql/eventRuns/index.ts'
+import type { Clock } from './clock.ts'
+import type { RunnerLogger } from './options.ts'
+import type { RunAnswer, RunnerObserver } from './types.ts'
+
+export class HeldClaims {
+  /** Held and not yet answered. */
+  private readonly open = new Set<number>()
+  private queue: { id: number; wakeAt: Date | null }[] = []
+  private draining: Promise<void> | null = null
+
+  constructor(
+    private readonly deps: {
+      db: Db
+      owner: string
+      clock: Clock
+      logger: RunnerLogger
+      observer?: RunnerObserver
+      /** How long a run whose advance failed waits before it is tried again. */
+      retryAfterMs: number
+    },
+  ) {}
+
+  /** These runs' claims were just taken by this pass. */
+  hold(held: readonly { id: number }[]): void {
+    for (const r of held) this.open.add(r.id)
+  }
+
+  /** These runs' claims were lost (taken over after they expired): not ours to give back. */
+  drop(ids: Iterable<number>): void {
+    for (const id of ids) this.open.delete(id)
+  }
+
+  /** The runs held and not yet answered. */
+  get holding(): number[] {
+    return [...this.open]
+  }
+
+  /** A run is let go: give its claim back, due when `answer` says (`stop`: as it is, due now). */
+  answer(id: number, answer: RunAnswer): void {
+    if (!this.open.delete(id)) return
+    const { clock } = this.deps
+    let wakeAt: Date | null
+    if ('error' in answer) {
+      this.deps.observer?.tickError?.()
+      this.deps.logger.error(
+        { err: answer.error, runId: id, instance: this.deps.owner },
+        'advancing a run failed; it will be retried',
+      )
+      // After a tick rather than at once, so a persistent error does not spin.
+      wakeAt = new Date(clock.now().getTime() + this.deps.retryAfterMs)
+    } else wakeAt = 'stop' in answer ? clock.now() : answer.wakeAt
+    this.queue.push({ id, wakeAt })
+    // Answers that arrive together (a round's) are collected before the first release is written.
+    this.draining ??= new Promise<void>((resolve) => setImmediate(resolve)).then(() => this.drain())
+  }
+
+  /** The end of the pass: give back every claim still held, due now, and wait for every release. */
+  async giveBack(): Promise<void> {
+    const now = this.deps.clock.now()
+    for (const id of this.open) this.queue.push({ id, wakeAt: now })
+    this.open.clear()
+    while (this.draining) await this.draining
+    if (this.queue.length > 0) await this.drain()
+  }
+
+  private async drain(): Promise<void> {
+    try {
+      while (this.queue.length > 0) {
+        const batch = this.queue
+        this.queue = []
+        await this.release(batch)
+      }
+    } finally {
+      this.draining = null
+    }
+  }
+
+  private async release(batch: { id: number; wakeAt: Date | null }[]): Promise<void> {
+    const { db, owner } = this.deps
+    try {
+      const first = batch[0]?.wakeAt ?? null
+      // One wake time for all (a stop, a budget spent, a round of timers alike): no CASE needed.
+      if (batch.every((r) => (r.wakeAt?.getTime() ?? null) === (first?.getTime() ?? null)))
+        await runs.releaseClaims(
+          db,
+          batch.map((r) => r.id),
+          owner,
+          first,
+        )
+      else await runs.releaseClaimsAt(db, batch, owner)
+    } catch (err) {
+      this.deps.logger.warn(
+        { err, runIds: batch.map((r) => r.id) },
+        'could not release claims; they will expire and be reclaimed',
+      )
+    }
+  }
+}
