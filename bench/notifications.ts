@@ -34,7 +34,16 @@ import { join } from 'node:path'
 import { createDb, type Db } from '../sql/db.ts'
 import { migrate } from '../sql/migrate.ts'
 import { startPrivateMariadb } from '../src/privateMariadb.ts'
-import { type BenchResult, benchDb, percentile, printResults, runMain, saveResult, sleep } from './lib.ts'
+import {
+  type BenchResult,
+  benchDb,
+  cpuMeter,
+  percentile,
+  printResults,
+  runMain,
+  saveResult,
+  sleep,
+} from './lib.ts'
 import { type NotifyReceiver, startNotifyReceiver } from './notifyReceiver.ts'
 import { graphql, instantAhead, scheduleAtInstant, startScheduledServer } from './scheduled.ts'
 import type { BenchServer } from './server.ts'
@@ -168,16 +177,22 @@ async function burst(rx: NotifyReceiver, idleP99: number): Promise<BenchResult> 
     const instant = instantAhead(LEAD_MS)
     await scheduleAtInstant(first, b.db, { slug: 'burst', runs: CUES, instant, program: CUE_SHOW })
     rx.reset()
+    await sleep(Math.max(0, instant.getTime() - Date.now()))
+    const cpu = cpuMeter('mariadbd')
     await waitFor(
       `${CUES} deliveries`,
       () => rx.firstArrival.size >= CUES,
       instant.getTime() + BURST_GIVE_UP_MS - Date.now(),
     ).catch((err) => console.error(`notifyBurst: ${(err as Error).message}`))
+    const cpuPerDelivery = cpu.perUnit(Math.max(1, rx.firstArrival.size))
     await sleep(SETTLE_MS)
     const events = await eventTimes(b.db)
     const arrivals = [...rx.firstArrival.values()]
     const lastMs = arrivals.length > 0 ? Math.max(...arrivals) - instant.getTime() : Number.NaN
     const lags = latencies(events, rx)
+    // Where the time goes: the cues opening (the runner) or their sending (the dispatchers).
+    const opened = [...events.values()]
+    const lastOpenedMs = opened.length > 0 ? Math.max(...opened) - instant.getTime() : Number.NaN
     const [pending] = await b.db.query<{ n: number }>(
       `SELECT COUNT(*) AS n FROM notification_deliveries WHERE status <> 'DELIVERED'`,
     )
@@ -207,8 +222,11 @@ async function burst(rx: NotifyReceiver, idleP99: number): Promise<BenchResult> 
         badSignatures: rx.badSignatures,
         notDelivered: Number(pending?.n),
         deliveriesWithRetries: Number(retried?.n),
+        lastCueOpenedMs: lastOpenedMs,
+        firstArrivalMs: arrivals.length > 0 ? Math.min(...arrivals) - instant.getTime() : null,
         lagP50Ms: percentile(lags, 50),
         lagP99Ms: percentile(lags, 99),
+        cpuUsPerDelivery: cpuPerDelivery,
         baselineIs: 'the idle p99 of notifyLatency (ms)',
         settings: { WEBHOOK_ALLOW: 'the receiver', INSTANCE_ID: 'bench-notify-{a,b,c}' },
         nodeFlags,
