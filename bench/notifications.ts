@@ -52,6 +52,10 @@ const EVENTS = Number(process.env.NOTIFY_BENCH_EVENTS ?? 50)
 const CUES = Number(process.env.NOTIFY_BENCH_CUES ?? 2000)
 const HISTORY = Number(process.env.NOTIFY_BENCH_HISTORY ?? 100_000)
 const IDLE_SECONDS = Number(process.env.NOTIFY_BENCH_IDLE_SECONDS ?? 60)
+/** Which parts to run (comma-separated: latency, burst, idle), for a quick look at one. */
+const PARTS = new Set(
+  (process.env.NOTIFY_BENCH_PARTS ?? 'latency,burst,idle').split(',').map((p) => p.trim()),
+)
 const LEAD_MS = Number(process.env.BENCH_LEAD_MS ?? 10_000)
 /** The burst's budget, and how long after it the benchmark still waits for stragglers. */
 const BURST_BUDGET_MS = 10_000
@@ -165,7 +169,7 @@ async function idleLatency(rx: NotifyReceiver): Promise<BenchResult> {
   }
 }
 
-async function burst(rx: NotifyReceiver, idleP99: number): Promise<BenchResult> {
+async function burst(rx: NotifyReceiver, idleP99: number | null): Promise<BenchResult> {
   const b = await benchDb(4)
   const env = { WEBHOOK_ALLOW: `${rx.url}/` }
   const servers: BenchServer[] = []
@@ -361,14 +365,20 @@ export async function run(): Promise<Record<string, BenchResult>> {
   const rx = await startNotifyReceiver(SECRET)
   try {
     const results: Record<string, BenchResult> = {}
-    results.notifyLatency = await idleLatency(rx)
-    await saveResult('notifyLatency', results.notifyLatency)
-    rx.reset()
-    results.notifyBurst = await burst(rx, results.notifyLatency.value)
-    await saveResult('notifyBurst', results.notifyBurst)
-    rx.reset()
-    results.notifyIdle = await idleCost(rx)
-    await saveResult('notifyIdle', results.notifyIdle)
+    if (PARTS.has('latency')) {
+      results.notifyLatency = await idleLatency(rx)
+      await saveResult('notifyLatency', results.notifyLatency)
+      rx.reset()
+    }
+    if (PARTS.has('burst')) {
+      results.notifyBurst = await burst(rx, results.notifyLatency?.value ?? null)
+      await saveResult('notifyBurst', results.notifyBurst)
+      rx.reset()
+    }
+    if (PARTS.has('idle')) {
+      results.notifyIdle = await idleCost(rx)
+      await saveResult('notifyIdle', results.notifyIdle)
+    }
     return results
   } finally {
     await rx.close()
