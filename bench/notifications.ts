@@ -197,6 +197,16 @@ async function burst(rx: NotifyReceiver, idleP99: number | null): Promise<BenchR
     // Where the time goes: the cues opening (the runner) or their sending (the dispatchers).
     const opened = [...events.values()]
     const lastOpenedMs = opened.length > 0 ? Math.max(...opened) - instant.getTime() : Number.NaN
+    // When each event reached the outbox (its delivery row committed): the cue
+    // opens at occurred_at, and the runner writes the event when it opens the
+    // cue's ladder, which under a burst can be later.
+    const written = await b.db.query<{ event_id: string; created_at: Date }>(
+      `SELECT e.event_id, d.created_at FROM notification_deliveries d
+         JOIN notification_events e ON e.id = d.event_row_id`,
+    )
+    const writtenAt = new Map(written.map((r) => [r.event_id, r.created_at.getTime()]))
+    const lastWrittenMs = Math.max(...writtenAt.values()) - instant.getTime()
+    const outboxLags = latencies(writtenAt, rx)
     const [pending] = await b.db.query<{ n: number }>(
       `SELECT COUNT(*) AS n FROM notification_deliveries WHERE status <> 'DELIVERED'`,
     )
@@ -227,6 +237,9 @@ async function burst(rx: NotifyReceiver, idleP99: number | null): Promise<BenchR
         notDelivered: Number(pending?.n),
         deliveriesWithRetries: Number(retried?.n),
         lastCueOpenedMs: lastOpenedMs,
+        lastWrittenToOutboxMs: lastWrittenMs,
+        outboxToArrivalP50Ms: percentile(outboxLags, 50),
+        outboxToArrivalP99Ms: percentile(outboxLags, 99),
         firstArrivalMs: arrivals.length > 0 ? Math.min(...arrivals) - instant.getTime() : null,
         lagP50Ms: percentile(lags, 50),
         lagP99Ms: percentile(lags, 99),
