@@ -12,19 +12,23 @@
  *     machine clock). Target: p99 ≤ 1 s.
  *  2. notifyBurst: NOTIFY_BENCH_CUES (2,000) cues opening at one instant, from
  *     schedules (2 definitions × 1,000 scopes), on three instances over one
- *     database, each with its own pools, runner and dispatcher. Figure: the
- *     instant to the last first arrival. Target: every event delivered within
- *     10 s, none twice, every signature valid. Beside it, the p50/p99 of event
- *     → arrival, to compare with the idle figure.
+ *     database (three buildApp instances in this process, each with its own
+ *     pools, runner and dispatcher). Figure: the instant to the last first
+ *     arrival. Target: every event delivered within 10 s, none twice, every
+ *     signature valid. Beside it: the idle p99 (the result's baseline), the
+ *     p50/p99 of cue opened → arrival, and when each event reached the outbox
+ *     (its delivery row's created_at), which tells the runner's share from the
+ *     dispatchers'.
  *  3. notifyIdle: what an idle instance costs its database with no
  *     notifications and with NOTIFY_BENCH_HISTORY (100,000) delivered ones
- *     (SQL inserts, spread over the retention window, so retention has nothing
- *     to take), the same instance before and after seeding, on a private
+ *     (SQL inserts, one every 20 s back from now: inside the 30-day retention,
+ *     so retention has nothing to take), the same instance before and after
+ *     seeding, on a private
  *     MariaDB of its own so the global counters are this instance's alone:
  *     Handler_read_*, Innodb_rows_read and Questions deltas over
  *     NOTIFY_BENCH_IDLE_SECONDS (60: one outbox-retention pass in each
- *     window), scaled to a minute. Target: rows read with history ≤ without
- *     (1.1 × and 100 rows a minute of slack for the window's edges).
+ *     window), scaled to a minute. Target: with history no more than without,
+ *     give or take a window's edge: ≤ 1.1 × or + 100 a minute, whichever is larger.
  *
  * Every wait is bounded in time and every request loop in count.
  */
