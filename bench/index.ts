@@ -13,7 +13,7 @@
  * Alone: `npx tsx bench/throughput.ts` (also the graphile-worker peer),
  * `bench/burst.ts` (also its graphile-worker peer), `bench/punctuality.ts`,
  * `bench/starvation.ts`, `bench/fanout.ts`, `bench/apiLatency.ts`, `bench/console.ts`,
- * `bench/consoleLoad.ts`, `bench/history.ts`, `bench/showtime.ts`, `bench/galera.ts` (which starts the three-node
+ * `bench/consoleLoad.ts`, `bench/history.ts`, `bench/showtime.ts`, `bench/notifications.ts`, `bench/galera.ts` (which starts the three-node
  * cluster of test/galera/cluster.sh). bench/README.md says what each measures.
  */
 import { spawn } from 'node:child_process'
@@ -30,6 +30,7 @@ const BENCHMARKS = [
   'fanout',
   'apiLatency',
   'showtime',
+  'notifications',
   'console',
   'consoleLoad',
   'history',

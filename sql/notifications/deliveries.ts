@@ -6,7 +6,7 @@
  * guarded on that token.
  */
 import type { Queryable } from '../db.ts'
-import { clampLimit, parseJson } from '../json.ts'
+import { clampLimit, idSet, parseJson } from '../json.ts'
 
 export type DeliveryStatus = 'PENDING' | 'DELIVERED' | 'FAILED'
 
@@ -93,16 +93,26 @@ export async function claimDue(
   return rows.map(hydrate)
 }
 
-/** An attempt got through: DELIVERED, if the claim is still ours. */
-export async function markDelivered(db: Queryable, id: number, token: string): Promise<boolean> {
+/**
+ * Attempts that got through, set-wise: one statement (one commit) for a
+ * dispatcher pass instead of one per delivery. Only rows still claimed under
+ * `token` move; answers how many did.
+ */
+export async function markDeliveredMany(
+  db: Queryable,
+  ids: readonly number[],
+  token: string,
+): Promise<number> {
+  if (ids.length === 0) return 0
+  const set = idSet('id', ids)
   const res = await db.run(
     `UPDATE notification_deliveries
         SET status = 'DELIVERED', attempts = attempts + 1, delivered_at = NOW(3), last_error = NULL,
             next_attempt_at = NULL, claimed_by = NULL, claim_token = NULL, claim_expires_at = NULL
-      WHERE id = ? AND claim_token = ?`,
-    [id, token],
+      WHERE ${set.sql} AND claim_token = ?`,
+    [...set.args, token],
   )
-  return res.affectedRows === 1
+  return res.affectedRows
 }
 
 /**

@@ -97,8 +97,11 @@ export class Dispatcher {
 
   private async loop(): Promise<void> {
     try {
-      // A full claim means more may be due: keep going until a pass finds less.
-      while (!this.stopped && (await this.pass()) >= (this.opts.batch ?? 20)) {}
+      // Keep going until a pass finds nothing due. Not "until a claim comes back
+      // short": beside other instances a claim often does (their claims hold
+      // rows of the range), and stopping then left a burst waiting a whole
+      // interval per short claim.
+      while (!this.stopped && (await this.pass()) > 0) {}
       await this.opts.afterPass?.()
     } catch (err) {
       this.opts.logger?.warn({ err }, 'notification dispatch failed; retrying at the next interval')
@@ -121,17 +124,27 @@ export class Dispatcher {
     const byId = new Map(
       (await channels.getByIds(db, [...new Set(claimed.map((d) => d.channelId))])).map((c) => [c.id, c]),
     )
-    await Promise.all(claimed.map((d) => this.deliver(d, byId.get(d.channelId) ?? null, token)))
+    const sent = await Promise.all(claimed.map((d) => this.deliver(d, byId.get(d.channelId) ?? null, token)))
+    // The claim's successes in one commit, not one each: under a burst the
+    // commits, not the sends, were what a pass waited for. A crash before it
+    // leaves them claimed; the lease runs out and they are sent again with
+    // the same webhook-id, as a crash between a send and its mark always did.
+    await deliveries.markDeliveredMany(
+      db,
+      claimed.filter((_, i) => sent[i]).map((d) => d.id),
+      token,
+    )
     return claimed.length
   }
 
-  private async deliver(d: DeliveryRow, channel: ChannelRow | null, token: string): Promise<void> {
+  /** One attempt; answers true when it got through (marked DELIVERED by the caller), false when it was recorded as failed. */
+  private async deliver(d: DeliveryRow, channel: ChannelRow | null, token: string): Promise<boolean> {
     const { db } = this.opts
     try {
       if (!channel) throw new DeliveryError('the channel was deleted', false)
       if (!channel.enabled) throw new DeliveryError('the channel is disabled', false)
       await this.send(d, channel)
-      await deliveries.markDelivered(db, d.id, token)
+      return true
     } catch (err) {
       const final = err instanceof DeliveryError && !err.retryable
       const message = err instanceof Error ? err.message : String(err)
@@ -148,6 +161,7 @@ export class Dispatcher {
           { deliveryId: d.id, eventId: d.eventId, channel: channel?.name, error: message },
           'notification delivery FAILED; redeliver it once the receiver is fixed',
         )
+      return false
     }
   }
 

@@ -94,15 +94,15 @@ export class DbCueLadder implements CueLadderPort {
     const at = rungTime(plan)
     const openedAt = plan.openedAt
     const deadlineAt = plan.timeoutSeconds === undefined ? null : at(openedAt, plan.timeoutSeconds)
-    await this.db.transaction(
-      async (tx) => {
+    const made = await this.db.transaction(
+      async (tx): Promise<LadderRow | null> => {
         const fresh = { stepId: plan.stepId, runId: run.id, prompt: plan.prompt, openedAt, deadlineAt }
         const opened = await ladders.open(tx, {
           ...fresh,
           assignees: plan.assignees,
           exclusive: plan.exclusive,
         })
-        if (!opened) return
+        if (!opened) return null
         const row: LadderRow = {
           ...fresh,
           assignees: plan.assignees,
@@ -112,9 +112,13 @@ export class DbCueLadder implements CueLadderPort {
           answer: null,
         }
         await emitCueEvent(tx, 'CUE_WAITING', run, row, 'waiting', openedAt)
+        return row
       },
       { retryable: true },
     )
+    // The row this call made is the row as written: a burst of cues opening
+    // skips a read each. Another writer's row (a racing re-entry) is read.
+    if (made) return { ...made, prompt: made.prompt.slice(0, 1000) }
     const ladder = await ladders.get(this.db, plan.stepId)
     if (!ladder) throw new Error(`cue ladder of step ${plan.stepId} is missing after opening it`)
     return ladder
