@@ -338,10 +338,13 @@ export async function lockForNewRuns(tx: Queryable, id: number): Promise<Definit
   return row ? (row.state as DefinitionState) : null
 }
 
-/** Record that occurrences up to `through` exist as runs; never moves backwards. */
+/**
+ * Record that occurrences up to `through` exist as runs; never moves backwards.
+ * Machinery, not an edit: `updated_at` keeps saying when a person last changed the definition.
+ */
 export async function setWatermark(db: Queryable, id: number, through: Date): Promise<void> {
   await db.run(
-    `UPDATE event_definitions SET materialized_through = ?
+    `UPDATE event_definitions SET materialized_through = ?, updated_at = updated_at
       WHERE id = ? AND (materialized_through IS NULL OR materialized_through < ?)`,
     [through, id, through],
   )
@@ -354,7 +357,10 @@ export async function setWatermark(db: Queryable, id: number, through: Date): Pr
  * next pass skip them).
  */
 export async function replan(db: Queryable, id: number): Promise<void> {
-  await db.run('UPDATE event_definitions SET materialized_through = NULL WHERE id = ?', [id])
+  await db.run(
+    'UPDATE event_definitions SET materialized_through = NULL, updated_at = updated_at WHERE id = ?',
+    [id],
+  )
   await clearWatermarks(db, id)
 }
 

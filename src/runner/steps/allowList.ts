@@ -120,7 +120,8 @@ export function shownUrl(url: string | URL): string {
  */
 export function allowListRefusal(url: string, allowPrefixes: readonly string[]): string | null {
   const n = normaliseUrl(url)
-  if (!n.ok) return `the URL ${n.reason}: ${shownUrl(url)}`
+  // Quoted: the refused text is the caller's own, echoed so a person sees what was refused.
+  if (!n.ok) return `the URL ${n.reason}: ${JSON.stringify(shownUrl(url))}`
   if (allowPrefixes.length === 0)
     return `webhooks are disabled (WEBHOOK_ALLOW is empty); refused ${shownUrl(n.url)}`
   if (isUrlAllowed(url, allowPrefixes)) return null
