@@ -279,6 +279,35 @@ it('bulk pause and resume hold the time of every run they move, like pauseRun an
   }
 }, 20_000)
 
+it('a rehearsal at speed keeps its scaling: the time left is what was left at its speed', async () => {
+  // 40 s of show time at speed 10 is 4 s; paused at ~1 s for 2 s, it ends ~3 s after the resume.
+  const d = await define([{ kind: 'core.wait', params: { seconds: 40 } }])
+  const res = await s.gql<{ startRun: { id: string } }>(
+    'mutation ($d: ID!) { startRun(definitionId: $d, rehearsal: true, speed: 10) { id } }',
+    { variables: { d }, auth: 'operator' },
+  )
+  const id = res.body.data?.startRun.id as string
+  const sleeping = await eventually(async () => {
+    const w = (await read(id)).steps[0] as Step
+    return w.status === 'RUNNING' && w.wakeAt ? w : null
+  })
+  expect(ms(sleeping.wakeAt) - ms(sleeping.startedAt)).toBe(4000)
+  await sleep(Math.max(0, ms(sleeping.wakeAt) - 3000 - Date.now()))
+  const paused = await control('pauseRun', id)
+  await sleep(2000)
+  const resumed = await control('resumeRun', id)
+  const after = (await read(id)).steps[0] as Step
+  const shift = ms(after.wakeAt) - ms(sleeping.wakeAt)
+  expect(shift).toBeGreaterThanOrEqual(resumed.before - paused.after)
+  expect(shift).toBeLessThanOrEqual(resumed.after - paused.before)
+  const done = await eventually(async () => {
+    const w = (await read(id)).steps[0] as Step
+    return w.status === 'COMPLETED' ? w : null
+  })
+  expect(ms(done.endedAt)).toBeGreaterThanOrEqual(ms(after.wakeAt))
+  expect(ms(done.endedAt)).toBeLessThanOrEqual(ms(after.wakeAt) + LATE_MS)
+}, 20_000)
+
 it('a pause held across a restart: a second runner instance resumes with the time that was left', async () => {
   // Instance A runs the wait and is paused; it stops; B starts on the same database and resumes.
   const a = await startTestServer({ runner: true })
