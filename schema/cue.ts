@@ -22,7 +22,16 @@ export const CueRef = builder.objectRef<LadderRow>('Cue').implement({
   fields: (t) => ({
     prompt: t.exposeString('prompt'),
     openedAt: t.expose('openedAt', { type: 'DateTime' }),
-    deadlineAt: t.expose('deadlineAt', { type: 'DateTime', nullable: true }),
+    deadlineAt: t.field({
+      type: 'DateTime',
+      nullable: true,
+      description:
+        "When the cue times out (timeoutSeconds). Null while its run is PAUSED: the pause holds the cue's time, and at resume the deadline reads later by the pause's length.",
+      resolve: async (l, _args, ctx) =>
+        l.deadlineAt && (await ctx.loaders.run.load(l.runId))?.status === 'paused' && !l.answer
+          ? null
+          : l.deadlineAt,
+    }),
     assignees: t.exposeStringList('assignees', {
       description: 'Names and team:NAME entries; empty = anyone who may operate.',
     }),

@@ -74,7 +74,11 @@ EventRunRef.implement({
     steps: t.field({
       type: [RunStepRef],
       description: 'Every step, in program order.',
-      resolve: (run, _args, ctx) => ctx.loaders.stepsByRun.load(run.id),
+      resolve: (run, _args, ctx) => {
+        // A step's wakeAt reads its run's status (null while PAUSED): answer it from this row.
+        ctx.loaders.rememberRuns([run])
+        return ctx.loaders.stepsByRun.load(run.id)
+      },
     }),
     logs: t.field({
       type: [RunLogRef],

@@ -37,7 +37,15 @@ RunStepRef.implement({
     parked: t.exposeBoolean('parked', { description: 'Waiting on a person (resolveCue or skipStep).' }),
     attempts: t.exposeInt('attempts'),
     maxAttempts: t.exposeInt('maxAttempts'),
-    wakeAt: t.expose('wakeAt', { type: 'DateTime', nullable: true }),
+    wakeAt: t.field({
+      type: 'DateTime',
+      nullable: true,
+      description:
+        'When the step is due next. Null while its run is PAUSED: the pause holds the time, and at resume the step continues with what it had left (this field then reads the shifted instant).',
+      // The run is looked up only for a step that has a wake time (batched, usually primed).
+      resolve: async (step, _args, ctx) =>
+        step.wakeAt && (await ctx.loaders.run.load(step.runId))?.status === 'paused' ? null : step.wakeAt,
+    }),
     startedAt: t.expose('startedAt', { type: 'DateTime', nullable: true }),
     endedAt: t.expose('endedAt', { type: 'DateTime', nullable: true }),
     lastError: t.string({

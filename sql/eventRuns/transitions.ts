@@ -28,6 +28,12 @@ export interface TransitionOptions {
    * completes it), so a person never pauses or cancels finished work.
    */
   onlyWithStepsLeft?: boolean
+  /**
+   * The instant of a move into `paused` (the mover's clock), kept in
+   * `paused_at` so the resume can hold the show's time (pauseHold.ts). Every
+   * other move clears it.
+   */
+  pausedAt?: Date
 }
 
 /** The guard of {@link TransitionOptions.onlyWithStepsLeft}, on `event_runs` rows. */
@@ -55,6 +61,10 @@ export function transitionSets(to: RunStatus, opts: TransitionOptions): { sets: 
   const terminal = isTerminal(to)
   if (terminal) sets.push('ended_at = COALESCE(ended_at, NOW(3))')
   if (terminal || opts.clearClaim) sets.push(DROP_CLAIM)
+  if (to === 'paused') {
+    sets.push('paused_at = COALESCE(?, NOW(3))')
+    args.push(opts.pausedAt ?? null)
+  } else sets.push('paused_at = NULL')
   if (terminal || to === 'paused') sets.push('wake_at = NULL')
   else if (opts.wakeAt !== undefined) {
     sets.push('wake_at = ?')

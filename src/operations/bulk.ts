@@ -124,13 +124,17 @@ async function bulk(deps: BulkDeps, input: BulkInput): Promise<BulkResult> {
   let applied = 0
   for (let i = 0; i < ids.length; i += BULK_BATCH) {
     const batch = ids.slice(i, i + BULK_BATCH)
+    const now = deps.clock.now()
     const moved = await deps.db.transaction(
       async (tx) => {
+        // As resumeRun: the current wait and cue continue with the time they had left.
+        if (action === 'resume') await runs.holdPausedTime(tx, batch, now)
         const changed = await runs.moveBatch(tx, batch, move.from, move.to, {
           ...(action === 'cancel' && {
             error: `cancelled by ${note.slice(`bulk cancel ${bulkId} by `.length)}`,
           }),
-          ...(action === 'resume' && { wakeAt: deps.clock.now() }),
+          ...(action === 'resume' && { wakeAt: now }),
+          ...(action === 'pause' && { pausedAt: now }),
         })
         await bulkSql.addRuns(tx, bulkId, changed)
         await logs.appendMany(

@@ -151,22 +151,38 @@ async function recordControl(
   })
 }
 
-/** `running | ending → paused`: the runner takes no further step until resumed. */
+/**
+ * `running | ending → paused`: the runner takes no further step until resumed,
+ * and the show's time is held from this instant (pauseHold.ts).
+ */
 export async function pauseRun(deps: ControlDeps, id: number, actor: string): Promise<TransitionAnswer> {
   await mustGetRun(deps.db, id)
   // A run whose last step is done is the runner's to complete: the pause loses.
   const applied = await runs.transition(deps.db, id, ['running', 'ending'], 'paused', {
     onlyWithStepsLeft: true,
+    pausedAt: deps.clock.now(),
   })
   const run = await mustGetRun(deps.db, id)
   await recordControl(deps, id, actor, 'pause', applied, run)
   return { applied, run }
 }
 
-/** `paused → running`, due at once. */
+/**
+ * `paused → running`, due at once; its current wait and cue continue with the
+ * time they had left at the pause (their timers move later by the pause's
+ * length in the same transaction, so the shift and the move happen together
+ * or not at all).
+ */
 export async function resumeRun(deps: ControlDeps, id: number, actor: string): Promise<TransitionAnswer> {
   await mustGetRun(deps.db, id)
-  const applied = await runs.transition(deps.db, id, 'paused', 'running', { wakeAt: deps.clock.now() })
+  const now = deps.clock.now()
+  const applied = await deps.db.transaction(
+    async (tx) => {
+      if ((await runs.holdPausedTime(tx, [id], now)).length === 0) return false
+      return runs.transition(tx, id, 'paused', 'running', { wakeAt: now })
+    },
+    { retryable: true },
+  )
   const run = await mustGetRun(deps.db, id)
   await recordControl(deps, id, actor, 'resume', applied, run)
   if (applied) deps.nudge?.()

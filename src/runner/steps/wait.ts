@@ -2,9 +2,10 @@
  * `core.wait {seconds}` or `{until: "+15m"}`: a durable timer. The runner stores
  * the `sleep` outcome as the step's wake time and holds no lease meanwhile.
  * - `seconds` counts from the step's first start, so a re-entry (or a retry after
- *   a crash) does not restart the clock;
+ *   a crash) does not restart the clock (a re-entry reads the stored wake time);
  * - `until` counts from the run's `scheduledFor`, so "+15m" means a quarter past
- *   the show's start however late the run got going. Forms: `+Ns`, `+Nm`, `+Nh`,
+ *   the show's start however late the run got going (plus any time the run
+ *   spent paused during this wait: a pause holds the show's time). Forms: `+Ns`, `+Nm`, `+Nh`,
  *   `+Nd` (the `+` is optional). Negative offsets are refused: a run never
  *   starts before its scheduled time, so they would always be in the past.
  */
@@ -65,11 +66,16 @@ export const waitStep: StepKind<WaitParams> = {
   async execute(ctx) {
     const p = parseParams(schema, ctx.params, 'core.wait')
     const now = ctx.now()
-    // A rehearsal at speed passes the show's time faster (speed.ts).
+    // A rehearsal at speed passes the show's time faster (speed.ts). A re-entry
+    // keeps the stored wake time: a resume after a pause moved it later by the
+    // pause's length (pauseHold.ts), which counting again from the start or the
+    // scheduled time would undo.
     const wakeAt =
-      p.seconds !== undefined
-        ? showTimeAfter(ctx.step.startedAt ?? now, p.seconds, ctx.run.speed)
-        : showTimeAfter(ctx.run.scheduledFor, parseOffset(p.until!)!, ctx.run.speed)
+      ctx.step.resumed && ctx.step.wakeAt
+        ? ctx.step.wakeAt
+        : p.seconds !== undefined
+          ? showTimeAfter(ctx.step.startedAt ?? now, p.seconds, ctx.run.speed)
+          : showTimeAfter(ctx.run.scheduledFor, parseOffset(p.until!)!, ctx.run.speed)
     // One rule for first entry and re-entry: a timer that came due early sleeps again.
     if (wakeAt.getTime() > now.getTime()) return { type: 'sleep', until: wakeAt }
     return { type: 'completed', result: { wakeAt: wakeAt.toISOString() } }
