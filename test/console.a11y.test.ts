@@ -23,6 +23,7 @@ beforeAll(async () => {
     ['inbox', '#/inbox'],
     ['stand-by', '#/standby'],
     ['run', `#/runs/${scene.runs[0]}`],
+    ['runs', '#/runs'],
     ['definitions', '#/definitions'],
     ['definition', `#/definitions/${scene.show}`],
     ['keys', '#/keys'],

@@ -31,6 +31,7 @@ import { DefinitionPage, Definitions } from './pages/Definitions.tsx'
 import { FOCUS_OLDEST_EVENT, Inbox, useInbox } from './pages/Inbox.tsx'
 import { Keys } from './pages/Keys.tsx'
 import { RunPage } from './pages/Run.tsx'
+import { Runs } from './pages/Runs.tsx'
 import { Standby } from './pages/Standby.tsx'
 import { go, type Route, useRoute } from './router.ts'
 import { can, type Session, SessionContext } from './session.ts'
@@ -39,6 +40,7 @@ const SHORTCUTS: [string, string][] = [
   ['b', 'Board'],
   ['i', 'Cue inbox'],
   ['s', 'Stand-by'],
+  ['r', 'Runs'],
   ['d', 'Definitions'],
   ['a', 'Answer the oldest cue'],
   ['?', 'Show or hide these shortcuts'],
@@ -133,6 +135,8 @@ function Page({ route, inbox }: { route: Route; inbox: ReturnType<typeof useInbo
       return <Standby />
     case 'run':
       return <RunPage id={route.id} />
+    case 'runs':
+      return <Runs query={route.query} />
     case 'definitions':
       return <Definitions />
     case 'definition':
@@ -158,6 +162,7 @@ const PAGE_TITLES: Record<Route['page'], string> = {
   inbox: 'Cue inbox',
   standby: 'Stand-by',
   run: 'Run',
+  runs: 'Runs',
   definitions: 'Definitions',
   definition: 'Definition',
   keys: 'API keys',
@@ -176,7 +181,7 @@ function Shell({ session, onSignOut }: { session: Session; onSignOut: () => void
   const [help, setHelp] = useState(false)
   const mainRef = useRef<HTMLElement>(null)
   const waiting = inbox.data?.waitingSteps.length
-  const active = route.page === 'run' ? 'board' : route.page === 'definition' ? 'definitions' : route.page
+  const active = route.page === 'run' ? 'runs' : route.page === 'definition' ? 'definitions' : route.page
 
   useEffect(() => {
     document.title = `${PAGE_TITLES[route.page]}${waiting ? ` (${waiting} cue${waiting === 1 ? '' : 's'})` : ''} · showrunner`
@@ -189,7 +194,13 @@ function Shell({ session, onSignOut }: { session: Session; onSignOut: () => void
         return
       }
       if (e.ctrlKey || e.metaKey || e.altKey || typing(e.target)) return
-      const target: Record<string, string> = { b: '/', i: '/inbox', s: '/standby', d: '/definitions' }
+      const target: Record<string, string> = {
+        b: '/',
+        i: '/inbox',
+        s: '/standby',
+        r: '/runs',
+        d: '/definitions',
+      }
       const path = target[e.key]
       if (path) {
         e.preventDefault()
@@ -242,6 +253,7 @@ function Shell({ session, onSignOut }: { session: Session; onSignOut: () => void
               ) : null,
             )}
             {link('standby', '#/standby', 'Stand-by')}
+            {link('runs', '#/runs', 'Runs')}
             {link('definitions', '#/definitions', 'Definitions')}
             {can(session, 'ADMIN') && link('keys', '#/keys', 'API keys')}
             {can(session, 'ADMIN') && link('channels', '#/channels', 'Channels')}

@@ -14,7 +14,7 @@ export type DefinitionState = DefinitionCard['state']
 export const VIEWER = graphql(`query Viewer { viewer { role actor } }`)
 export type ViewerData = ResultOf<typeof VIEWER>
 
-const RUN_CARD = graphql(`
+export const RUN_CARD = graphql(`
 fragment RunCard on EventRun {
   id scope status health currentPhase waitingSteps scheduledFor startedAt endedAt rehearsal lastError
   definition { id slug title }

@@ -6,6 +6,7 @@ export type Route =
   | { page: 'inbox' }
   | { page: 'standby' }
   | { page: 'run'; id: string }
+  | { page: 'runs'; query: string }
   | { page: 'definitions' }
   | { page: 'definition'; id: string }
   | { page: 'keys' }
@@ -13,10 +14,11 @@ export type Route =
   | { page: 'notFound'; path: string }
 
 export function parseRoute(hash: string): Route {
-  const path = hash.replace(/^#/, '') || '/'
+  const [path = '/', query = ''] = (hash.replace(/^#/, '') || '/').split('?', 2)
   if (path === '/' || path === '/board') return { page: 'board' }
   if (path === '/inbox') return { page: 'inbox' }
   if (path === '/standby') return { page: 'standby' }
+  if (path === '/runs') return { page: 'runs', query }
   if (path === '/definitions') return { page: 'definitions' }
   if (path === '/keys') return { page: 'keys' }
   if (path === '/channels') return { page: 'channels' }
