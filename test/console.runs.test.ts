@@ -6,8 +6,8 @@
  */
 import type { Browser, Page } from 'playwright-core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { launchBrowser, newContext, seriousViolations, signIn } from './helpers/browser.ts'
 import type { SqlValue } from '../sql/db.ts'
+import { launchBrowser, newContext, seriousViolations, signIn } from './helpers/browser.ts'
 import { type DefinitionFixture, makeDefinition } from './helpers/fixtures.ts'
 import { eventually, startTestServer, type TestServer } from './helpers/server.ts'
 
@@ -46,10 +46,7 @@ afterAll(async () => {
 })
 
 async function count(where: string, args: SqlValue[] = []): Promise<number> {
-  const rows = await s.t.db.query<{ n: number }>(
-    `SELECT COUNT(*) AS n FROM event_runs WHERE ${where}`,
-    args,
-  )
+  const rows = await s.t.db.query<{ n: number }>(`SELECT COUNT(*) AS n FROM event_runs WHERE ${where}`, args)
   return Number(rows[0]?.n)
 }
 
