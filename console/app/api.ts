@@ -84,19 +84,22 @@ interface RunPageOf<T> {
  * Every node of a `runPage` query, page after page (variables `first` and
  * `after`), up to `max`; `more` tells whether the server had still more.
  */
-export async function allPages<T>(
+export async function allPages<T, V extends { first: number; after?: string | null }>(
   token: string,
-  document: TadaDocumentNode<RunPageOf<T>, { first: number; after?: string | null }>,
+  document: TadaDocumentNode<RunPageOf<T>, V>,
   pageSize: number,
   max: number,
+  /** The document's other variables, the same for every page. */
+  extra?: Omit<V, 'first' | 'after'>,
 ): Promise<{ nodes: T[]; more: boolean }> {
   const nodes: T[] = []
   let after: string | null = null
   for (;;) {
     const data: RunPageOf<T> = await gql(token, document, {
+      ...extra,
       first: Math.min(pageSize, max - nodes.length),
       after,
-    })
+    } as V)
     nodes.push(...data.runPage.nodes)
     const { hasNextPage, endCursor } = data.runPage.pageInfo
     if (!hasNextPage || !endCursor) return { nodes, more: false }

@@ -30,7 +30,12 @@ export type HealthData = ResultOf<typeof HEALTH_FIELDS>
 
 /** Runs per request: the query budget weighs `first` times what each run selects (a run with its steps weighs up to 1,000 steps, the program limit). */
 export const IN_PROGRESS_PAGE_SIZE = 100
-export const STANDBY_PAGE_SIZE = 10
+/** A run with all its steps and their cue ladders weighs about 3,000 (MAX_QUERY_COST is 20,000). */
+export const STANDBY_PAGE_SIZE = 5
+/** Runs waiting to start, a page: a card and the program they will run (no steps yet). */
+export const SCHEDULED_PAGE_SIZE = 100
+/** How far ahead the board and stand-by look for runs waiting to start. */
+export const SCHEDULED_HORIZON_MS = 48 * 3600_000
 
 /** A page of the runs in progress (the server's query budget weighs `first`, so long lists come in pages). */
 export const IN_PROGRESS_PAGE = graphql(
@@ -42,6 +47,22 @@ query InProgress($first: Int!, $after: String) {
 }`,
   [RUN_CARD],
 )
+
+/**
+ * Runs waiting to start before `until`, with who scheduled them and the
+ * program they will run: the board's "Next up" and stand-by list the ones a
+ * person scheduled (`startRun(at:)`), which no schedule's occurrences show.
+ */
+export const SCHEDULED_PAGE = graphql(
+  `
+query ScheduledRuns($first: Int!, $after: String, $until: DateTime) {
+  runPage(filter: { statuses: [SCHEDULED], scheduledBefore: $until }, first: $first, after: $after) {
+    nodes { ...RunCard startedBy timezone version { version program } } pageInfo { hasNextPage endCursor }
+  }
+}`,
+  [RUN_CARD],
+)
+export type ScheduledRun = ResultOf<typeof SCHEDULED_PAGE>['runPage']['nodes'][number]
 
 /** The rest of the board: runs just ended, what comes next, and health. */
 export const BOARD = graphql(

@@ -2,7 +2,7 @@
 import type { ComponentChildren } from 'preact'
 import { useState } from 'preact/hooks'
 import type { ApiError } from './api.ts'
-import { relative, when } from './format.ts'
+import { duration, relative, when } from './format.ts'
 import type { DefinitionState, RunHealth, RunStatus, StepStatus } from './operations.ts'
 
 export function StatusBadge({ status }: { status: RunStatus | StepStatus | DefinitionState }) {
@@ -19,6 +19,16 @@ export function Ago({ iso, now }: { iso: string | null; now: number }) {
   return (
     <time dateTime={iso} title={when(iso, undefined, true)}>
       {relative(iso, now)}
+    </time>
+  )
+}
+
+/** "times out in 2 min 5 s" counting down to a cue's deadline; "deadline passed" once it has. */
+export function Countdown({ iso, now }: { iso: string; now: number }) {
+  const left = Date.parse(iso) - now
+  return (
+    <time dateTime={iso} title={when(iso, undefined, true)} class={left < 60_000 ? 'urgent' : undefined}>
+      {left > 0 ? `times out in ${duration(left)}` : 'deadline passed'}
     </time>
   )
 }

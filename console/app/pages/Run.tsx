@@ -1,8 +1,8 @@
 /** One run: its steps as a timeline, its log, and the run controls. */
 import type { TadaDocumentNode } from '../../../src/client/graphql.ts'
 import { ApiError, gql } from '../api.ts'
-import { duration, json, promptOf, scopeLabel } from '../format.ts'
-import { Ladder } from '../ladder.tsx'
+import { duration, json, promptOf, scopeLabel, viewerZone, when } from '../format.ts'
+import { CueOutcome, Ladder } from '../ladder.tsx'
 import { useLive, useNow } from '../live.ts'
 import { CANCEL_RUN, PAUSE_RUN, RESUME_RUN, RUN, RUN_STATUS, type RunData } from '../operations.ts'
 import { can, useSession } from '../session.ts'
@@ -54,6 +54,9 @@ export function RunPage({ id }: { id: string }) {
   }
 
   const operator = can(session, 'OPERATOR')
+  // One zone for the whole page, the show's; the viewer's beside it where it differs.
+  const zone = run.timezone
+  const sameZone = when(run.scheduledFor, zone) === when(run.scheduledFor, viewerZone)
   return (
     <>
       <h1>
@@ -66,7 +69,13 @@ export function RunPage({ id }: { id: string }) {
         {run.rehearsal && <span class="badge s-rehearsal">rehearsal</span>}
         {run.currentPhase && <span>phase {run.currentPhase}</span>}
         <span class="muted">
-          scheduled <At iso={run.scheduledFor} zone={run.timezone} withZone />
+          scheduled <At iso={run.scheduledFor} zone={zone} />
+          {!sameZone && (
+            <>
+              {' '}
+              (<At iso={run.scheduledFor} zone={viewerZone} /> your time)
+            </>
+          )}
         </span>
         <span class="muted">
           started by {run.startedBy ?? '—'} · version {run.version.version}
@@ -77,6 +86,10 @@ export function RunPage({ id }: { id: string }) {
           </span>
         )}
       </div>
+      <p class="muted small" data-testid="page-zone">
+        Times on this page are in {zone}, the show's time zone
+        {sameZone ? '' : `; yours is ${viewerZone}`}.
+      </p>
       {run.lastError && <p class="row-error">Last error: {run.lastError}</p>}
       <RunOrigins id={run.id} status={run.status} ended={run.endedAt} />
       {run.concurrencyHolder && (
@@ -113,7 +126,11 @@ export function RunPage({ id }: { id: string }) {
                 <div class="step-head">
                   <span class="step-kind">{s.kind}</span>
                   <span class="muted">phase {s.phase}</span>
-                  <StatusBadge status={s.status} />
+                  {s.kind === 'core.cue' && s.cue?.answer ? (
+                    <CueOutcome cue={s.cue} />
+                  ) : (
+                    <StatusBadge status={s.status} />
+                  )}
                   {s.parked && <span class="badge s-cue">waiting on a person</span>}
                   {s.attempts > 1 && (
                     <span class="muted">
@@ -122,11 +139,11 @@ export function RunPage({ id }: { id: string }) {
                   )}
                 </div>
                 {s.kind === 'core.cue' && <div>“{promptOf(s.params)}”</div>}
-                {s.kind === 'core.cue' && <Ladder cue={s.cue} />}
+                {s.kind === 'core.cue' && <Ladder cue={s.cue} zone={zone} />}
                 <div class="muted small">
                   {s.startedAt && (
                     <>
-                      started <At iso={s.startedAt} />
+                      started <At iso={s.startedAt} zone={zone} />
                     </>
                   )}
                   {s.startedAt && s.endedAt && (
@@ -157,7 +174,7 @@ export function RunPage({ id }: { id: string }) {
             <ol class="log" aria-label="Log, newest first">
               {run.logs.map((l) => (
                 <li key={l.id} class={`lv-${l.level}`}>
-                  <At iso={l.at} /> <span class="lv">{l.level}</span> {l.message}
+                  <At iso={l.at} zone={zone} /> <span class="lv">{l.level}</span> {l.message}
                   {l.actor && <span class="muted"> — {l.actor}</span>}
                 </li>
               ))}
