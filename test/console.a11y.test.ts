@@ -26,6 +26,7 @@ beforeAll(async () => {
     ['runs', '#/runs'],
     ['definitions', '#/definitions'],
     ['definition', `#/definitions/${scene.show}`],
+    ['new show', '#/definitions/new'],
     ['keys', '#/keys'],
   ]
 })

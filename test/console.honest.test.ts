@@ -67,9 +67,7 @@ describe('honest state', () => {
     const next = page.getByTestId('next-up-run')
     await next.first().waitFor()
     await expect(next.first().textContent()).resolves.toContain(`scheduled by ${run.startedBy}`)
-    expect(
-      await page.locator(`a[href="#/runs/${run.id}"]`).count(),
-    ).toBe(1)
+    expect(await page.locator(`a[href="#/runs/${run.id}"]`).count()).toBe(1)
     await page.getByRole('heading', { name: 'Next up (your time, Europe/Paris)' }).waitFor()
 
     await page.goto(`${s.url}/#/standby`)

@@ -7,6 +7,7 @@
 import { print } from '@0no-co/graphql.web'
 import { type DocumentNode, parse, validate } from 'graphql'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import * as authoringOps from '../console/app/authoringOps.ts'
 import * as ops from '../console/app/operations.ts'
 import * as runsOps from '../console/app/runsOps.ts'
 import * as showOps from '../console/app/showOps.ts'
@@ -15,10 +16,12 @@ import { schema } from '../schema/index.ts'
 import { startTestServer, type TestServer, TOKENS } from './helpers/server.ts'
 
 /** Each exported document as text (the typed documents are ASTs; the server gets them printed). */
-const documents: [string, string][] = Object.entries({ ...ops, ...showOps, ...runsOps } as Record<
-  string,
-  unknown
->)
+const documents: [string, string][] = Object.entries({
+  ...ops,
+  ...showOps,
+  ...runsOps,
+  ...authoringOps,
+} as Record<string, unknown>)
   .filter((e): e is [string, DocumentNode] => (e[1] as { kind?: unknown } | null)?.kind === 'Document')
   .map(([name, doc]) => [name, print(doc)] as [string, string])
   .filter(([, text]) => /^\s*(query|mutation|subscription)\b/.test(text))
@@ -35,6 +38,9 @@ const VARIABLES: Record<string, unknown> = {
   reason: 'test',
   action: 'CANCEL',
   filter: { definitionId: '999999' },
+  manifests: [],
+  program: {},
+  input: { slug: 'never-made', title: 'Never made', program: {} },
 }
 
 describe('the console operations', () => {

@@ -12,6 +12,8 @@ export class ApiError extends Error {
   constructor(
     message: string,
     readonly code: string | undefined,
+    /** Each problem of an input with its path, where the server names them (applyDefinitions). */
+    readonly problems: { path: string; message: string }[] = [],
   ) {
     super(message)
   }
@@ -71,7 +73,7 @@ export async function gql<R, V>(token: string, document: TadaDocumentNode<R, V>,
     return await client.request(document, variables)
   } catch (err) {
     if (err instanceof ClientError)
-      throw new ApiError(err.message, err.code === 'HTTP' ? 'NETWORK' : err.code)
+      throw new ApiError(err.message, err.code === 'HTTP' ? 'NETWORK' : err.code, err.problems)
     throw err
   }
 }

@@ -30,6 +30,7 @@ import { Board } from './pages/Board.tsx'
 import { DefinitionPage, Definitions } from './pages/Definitions.tsx'
 import { FOCUS_OLDEST_EVENT, Inbox, useInbox } from './pages/Inbox.tsx'
 import { Keys } from './pages/Keys.tsx'
+import { NewShow } from './pages/NewShow.tsx'
 import { RunPage } from './pages/Run.tsx'
 import { Runs } from './pages/Runs.tsx'
 import { Standby } from './pages/Standby.tsx'
@@ -141,6 +142,8 @@ function Page({ route, inbox }: { route: Route; inbox: ReturnType<typeof useInbo
       return <Definitions />
     case 'definition':
       return <DefinitionPage id={route.id} />
+    case 'newShow':
+      return <NewShow />
     case 'keys':
       return <Keys />
     case 'channels':
@@ -165,6 +168,7 @@ const PAGE_TITLES: Record<Route['page'], string> = {
   runs: 'Runs',
   definitions: 'Definitions',
   definition: 'Definition',
+  newShow: 'New show',
   keys: 'API keys',
   channels: 'Notification channels',
   notFound: 'Not found',
@@ -181,7 +185,12 @@ function Shell({ session, onSignOut }: { session: Session; onSignOut: () => void
   const [help, setHelp] = useState(false)
   const mainRef = useRef<HTMLElement>(null)
   const waiting = inbox.data?.waitingSteps.length
-  const active = route.page === 'run' ? 'runs' : route.page === 'definition' ? 'definitions' : route.page
+  const active =
+    route.page === 'run'
+      ? 'runs'
+      : route.page === 'definition' || route.page === 'newShow'
+        ? 'definitions'
+        : route.page
 
   useEffect(() => {
     document.title = `${PAGE_TITLES[route.page]}${waiting ? ` (${waiting} cue${waiting === 1 ? '' : 's'})` : ''} · showrunner`

@@ -8,6 +8,7 @@ export type Route =
   | { page: 'run'; id: string }
   | { page: 'runs'; query: string }
   | { page: 'definitions' }
+  | { page: 'newShow' }
   | { page: 'definition'; id: string }
   | { page: 'keys' }
   | { page: 'channels' }
@@ -19,6 +20,7 @@ export function parseRoute(hash: string): Route {
   if (path === '/inbox') return { page: 'inbox' }
   if (path === '/standby') return { page: 'standby' }
   if (path === '/runs') return { page: 'runs', query }
+  if (path === '/definitions/new') return { page: 'newShow' }
   if (path === '/definitions') return { page: 'definitions' }
   if (path === '/keys') return { page: 'keys' }
   if (path === '/channels') return { page: 'channels' }
