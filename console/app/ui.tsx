@@ -110,3 +110,66 @@ export function ActionButton({
     </button>
   )
 }
+
+/**
+ * A button that asks a reason before it acts (skip a step, cancel a run):
+ * the first press opens a reason field and a confirming button, so nothing
+ * happens on one stray click, and the reason goes with the action.
+ */
+export function ReasonAction({
+  label,
+  confirmLabel,
+  run,
+  kind,
+  placeholder,
+}: {
+  label: string
+  confirmLabel: string
+  run: (reason: string) => Promise<unknown>
+  kind?: 'danger' | 'primary'
+  placeholder?: string
+}) {
+  const [open, setOpen] = useState(false)
+  const [reason, setReason] = useState('')
+  const [busy, setBusy] = useState(false)
+  if (!open)
+    return (
+      <button type="button" class={kind ?? ''} onClick={() => setOpen(true)}>
+        {label}
+      </button>
+    )
+  return (
+    <form
+      class="reason-form"
+      aria-label={label}
+      onSubmit={async (e) => {
+        e.preventDefault()
+        setBusy(true)
+        try {
+          await run(reason.trim())
+          setOpen(false)
+          setReason('')
+        } finally {
+          setBusy(false)
+        }
+      }}
+    >
+      <label>
+        Reason{' '}
+        <input
+          value={reason}
+          placeholder={placeholder}
+          required
+          onInput={(e) => setReason((e.target as HTMLInputElement).value)}
+          ref={(el) => el?.focus()}
+        />
+      </label>
+      <button type="submit" class={kind ?? ''} disabled={busy || reason.trim() === ''}>
+        {confirmLabel}
+      </button>
+      <button type="button" onClick={() => setOpen(false)}>
+        Never mind
+      </button>
+    </form>
+  )
+}

@@ -4,12 +4,42 @@ import { ApiError, gql } from '../api.ts'
 import { duration, json, promptOf, scopeLabel, viewerZone, when } from '../format.ts'
 import { CueOutcome, Ladder } from '../ladder.tsx'
 import { useLive, useNow } from '../live.ts'
-import { CANCEL_RUN, PAUSE_RUN, RESUME_RUN, RUN, RUN_STATUS, type RunData } from '../operations.ts'
+import {
+  CANCEL_RUN,
+  PAUSE_RUN,
+  RESUME_RUN,
+  RUN,
+  RUN_STATUS,
+  type RunData,
+  SKIP_STEP,
+  type StepCard,
+} from '../operations.ts'
 import { can, useSession } from '../session.ts'
-import { ActionButton, Ago, At, ErrorNote, HealthBadge, Loading, Section, StatusBadge } from '../ui.tsx'
+import {
+  ActionButton,
+  Ago,
+  At,
+  ErrorNote,
+  HealthBadge,
+  Loading,
+  ReasonAction,
+  Section,
+  StatusBadge,
+} from '../ui.tsx'
 import { RunOrigins } from './ShowOps.tsx'
 
 const UNFINISHED = new Set(['SCHEDULED', 'STARTING', 'RUNNING', 'PAUSED', 'ENDING'])
+
+/**
+ * A step a person may skip from the run page: one that is failing and
+ * retrying (it has an error and has not finished), or a wait in progress. A
+ * parked cue is answered or skipped from the inbox.
+ */
+function skippable(step: StepCard): boolean {
+  if (step.status !== 'RUNNING' && step.status !== 'PENDING') return false
+  if (step.parked) return false
+  return step.lastError !== null || (step.kind === 'core.wait' && step.status === 'RUNNING')
+}
 
 export function RunPage({ id }: { id: string }) {
   const session = useSession()
@@ -91,7 +121,13 @@ export function RunPage({ id }: { id: string }) {
         {sameZone ? '' : `; yours is ${viewerZone}`}.
       </p>
       {run.lastError && <p class="row-error">Last error: {run.lastError}</p>}
-      <RunOrigins id={run.id} status={run.status} ended={run.endedAt} />
+      <RunOrigins
+        id={run.id}
+        status={run.status}
+        ended={run.endedAt}
+        failedStep={run.steps.findLast((st) => st.status === 'FAILED')?.seq ?? null}
+        stepCount={run.steps.length}
+      />
       {run.concurrencyHolder && (
         <p class="muted">
           Held back by{' '}
@@ -108,13 +144,12 @@ export function RunPage({ id }: { id: string }) {
           {run.status === 'PAUSED' && (
             <ActionButton label="Resume" kind="primary" run={() => control(RESUME_RUN, 'Resumed')} />
           )}
-          <ActionButton
+          <ReasonAction
             label="Cancel run"
+            confirmLabel="Cancel the run"
             kind="danger"
-            confirm={`Cancel this run of ${run.definition.title}? Its unfinished steps are cancelled.`}
-            run={() =>
-              control(CANCEL_RUN, 'Cancelled', { reason: `cancelled from the console by ${session.actor}` })
-            }
+            placeholder="why (kept with the run)"
+            run={(reason) => control(CANCEL_RUN, 'Cancelled', { reason })}
           />
         </fieldset>
       )}
@@ -157,6 +192,27 @@ export function RunPage({ id }: { id: string }) {
                   )}
                 </div>
                 {s.lastError && <div class="row-error">{s.lastError}</div>}
+                {operator && UNFINISHED.has(run.status) && skippable(s) && (
+                  <ReasonAction
+                    label="Skip step"
+                    confirmLabel="Skip this step"
+                    placeholder="why (kept with the run)"
+                    run={async (reason) => {
+                      try {
+                        const d = await gql(session.token, SKIP_STEP, { stepId: s.id, reason })
+                        session.notify(
+                          d.skipStep.applied
+                            ? 'Step skipped.'
+                            : 'Not skipped: the step had already finished.',
+                          d.skipStep.applied ? 'ok' : 'error',
+                        )
+                      } catch (err) {
+                        session.notify(err instanceof ApiError ? err.message : String(err), 'error')
+                      }
+                      await q.refetch()
+                    }}
+                  />
+                )}
                 {s.result !== null && s.result !== undefined && (
                   <details>
                     <summary>Result</summary>
