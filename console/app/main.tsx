@@ -36,6 +36,7 @@ import { Runs } from './pages/Runs.tsx'
 import { Standby } from './pages/Standby.tsx'
 import { go, type Route, useRoute } from './router.ts'
 import { can, type Session, SessionContext } from './session.ts'
+import { normaliseToken, refusalText } from './signIn.ts'
 
 const SHORTCUTS: [string, string][] = [
   ['b', 'Board'],
@@ -57,6 +58,7 @@ function SignIn({
   const [token, setToken] = useState('')
   const [error, setError] = useState<string | null>(problem)
   const [busy, setBusy] = useState(false)
+  const [shown, setShown] = useState(false)
   const [sso, setSso] = useState<SsoConfig | null>(null)
   useEffect(() => {
     void ssoConfig().then(setSso)
@@ -69,42 +71,60 @@ function SignIn({
           e.preventDefault()
           setBusy(true)
           setError(null)
+          const credential = normaliseToken(token)
           try {
-            const data = await gql(token.trim(), SIGNED_IN_VIEWER)
-            onSignedIn(token.trim(), data.viewer)
+            const data = await gql(credential, SIGNED_IN_VIEWER)
+            onSignedIn(credential, data.viewer)
           } catch (err) {
-            setError(
-              err instanceof ApiError && err.code === 'UNAUTHENTICATED'
-                ? 'That token is not accepted by this server.'
-                : err instanceof Error
-                  ? err.message
-                  : String(err),
-            )
+            setError(refusalText(err))
           } finally {
             setBusy(false)
           }
         }}
       >
         <label for="token">Access token</label>
-        <input
-          id="token"
-          name="token"
-          type="password"
-          autocomplete="current-password"
-          required
-          value={token}
-          onInput={(e) => setToken((e.target as HTMLInputElement).value)}
-          aria-describedby="token-help"
-        />
+        {shown ? (
+          <input
+            id="token"
+            name="token"
+            type="text"
+            autocomplete="off"
+            spellcheck={false}
+            required
+            value={token}
+            onInput={(e) => setToken((e.target as HTMLInputElement).value)}
+            aria-describedby="token-help"
+          />
+        ) : (
+          <input
+            id="token"
+            name="token"
+            type="password"
+            autocomplete="current-password"
+            required
+            value={token}
+            onInput={(e) => setToken((e.target as HTMLInputElement).value)}
+            aria-describedby="token-help"
+          />
+        )}
+        <label class="small">
+          <input
+            type="checkbox"
+            checked={shown}
+            onChange={(e) => setShown((e.target as HTMLInputElement).checked)}
+          />{' '}
+          Show what I pasted
+        </label>
         <p id="token-help" class="muted small">
-          A token from SHOWRUNNER_TOKENS (or the one the server printed at start). It stays in this tab only.
+          An API key, a token from SHOWRUNNER_TOKENS, or the one the server printed at start; the whole
+          "Authorization: Bearer …" line is fine too. It stays in this tab only.
         </p>
         {error && (
           <p class="error" role="alert">
             {error}
           </p>
         )}
-        <button type="submit" class="primary" disabled={busy || token.trim() === ''}>
+        <button type="submit" class="primary" disabled={busy || normaliseToken(token) === ''}>
           Sign in
         </button>
       </form>
