@@ -297,6 +297,7 @@ function Shell({ session, onSignOut }: { session: Session; onSignOut: () => void
           </span>
           <button
             type="button"
+            class="kbd-hint"
             onClick={() => setHelp((h) => !h)}
             aria-expanded={help}
             aria-controls="shortcuts"

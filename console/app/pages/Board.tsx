@@ -24,7 +24,7 @@ export function HealthStrip({ health, now }: { health: HealthData; now: number }
     <section class="strip" aria-label="System health">
       <div class={`tile ${health.database ? 'good' : 'bad'}`}>
         <span class="tile-label">Database</span>
-        <strong>{health.database ? 'answers' : 'unreachable'}</strong>
+        <strong>{health.database ? 'reachable' : 'unreachable'}</strong>
       </div>
       <div class={`tile ${health.runners.length > 0 ? 'good' : 'bad'}`}>
         <span class="tile-label">Runners</span>
@@ -33,7 +33,7 @@ export function HealthStrip({ health, now }: { health: HealthData; now: number }
           <ul class="runners">
             {health.runners.map((r) => (
               <li key={r.id} title={`${r.id} on ${r.host}`}>
-                {r.host}: lag {r.tickLagMs} ms
+                {r.host}: tick {r.tickLagMs} ms late
               </li>
             ))}
           </ul>

@@ -80,7 +80,11 @@ export function Standby() {
                   <span class="eta">
                     {c.waitingNow ? (
                       <>
-                        <strong>waiting now</strong> — <a href="#/inbox">answer</a> (<kbd>a</kbd>)
+                        <strong>waiting now</strong> — <a href="#/inbox">answer</a>
+                        <span class="kbd-hint">
+                          {' '}
+                          (<kbd>a</kbd>)
+                        </span>
                         {c.waitingNow.deadlineAt && (
                           <>
                             {' '}
