@@ -9,15 +9,7 @@ import { Channels } from './pages/Channels.tsx'
 import './style.css'
 import { render } from 'preact'
 import { useCallback, useEffect, useRef, useState } from 'preact/hooks'
-import {
-  ApiError,
-  closeSubscriptions,
-  gql,
-  onUnauthenticated,
-  storedToken,
-  storedViewer,
-  storeToken,
-} from './api.ts'
+import { closeSubscriptions, gql, onUnauthenticated, storedToken, storedViewer, storeToken } from './api.ts'
 import {
   beginSso,
   finishSso,
