@@ -64,6 +64,18 @@ query ScheduledRuns($first: Int!, $after: String, $until: DateTime) {
 )
 export type ScheduledRun = ResultOf<typeof SCHEDULED_PAGE>['runPage']['nodes'][number]
 
+/** The same runs for the board's "Next up": who scheduled them, without the program. */
+export const SCHEDULED_CARDS = graphql(
+  `
+query ScheduledCards($first: Int!, $after: String, $until: DateTime) {
+  runPage(filter: { statuses: [SCHEDULED], scheduledBefore: $until }, first: $first, after: $after) {
+    nodes { ...RunCard startedBy } pageInfo { hasNextPage endCursor }
+  }
+}`,
+  [RUN_CARD],
+)
+export type ScheduledCard = ResultOf<typeof SCHEDULED_CARDS>['runPage']['nodes'][number]
+
 /** The rest of the board: runs just ended, what comes next, and health. */
 export const BOARD = graphql(
   `

@@ -144,7 +144,7 @@ export function scheduledFirstCue(run: ScheduledRun, now: number): NextCue | nul
 }
 
 /** A run waiting to start that a person scheduled (the schedule's own occurrences are listed as such). */
-export function scheduledByPerson(run: ScheduledRun): boolean {
+export function scheduledByPerson(run: { startedBy: string | null }): boolean {
   return run.startedBy !== 'schedule'
 }
 

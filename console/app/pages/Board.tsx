@@ -11,12 +11,14 @@ import {
   IN_PROGRESS_PAGE_SIZE,
   RUN_CHANGES,
   type RunCard,
-  type ScheduledRun,
+  SCHEDULED_CARDS,
+  SCHEDULED_HORIZON_MS,
+  SCHEDULED_PAGE_SIZE,
+  type ScheduledCard,
 } from '../operations.ts'
 import { useSession } from '../session.ts'
 import { scheduledByPerson } from '../standby.ts'
 import { Ago, At, ErrorNote, HealthBadge, Loading, Section, StatusBadge } from '../ui.tsx'
-import { loadScheduled } from './Standby.tsx'
 
 export function HealthStrip({ health, now }: { health: HealthData; now: number }) {
   const oldest = health.oldestWaitingStepAt
@@ -85,13 +87,15 @@ function RunRow({ run, now }: { run: RunCard; now: number }) {
 /** Most runs in progress the board lists. */
 export const BOARD_MAX_RUNS = 500
 
-type Loaded = BoardData & { inProgress: { nodes: RunCard[]; more: boolean }; scheduled: ScheduledRun[] }
+type Loaded = BoardData & { inProgress: { nodes: RunCard[]; more: boolean }; scheduled: ScheduledCard[] }
 
 async function loadBoard(token: string): Promise<Loaded> {
   const [rest, inProgress, scheduled] = await Promise.all([
     gql(token, BOARD),
     allPages(token, IN_PROGRESS_PAGE, IN_PROGRESS_PAGE_SIZE, BOARD_MAX_RUNS),
-    loadScheduled(token),
+    allPages(token, SCHEDULED_CARDS, SCHEDULED_PAGE_SIZE, 500, {
+      until: new Date(Date.now() + SCHEDULED_HORIZON_MS).toISOString(),
+    }),
   ])
   return { ...rest, inProgress, scheduled: scheduled.nodes }
 }
@@ -99,7 +103,7 @@ async function loadBoard(token: string): Promise<Loaded> {
 /** One line of "Next up": an occurrence of a schedule, or a run a person scheduled. */
 type NextUp =
   | { at: string; def: BoardData['definitions'][number]; run?: undefined }
-  | { at: string; run: ScheduledRun; def?: undefined }
+  | { at: string; run: ScheduledCard; def?: undefined }
 
 export function Board() {
   const { token } = useSession()
