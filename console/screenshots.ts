@@ -23,6 +23,7 @@ async function main(): Promise<void> {
       ['inbox', '#/inbox'],
       ['standby', '#/standby'],
       ['run', `#/runs/${scene.runs[0]}`],
+      ['runs', '#/runs'],
       ['definitions', '#/definitions'],
       ['definition', `#/definitions/${scene.show}`],
     ]

@@ -41,5 +41,6 @@ export function definitionDeps(ctx: ApiContext): DefinitionDeps {
     clock: s.clock,
     horizonMs: s.horizonMs,
     nudgeMaterialise: () => s.requestMaterialise(),
+    webhookAllow: s.notifications.webhookAllow,
   }
 }

@@ -68,7 +68,7 @@ export async function loadDemo(deps: DefinitionDeps, actor = 'demo'): Promise<st
       {
         slug: 'demo-manual',
         title: 'Demo: start me by hand',
-        description: 'No schedule: start it with the startRun mutation, then resolve its cue.',
+        description: 'No schedule: start it with Start a run below (or startRun), then answer its cue.',
         schedule: null,
         timezone: machineTimezone(),
         program: {

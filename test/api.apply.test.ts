@@ -15,7 +15,9 @@ let source: TestServer
 let target: TestServer
 
 beforeAll(async () => {
-  ;[source, target] = await Promise.all([startTestServer(), startTestServer({ runner: true })])
+  // The program below calls example.com: both allow it, or publishing refuses it.
+  const env = { WEBHOOK_ALLOW: 'https://example.com/' }
+  ;[source, target] = await Promise.all([startTestServer({ env }), startTestServer({ runner: true, env })])
 })
 afterAll(async () => {
   await Promise.all([source?.close(), target?.close()])

@@ -80,7 +80,9 @@ describe('GraphQL over HTTP', () => {
     expect(res.headers.get('content-type')).toMatch(/text\/html/)
     const html = await res.text()
     expect(html).toContain('showrunner GraphiQL')
-    expect(html).toContain('Bearer PASTE-YOUR-TOKEN-HERE')
+    // Where the token goes, but no placeholder token that would be sent (and refused) on open.
+    expect(html).not.toContain('PASTE-YOUR-TOKEN-HERE')
+    expect(html).toContain('Put your token in the Headers tab below')
     expect(html).toMatch(/isHeadersEditorEnabled"?\s*:\s*true/)
   })
 

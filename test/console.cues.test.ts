@@ -77,7 +77,7 @@ describe('the console and cues', () => {
     await page.goto(`${s.url}/#/runs/${mineRun}`)
     const answer = page.getByTestId('cue-answer')
     await answer.waitFor()
-    await expect(answer.textContent()).resolves.toContain(`resolved by ${OPERATOR} via console`)
+    await expect(answer.textContent()).resolves.toContain(`answered by ${OPERATOR} via console`)
     expect((page as unknown as { outsideRequests: string[] }).outsideRequests).toEqual([])
     await context.close()
   }, 60_000)

@@ -7,14 +7,21 @@
 import { print } from '@0no-co/graphql.web'
 import { type DocumentNode, parse, validate } from 'graphql'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import * as authoringOps from '../console/app/authoringOps.ts'
 import * as ops from '../console/app/operations.ts'
+import * as runsOps from '../console/app/runsOps.ts'
 import * as showOps from '../console/app/showOps.ts'
 import { nextCue, standbyList } from '../console/app/standby.ts'
 import { schema } from '../src/api/schema.ts'
 import { startTestServer, type TestServer, TOKENS } from './helpers/server.ts'
 
 /** Each exported document as text (the typed documents are ASTs; the server gets them printed). */
-const documents: [string, string][] = Object.entries({ ...ops, ...showOps } as Record<string, unknown>)
+const documents: [string, string][] = Object.entries({
+  ...ops,
+  ...showOps,
+  ...runsOps,
+  ...authoringOps,
+} as Record<string, unknown>)
   .filter((e): e is [string, DocumentNode] => (e[1] as { kind?: unknown } | null)?.kind === 'Document')
   .map(([name, doc]) => [name, print(doc)] as [string, string])
   .filter(([, text]) => /^\s*(query|mutation|subscription)\b/.test(text))
@@ -31,6 +38,9 @@ const VARIABLES: Record<string, unknown> = {
   reason: 'test',
   action: 'CANCEL',
   filter: { definitionId: '999999' },
+  manifests: [],
+  program: {},
+  input: { slug: 'never-made', title: 'Never made', program: {} },
 }
 
 describe('the console operations', () => {
@@ -106,9 +116,10 @@ describe('stand-by', () => {
     startedAt: null,
     endedAt: null,
     lastError: null,
+    cue: null,
     ...extra,
   })
-  const run = (steps: ops.StepCard[], status: ops.RunStatus = 'RUNNING'): ops.RunWithSteps => ({
+  const run = (steps: ops.RunWithSteps['steps'], status: ops.RunStatus = 'RUNNING'): ops.RunWithSteps => ({
     id: '1',
     scope: '',
     status,

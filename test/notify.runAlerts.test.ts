@@ -13,7 +13,14 @@ let rx: Receiver
 let s: TestServer
 beforeAll(async () => {
   rx = await startReceiver()
-  s = await startTestServer({ runner: true, env: { WEBHOOK_ALLOW: `${rx.url}/`, NOTIFY_POLL_MS: '50' } })
+  s = await startTestServer({
+    runner: true,
+    env: {
+      // Port 9 of the loopback refuses at once: the degrading webhook below fails fast.
+      WEBHOOK_ALLOW: `${rx.url}/,http://127.0.0.1:9/`,
+      NOTIFY_POLL_MS: '50',
+    },
+  })
 })
 afterAll(async () => {
   await s?.close()
@@ -68,7 +75,7 @@ describe('run alerts', () => {
     )
     const degraded = await start(
       await definition([
-        { kind: 'core.webhook', params: { url: 'http://10.255.255.1/nowhere' }, onError: 'degrade' },
+        { kind: 'core.webhook', params: { url: 'http://127.0.0.1:9/nowhere' }, onError: 'degrade' },
         { kind: 'core.log', params: { message: 'after' } },
       ]),
     )

@@ -12,6 +12,8 @@ export class ApiError extends Error {
   constructor(
     message: string,
     readonly code: string | undefined,
+    /** Each problem of an input with its path, where the server names them (applyDefinitions). */
+    readonly problems: { path: string; message: string }[] = [],
   ) {
     super(message)
   }
@@ -71,7 +73,7 @@ export async function gql<R, V>(token: string, document: TadaDocumentNode<R, V>,
     return await client.request(document, variables)
   } catch (err) {
     if (err instanceof ClientError)
-      throw new ApiError(err.message, err.code === 'HTTP' ? 'NETWORK' : err.code)
+      throw new ApiError(err.message, err.code === 'HTTP' ? 'NETWORK' : err.code, err.problems)
     throw err
   }
 }
@@ -84,19 +86,22 @@ interface RunPageOf<T> {
  * Every node of a `runPage` query, page after page (variables `first` and
  * `after`), up to `max`; `more` tells whether the server had still more.
  */
-export async function allPages<T>(
+export async function allPages<T, V extends { first: number; after?: string | null }>(
   token: string,
-  document: TadaDocumentNode<RunPageOf<T>, { first: number; after?: string | null }>,
+  document: TadaDocumentNode<RunPageOf<T>, V>,
   pageSize: number,
   max: number,
+  /** The document's other variables, the same for every page. */
+  extra?: Omit<V, 'first' | 'after'>,
 ): Promise<{ nodes: T[]; more: boolean }> {
   const nodes: T[] = []
   let after: string | null = null
   for (;;) {
     const data: RunPageOf<T> = await gql(token, document, {
+      ...extra,
       first: Math.min(pageSize, max - nodes.length),
       after,
-    })
+    } as V)
     nodes.push(...data.runPage.nodes)
     const { hasNextPage, endCursor } = data.runPage.pageInfo
     if (!hasNextPage || !endCursor) return { nodes, more: false }

@@ -1,9 +1,32 @@
 /** A cue's ladder in one line: who it is for, reminders and escalations sent, the deadline, who answered and how. */
 import { Fragment } from 'preact'
+import { useNow } from './live.ts'
 import type { CueLadder } from './operations.ts'
-import { At } from './ui.tsx'
+import { At, Countdown } from './ui.tsx'
 
-export function Ladder({ cue }: { cue: CueLadder | null | undefined }) {
+/** How a cue ended, in words: answered, skipped or timed out, each its own badge (not the step's "completed"). */
+export function CueOutcome({ cue }: { cue: CueLadder | null | undefined }) {
+  const outcome = cue?.answer?.outcome
+  if (!outcome) return null
+  const [label, tone] =
+    outcome === 'timedOut'
+      ? ['timed out', 'failed']
+      : outcome === 'skipped'
+        ? ['skipped', 'skipped']
+        : ['answered', 'completed']
+  return (
+    <span class={`badge s-${tone}`} data-testid="cue-outcome">
+      {label}
+    </span>
+  )
+}
+
+function LiveCountdown({ iso }: { iso: string }) {
+  const now = useNow()
+  return <Countdown iso={iso} now={now} />
+}
+
+export function Ladder({ cue, zone }: { cue: CueLadder | null | undefined; zone?: string }) {
   if (!cue) return null
   const parts: preact.ComponentChildren[] = []
   parts.push(
@@ -23,17 +46,17 @@ export function Ladder({ cue }: { cue: CueLadder | null | undefined }) {
   if (cue.escalationLevel > 0) parts.push(<span key="esc">{`escalated ×${cue.escalationLevel}`}</span>)
   if (cue.deadlineAt && !cue.answer)
     parts.push(
-      <span key="dl">
-        deadline <At iso={cue.deadlineAt} />
+      <span key="dl" data-testid="cue-deadline">
+        <LiveCountdown iso={cue.deadlineAt} /> (at <At iso={cue.deadlineAt} zone={zone} />)
       </span>,
     )
   if (cue.answer)
     parts.push(
       <span key="ans" data-testid="cue-answer">
         {cue.answer.outcome === 'timedOut'
-          ? 'timed out'
-          : `${cue.answer.outcome} by ${cue.answer.by} via ${cue.answer.via}`}{' '}
-        <At iso={cue.answer.at} />
+          ? 'timed out, nobody answered'
+          : `${cue.answer.outcome === 'skipped' ? 'skipped' : 'answered'} by ${cue.answer.by} via ${cue.answer.via}`}{' '}
+        <At iso={cue.answer.at} zone={zone} />
         {cue.answer.note ? `: “${cue.answer.note}”` : ''}
       </span>,
     )

@@ -9,15 +9,7 @@ import { Channels } from './pages/Channels.tsx'
 import './style.css'
 import { render } from 'preact'
 import { useCallback, useEffect, useRef, useState } from 'preact/hooks'
-import {
-  ApiError,
-  closeSubscriptions,
-  gql,
-  onUnauthenticated,
-  storedToken,
-  storedViewer,
-  storeToken,
-} from './api.ts'
+import { closeSubscriptions, gql, onUnauthenticated, storedToken, storedViewer, storeToken } from './api.ts'
 import {
   beginSso,
   finishSso,
@@ -30,15 +22,19 @@ import { Board } from './pages/Board.tsx'
 import { DefinitionPage, Definitions } from './pages/Definitions.tsx'
 import { FOCUS_OLDEST_EVENT, Inbox, useInbox } from './pages/Inbox.tsx'
 import { Keys } from './pages/Keys.tsx'
+import { NewShow } from './pages/NewShow.tsx'
 import { RunPage } from './pages/Run.tsx'
+import { Runs } from './pages/Runs.tsx'
 import { Standby } from './pages/Standby.tsx'
 import { go, type Route, useRoute } from './router.ts'
 import { can, type Session, SessionContext } from './session.ts'
+import { normaliseToken, refusalText } from './signIn.ts'
 
 const SHORTCUTS: [string, string][] = [
   ['b', 'Board'],
   ['i', 'Cue inbox'],
   ['s', 'Stand-by'],
+  ['r', 'Runs'],
   ['d', 'Definitions'],
   ['a', 'Answer the oldest cue'],
   ['?', 'Show or hide these shortcuts'],
@@ -54,6 +50,7 @@ function SignIn({
   const [token, setToken] = useState('')
   const [error, setError] = useState<string | null>(problem)
   const [busy, setBusy] = useState(false)
+  const [shown, setShown] = useState(false)
   const [sso, setSso] = useState<SsoConfig | null>(null)
   useEffect(() => {
     void ssoConfig().then(setSso)
@@ -66,42 +63,60 @@ function SignIn({
           e.preventDefault()
           setBusy(true)
           setError(null)
+          const credential = normaliseToken(token)
           try {
-            const data = await gql(token.trim(), SIGNED_IN_VIEWER)
-            onSignedIn(token.trim(), data.viewer)
+            const data = await gql(credential, SIGNED_IN_VIEWER)
+            onSignedIn(credential, data.viewer)
           } catch (err) {
-            setError(
-              err instanceof ApiError && err.code === 'UNAUTHENTICATED'
-                ? 'That token is not accepted by this server.'
-                : err instanceof Error
-                  ? err.message
-                  : String(err),
-            )
+            setError(refusalText(err))
           } finally {
             setBusy(false)
           }
         }}
       >
         <label for="token">Access token</label>
-        <input
-          id="token"
-          name="token"
-          type="password"
-          autocomplete="current-password"
-          required
-          value={token}
-          onInput={(e) => setToken((e.target as HTMLInputElement).value)}
-          aria-describedby="token-help"
-        />
+        {shown ? (
+          <input
+            id="token"
+            name="token"
+            type="text"
+            autocomplete="off"
+            spellcheck={false}
+            required
+            value={token}
+            onInput={(e) => setToken((e.target as HTMLInputElement).value)}
+            aria-describedby="token-help"
+          />
+        ) : (
+          <input
+            id="token"
+            name="token"
+            type="password"
+            autocomplete="current-password"
+            required
+            value={token}
+            onInput={(e) => setToken((e.target as HTMLInputElement).value)}
+            aria-describedby="token-help"
+          />
+        )}
+        <label class="small">
+          <input
+            type="checkbox"
+            checked={shown}
+            onChange={(e) => setShown((e.target as HTMLInputElement).checked)}
+          />{' '}
+          Show what I pasted
+        </label>
         <p id="token-help" class="muted small">
-          A token from SHOWRUNNER_TOKENS (or the one the server printed at start). It stays in this tab only.
+          An API key, a token from SHOWRUNNER_TOKENS, or the one the server printed at start; the whole
+          "Authorization: Bearer …" line is fine too. It stays in this tab only.
         </p>
         {error && (
           <p class="error" role="alert">
             {error}
           </p>
         )}
-        <button type="submit" class="primary" disabled={busy || token.trim() === ''}>
+        <button type="submit" class="primary" disabled={busy || normaliseToken(token) === ''}>
           Sign in
         </button>
       </form>
@@ -133,10 +148,14 @@ function Page({ route, inbox }: { route: Route; inbox: ReturnType<typeof useInbo
       return <Standby />
     case 'run':
       return <RunPage id={route.id} />
+    case 'runs':
+      return <Runs query={route.query} />
     case 'definitions':
       return <Definitions />
     case 'definition':
       return <DefinitionPage id={route.id} />
+    case 'newShow':
+      return <NewShow />
     case 'keys':
       return <Keys />
     case 'channels':
@@ -158,8 +177,10 @@ const PAGE_TITLES: Record<Route['page'], string> = {
   inbox: 'Cue inbox',
   standby: 'Stand-by',
   run: 'Run',
+  runs: 'Runs',
   definitions: 'Definitions',
   definition: 'Definition',
+  newShow: 'New show',
   keys: 'API keys',
   channels: 'Notification channels',
   notFound: 'Not found',
@@ -176,7 +197,12 @@ function Shell({ session, onSignOut }: { session: Session; onSignOut: () => void
   const [help, setHelp] = useState(false)
   const mainRef = useRef<HTMLElement>(null)
   const waiting = inbox.data?.waitingSteps.length
-  const active = route.page === 'run' ? 'board' : route.page === 'definition' ? 'definitions' : route.page
+  const active =
+    route.page === 'run'
+      ? 'runs'
+      : route.page === 'definition' || route.page === 'newShow'
+        ? 'definitions'
+        : route.page
 
   useEffect(() => {
     document.title = `${PAGE_TITLES[route.page]}${waiting ? ` (${waiting} cue${waiting === 1 ? '' : 's'})` : ''} · showrunner`
@@ -189,7 +215,13 @@ function Shell({ session, onSignOut }: { session: Session; onSignOut: () => void
         return
       }
       if (e.ctrlKey || e.metaKey || e.altKey || typing(e.target)) return
-      const target: Record<string, string> = { b: '/', i: '/inbox', s: '/standby', d: '/definitions' }
+      const target: Record<string, string> = {
+        b: '/',
+        i: '/inbox',
+        s: '/standby',
+        r: '/runs',
+        d: '/definitions',
+      }
       const path = target[e.key]
       if (path) {
         e.preventDefault()
@@ -242,6 +274,7 @@ function Shell({ session, onSignOut }: { session: Session; onSignOut: () => void
               ) : null,
             )}
             {link('standby', '#/standby', 'Stand-by')}
+            {link('runs', '#/runs', 'Runs')}
             {link('definitions', '#/definitions', 'Definitions')}
             {can(session, 'ADMIN') && link('keys', '#/keys', 'API keys')}
             {can(session, 'ADMIN') && link('channels', '#/channels', 'Channels')}
@@ -256,6 +289,7 @@ function Shell({ session, onSignOut }: { session: Session; onSignOut: () => void
           </span>
           <button
             type="button"
+            class="kbd-hint"
             onClick={() => setHelp((h) => !h)}
             aria-expanded={help}
             aria-controls="shortcuts"

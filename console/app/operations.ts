@@ -14,7 +14,7 @@ export type DefinitionState = DefinitionCard['state']
 export const VIEWER = graphql(`query Viewer { viewer { role actor } }`)
 export type ViewerData = ResultOf<typeof VIEWER>
 
-const RUN_CARD = graphql(`
+export const RUN_CARD = graphql(`
 fragment RunCard on EventRun {
   id scope status health currentPhase waitingSteps scheduledFor startedAt endedAt rehearsal lastError
   definition { id slug title }
@@ -30,7 +30,12 @@ export type HealthData = ResultOf<typeof HEALTH_FIELDS>
 
 /** Runs per request: the query budget weighs `first` times what each run selects (a run with its steps weighs up to 1,000 steps, the program limit). */
 export const IN_PROGRESS_PAGE_SIZE = 100
-export const STANDBY_PAGE_SIZE = 10
+/** A run with all its steps and their cue ladders weighs about 3,000 (MAX_QUERY_COST is 20,000). */
+export const STANDBY_PAGE_SIZE = 5
+/** Runs waiting to start, a page: a card and the program they will run (no steps yet). */
+export const SCHEDULED_PAGE_SIZE = 100
+/** How far ahead the board and stand-by look for runs waiting to start. */
+export const SCHEDULED_HORIZON_MS = 48 * 3600_000
 
 /** A page of the runs in progress (the server's query budget weighs `first`, so long lists come in pages). */
 export const IN_PROGRESS_PAGE = graphql(
@@ -42,6 +47,34 @@ query InProgress($first: Int!, $after: String) {
 }`,
   [RUN_CARD],
 )
+
+/**
+ * Runs waiting to start before `until`, with who scheduled them and the
+ * program they will run: the board's "Next up" and stand-by list the ones a
+ * person scheduled (`startRun(at:)`), which no schedule's occurrences show.
+ */
+export const SCHEDULED_PAGE = graphql(
+  `
+query ScheduledRuns($first: Int!, $after: String, $until: DateTime) {
+  runPage(filter: { statuses: [SCHEDULED], scheduledBefore: $until }, first: $first, after: $after) {
+    nodes { ...RunCard startedBy timezone version { version program } } pageInfo { hasNextPage endCursor }
+  }
+}`,
+  [RUN_CARD],
+)
+export type ScheduledRun = ResultOf<typeof SCHEDULED_PAGE>['runPage']['nodes'][number]
+
+/** The same runs for the board's "Next up": who scheduled them, without the program. */
+export const SCHEDULED_CARDS = graphql(
+  `
+query ScheduledCards($first: Int!, $after: String, $until: DateTime) {
+  runPage(filter: { statuses: [SCHEDULED], scheduledBefore: $until }, first: $first, after: $after) {
+    nodes { ...RunCard startedBy } pageInfo { hasNextPage endCursor }
+  }
+}`,
+  [RUN_CARD],
+)
+export type ScheduledCard = ResultOf<typeof SCHEDULED_CARDS>['runPage']['nodes'][number]
 
 /** The rest of the board: runs just ended, what comes next, and health. */
 export const BOARD = graphql(
@@ -97,9 +130,9 @@ export const INBOX_MINE_LIVE = graphql(
 )
 
 /**
- * A step as stand-by and the run page show it. The ladder (`cue`) is the run
- * page's alone: stand-by reads a page of runs with all their steps, and a
- * nested object per step would take that page past the query budget.
+ * A step as stand-by and the run page show it. The whole ladder (`cue`) is the
+ * run page's: stand-by reads a page of runs with all their steps and takes
+ * only each cue's deadline, so its page stays inside the query budget.
  */
 const STEP_FIELDS = graphql(`
 fragment StepCard on RunStep {
@@ -112,7 +145,7 @@ export const STANDBY = graphql(
   `
 query Standby($first: Int!, $after: String) {
   runPage(filter: { statuses: [STARTING, RUNNING, PAUSED, ENDING] }, first: $first, after: $after) {
-    nodes { ...RunCard steps { ...StepCard } } pageInfo { hasNextPage endCursor }
+    nodes { ...RunCard steps { ...StepCard cue { deadlineAt } } } pageInfo { hasNextPage endCursor }
   }
 }`,
   [RUN_CARD, STEP_FIELDS],

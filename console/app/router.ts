@@ -6,17 +6,21 @@ export type Route =
   | { page: 'inbox' }
   | { page: 'standby' }
   | { page: 'run'; id: string }
+  | { page: 'runs'; query: string }
   | { page: 'definitions' }
+  | { page: 'newShow' }
   | { page: 'definition'; id: string }
   | { page: 'keys' }
   | { page: 'channels' }
   | { page: 'notFound'; path: string }
 
 export function parseRoute(hash: string): Route {
-  const path = hash.replace(/^#/, '') || '/'
+  const [path = '/', query = ''] = (hash.replace(/^#/, '') || '/').split('?', 2)
   if (path === '/' || path === '/board') return { page: 'board' }
   if (path === '/inbox') return { page: 'inbox' }
   if (path === '/standby') return { page: 'standby' }
+  if (path === '/runs') return { page: 'runs', query }
+  if (path === '/definitions/new') return { page: 'newShow' }
   if (path === '/definitions') return { page: 'definitions' }
   if (path === '/keys') return { page: 'keys' }
   if (path === '/channels') return { page: 'channels' }

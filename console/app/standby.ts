@@ -7,11 +7,13 @@
  * earliest the cue can come up.
  */
 import { parseOffset, promptOf } from '../../src/runner/steps/paramText.ts'
-import type { RunWithSteps, StepCard } from './operations.ts'
+import type { RunCard, RunWithSteps, ScheduledRun, StepCard } from './operations.ts'
 
 export interface NextCue {
-  run: RunWithSteps
-  step: StepCard
+  run: RunCard
+  /** The cue step (runs in progress; a run waiting to start has no steps yet). */
+  step?: StepCard
+  phase: string
   prompt: string
   /** Earliest time the cue comes up (ms since epoch); null while the run is paused. */
   eta: number | null
@@ -19,6 +21,10 @@ export interface NextCue {
   waits: number
   /** A step before it is waiting on a person now (its cue is in the inbox). */
   blockedByCue: boolean
+  /** This cue waits on a person now (it is in the inbox): its deadline, if one is set. */
+  waitingNow?: { deadlineAt: string | null }
+  /** The run has not started: a person scheduled it (who), for its scheduled time. */
+  scheduledBy?: string | null
 }
 
 function waitParams(params: unknown): { seconds?: number; until?: string } {
@@ -49,6 +55,7 @@ export function nextCue(run: RunWithSteps, now: number): NextCue | null {
       return {
         run,
         step,
+        phase: step.phase,
         prompt: promptOf(step.params),
         eta: run.status === 'PAUSED' ? null : t,
         waits,
@@ -68,8 +75,81 @@ export function nextCue(run: RunWithSteps, now: number): NextCue | null {
   return null
 }
 
-/** Every run's next cue, soonest first (paused runs last). */
-export function standbyList(runs: RunWithSteps[], now: number): NextCue[] {
-  const list = runs.map((r) => nextCue(r, now)).filter((c): c is NextCue => c !== null)
-  return list.sort((a, b) => (a.eta ?? Number.POSITIVE_INFINITY) - (b.eta ?? Number.POSITIVE_INFINITY))
+/** The cues waiting on a person now in a run (they are what it asks first). */
+function waitingNowOf(run: RunWithSteps, now: number): NextCue[] {
+  return run.steps
+    .filter((st) => st.status === 'RUNNING' && st.parked && st.kind === 'core.cue')
+    .sort((a, b) => a.seq - b.seq)
+    .map((st) => ({
+      run,
+      step: st,
+      phase: st.phase,
+      prompt: promptOf(st.params),
+      eta: now,
+      waits: 0,
+      blockedByCue: false,
+      waitingNow: { deadlineAt: st.cue?.deadlineAt ?? null },
+    }))
+}
+
+interface ProgramStep {
+  kind?: unknown
+  params?: unknown
+}
+
+/**
+ * The first cue of a run waiting to start, from the program it will run: at
+ * its scheduled time (or now, when that has passed) plus the waits before it.
+ */
+export function scheduledFirstCue(run: ScheduledRun, now: number): NextCue | null {
+  const program = run.version.program as { phases?: { name?: unknown; steps?: ProgramStep[] }[] } | null
+  const scheduled = Date.parse(run.scheduledFor)
+  let t = Math.max(now, scheduled)
+  let waits = 0
+  for (const phase of program?.phases ?? []) {
+    for (const step of phase.steps ?? []) {
+      if (step.kind === 'core.cue')
+        return {
+          run,
+          phase: typeof phase.name === 'string' ? phase.name : '',
+          prompt: promptOf(step.params),
+          eta: t,
+          waits,
+          blockedByCue: false,
+          scheduledBy: run.startedBy,
+        }
+      if (step.kind === 'core.wait') {
+        waits++
+        const p = waitParams(step.params)
+        if (typeof p.seconds === 'number') t += p.seconds * 1000
+        else if (typeof p.until === 'string') {
+          const s = parseOffset(p.until)
+          if (s !== null) t = Math.max(t, scheduled + s * 1000)
+        }
+      }
+    }
+  }
+  return null
+}
+
+/** A run waiting to start that a person scheduled (the schedule's own occurrences are listed as such). */
+export function scheduledByPerson(run: { startedBy: string | null }): boolean {
+  return run.startedBy !== 'schedule'
+}
+
+/**
+ * Every run's next cue, soonest first (paused runs last), after the cues that
+ * wait on a person now (oldest first): a cue going live stays listed, as
+ * waiting now, instead of leaving stand-by blank. Runs waiting to start that a
+ * person scheduled come with their first cue.
+ */
+export function standbyList(runs: RunWithSteps[], now: number, scheduled: ScheduledRun[] = []): NextCue[] {
+  const waiting = runs.flatMap((r) => waitingNowOf(r, now))
+  waiting.sort((a, b) => Date.parse(a.step?.startedAt ?? '') - Date.parse(b.step?.startedAt ?? ''))
+  const ahead = [
+    ...runs.map((r) => nextCue(r, now)),
+    ...scheduled.filter(scheduledByPerson).map((r) => scheduledFirstCue(r, now)),
+  ].filter((c): c is NextCue => c !== null)
+  ahead.sort((a, b) => (a.eta ?? Number.POSITIVE_INFINITY) - (b.eta ?? Number.POSITIVE_INFINITY))
+  return [...waiting, ...ahead]
 }

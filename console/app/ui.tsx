@@ -2,7 +2,7 @@
 import type { ComponentChildren } from 'preact'
 import { useState } from 'preact/hooks'
 import type { ApiError } from './api.ts'
-import { relative, when } from './format.ts'
+import { duration, relative, when } from './format.ts'
 import type { DefinitionState, RunHealth, RunStatus, StepStatus } from './operations.ts'
 
 export function StatusBadge({ status }: { status: RunStatus | StepStatus | DefinitionState }) {
@@ -19,6 +19,16 @@ export function Ago({ iso, now }: { iso: string | null; now: number }) {
   return (
     <time dateTime={iso} title={when(iso, undefined, true)}>
       {relative(iso, now)}
+    </time>
+  )
+}
+
+/** "times out in 2 min 5 s" counting down to a cue's deadline; "deadline passed" once it has. */
+export function Countdown({ iso, now }: { iso: string; now: number }) {
+  const left = Date.parse(iso) - now
+  return (
+    <time dateTime={iso} title={when(iso, undefined, true)} class={left < 60_000 ? 'urgent' : undefined}>
+      {left > 0 ? `times out in ${duration(left)}` : 'deadline passed'}
     </time>
   )
 }
@@ -98,5 +108,68 @@ export function ActionButton({
     >
       {label}
     </button>
+  )
+}
+
+/**
+ * A button that asks a reason before it acts (skip a step, cancel a run):
+ * the first press opens a reason field and a confirming button, so nothing
+ * happens on one stray click, and the reason goes with the action.
+ */
+export function ReasonAction({
+  label,
+  confirmLabel,
+  run,
+  kind,
+  placeholder,
+}: {
+  label: string
+  confirmLabel: string
+  run: (reason: string) => Promise<unknown>
+  kind?: 'danger' | 'primary'
+  placeholder?: string
+}) {
+  const [open, setOpen] = useState(false)
+  const [reason, setReason] = useState('')
+  const [busy, setBusy] = useState(false)
+  if (!open)
+    return (
+      <button type="button" class={kind ?? ''} onClick={() => setOpen(true)}>
+        {label}
+      </button>
+    )
+  return (
+    <form
+      class="reason-form"
+      aria-label={label}
+      onSubmit={async (e) => {
+        e.preventDefault()
+        setBusy(true)
+        try {
+          await run(reason.trim())
+          setOpen(false)
+          setReason('')
+        } finally {
+          setBusy(false)
+        }
+      }}
+    >
+      <label>
+        Reason{' '}
+        <input
+          value={reason}
+          placeholder={placeholder}
+          required
+          onInput={(e) => setReason((e.target as HTMLInputElement).value)}
+          ref={(el) => el?.focus()}
+        />
+      </label>
+      <button type="submit" class={kind ?? ''} disabled={busy || reason.trim() === ''}>
+        {confirmLabel}
+      </button>
+      <button type="button" onClick={() => setOpen(false)}>
+        Never mind
+      </button>
+    </form>
   )
 }

@@ -115,8 +115,17 @@ export function createApiYoga(opts: ApiYogaOptions): YogaServerInstance<any, Api
     },
     graphiql: {
       title: 'showrunner GraphiQL',
-      // The page itself needs no token; every request it sends does.
-      headers: JSON.stringify({ Authorization: 'Bearer PASTE-YOUR-TOKEN-HERE' }, null, 2),
+      // The page itself needs no token; every request it sends does. No
+      // placeholder token in the headers: one was sent on open and the page
+      // opened on "Invalid token"; without one the first answer says which
+      // header to send, and the default query says where.
+      headers: '{\n  \n}',
+      defaultQuery: [
+        '# Put your token in the Headers tab below, then run:',
+        '#   { "Authorization": "Bearer <your token or API key>" }',
+        '{ viewer { name role } }',
+        '',
+      ].join('\n'),
       defaultEditorToolsVisibility: 'headers',
       isHeadersEditorEnabled: true,
       shouldPersistHeaders: false,

@@ -190,14 +190,16 @@ async function applyAll(
   opts: ApplyOptions,
   actor: string,
 ): Promise<ApplyPlan> {
-  const { manifests, problems, fields } = parseManifests(input, deps.registry)
+  const { manifests, problems, fields } = parseManifests(input, deps.registry, {
+    webhookAllow: deps.webhookAllow,
+  })
   for (const f of fields)
     for (const text of fieldProblems(f.fields)) problems.push(fieldProblem(f.index, text))
   const targets: Target[] = []
   for (const m of manifests) {
     let program: unknown = m.program
     try {
-      program = validateProgram(m.program, deps.registry)
+      program = validateProgram(m.program, deps.registry, { webhookAllow: deps.webhookAllow })
     } catch {
       // Reported (with paths) by parseManifests already.
     }

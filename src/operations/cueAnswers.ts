@@ -88,8 +88,9 @@ export async function answerCue(deps: ControlDeps, input: CueAnswerInput): Promi
     stepId,
     level: decision.applied ? 'info' : 'warn',
     message: decision.applied
-      ? `${action} ${step.seq} (${step.kind}) by ${who} via ${via}${text ? `: ${text}` : ''}`
-      : `${action} ${step.seq} by ${who} via ${via} not applied: ${decision.why}`,
+      ? // The step's id, as the API names it (stepId), and its position in the run for a reader.
+        `${action} ${stepId} (step ${step.seq + 1} of the run, ${step.kind}) by ${who} via ${via}${text ? `: ${text}` : ''}`
+      : `${action} ${stepId} (step ${step.seq + 1} of the run) by ${who} via ${via} not applied: ${decision.why}`,
     actor: person.name,
     data: { action, applied: decision.applied, text, via, by },
   })
@@ -114,7 +115,7 @@ async function refuse(db: Db, step: StepRow, person: Person, action: string, via
     runId: step.runId,
     stepId: step.id,
     level: 'warn',
-    message: `${action} ${step.seq} by ${person.name} via ${via} refused: the cue is exclusive to its assignees`,
+    message: `${action} ${step.id} (step ${step.seq + 1} of the run) by ${person.name} via ${via} refused: the cue is exclusive to its assignees`,
     actor: person.name,
     data: { action, applied: false, via, forbidden: true },
   })

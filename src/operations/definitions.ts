@@ -29,6 +29,8 @@ export interface DefinitionDeps {
   horizonMs?: number
   /** Ask the runner to materialise now (a definition changed). */
   nudgeMaterialise?: () => void
+  /** WEBHOOK_ALLOW: a webhook URL it refuses is refused at publish; left out, not checked. */
+  webhookAllow?: readonly string[]
 }
 
 /** Every field a definition has besides its state and program; the slug is set once. */
@@ -205,7 +207,7 @@ async function create(
   const problems = fieldProblems(input)
   let program: unknown
   try {
-    program = validateProgram(input.program, deps.registry)
+    program = validateProgram(input.program, deps.registry, { webhookAllow: deps.webhookAllow })
   } catch (err) {
     if (!(err instanceof AppError)) throw err
     problems.push(err.message)
@@ -347,7 +349,7 @@ async function publish(
   const def = await mustGet(deps.db, definitionId)
   if (def.state === 'archived')
     throw conflict(`Definition "${def.slug}" is archived; set it ACTIVE before publishing.`)
-  const valid = validateProgram(program, deps.registry)
+  const valid = validateProgram(program, deps.registry, { webhookAllow: deps.webhookAllow })
   const version = await versions.publish(deps.db, definitionId, valid, actor)
   await recordAudit(deps, actor, 'publishVersion', String(definitionId), 'ok', { version: version.version })
   return version

@@ -12,7 +12,7 @@ import {
   OVERLAP_POLICIES,
   type OverlapPolicy,
 } from '../../sql/states.ts'
-import { programProblems, programSchema } from '../runner/program.ts'
+import { type PublishChecks, programProblems, programSchema } from '../runner/program.ts'
 import { zodProblems } from '../runner/steps/params.ts'
 import type { StepRegistry } from '../runner/steps/registry.ts'
 
@@ -110,6 +110,7 @@ function isObject(v: unknown): v is Record<string, unknown> {
 export function parseManifests(
   input: unknown,
   registry: StepRegistry,
+  checks: PublishChecks = {},
 ): { manifests: Manifest[]; problems: ManifestProblem[]; fields: CheckableFields[] } {
   if (!Array.isArray(input))
     return {
@@ -139,7 +140,7 @@ export function parseManifests(
         problems.push({ path: p.path ? `${base}.${p.path}` : base, message: p.message })
     if (raw.program === undefined) problems.push({ path: `${base}.program`, message: 'is required' })
     else
-      for (const p of programProblems(raw.program, registry))
+      for (const p of programProblems(raw.program, registry, checks))
         problems.push({ path: p.path ? `${base}.program.${p.path}` : `${base}.program`, message: p.message })
     if (typeof raw.slug === 'string') {
       const first = slugs.get(raw.slug)

@@ -240,8 +240,8 @@ async function stepControl(
         stepId,
         level: applied ? 'info' : 'warn',
         message: applied
-          ? `${action} ${step.seq} (${step.kind}) by ${actor}${text ? `: ${text}` : ''}`
-          : `${action} ${step.seq} by ${actor} not applied: the step is ${step.status.toUpperCase()}${step.parked ? ' (parked)' : ''}`,
+          ? `${action} ${stepId} (step ${step.seq + 1} of the run, ${step.kind}) by ${actor}${text ? `: ${text}` : ''}`
+          : `${action} ${stepId} (step ${step.seq + 1} of the run) by ${actor} not applied: the step is ${step.status.toUpperCase()}${step.parked ? ' (parked)' : ''}`,
         actor,
         data: { action, applied, text },
       })

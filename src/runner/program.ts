@@ -11,6 +11,7 @@ import { badInput } from '../errors.ts'
 import { describeType, zodProblems } from './steps/params.ts'
 import type { StepRegistry } from './steps/registry.ts'
 import type { ParamProblem } from './steps/types.ts'
+import { publishedUrlRefusal } from './steps/webhookPublish.ts'
 import { joinPath, templateProblems } from './template.ts'
 
 export interface RetryDef {
@@ -280,16 +281,48 @@ function inDocumentOrder(problems: ProgramProblem[]): ProgramProblem[] {
 }
 
 /**
+ * What publishing checks beyond the program itself. `webhookAllow`: the
+ * instance's WEBHOOK_ALLOW prefixes; given, a `core.webhook` URL no entry can
+ * allow is a problem at publish (see steps/webhookPublish.ts). Left out (the
+ * CLI's local checks, which do not know the server's list), it is not checked.
+ */
+export interface PublishChecks {
+  webhookAllow?: readonly string[]
+}
+
+/** The `core.webhook` URLs the allow-list refuses, each at its `params.url` path. */
+function webhookProblems(input: Record<string, unknown>, allow: readonly string[]): ProgramProblem[] {
+  const problems: ProgramProblem[] = []
+  if (!Array.isArray(input.phases)) return problems
+  input.phases.forEach((phase: unknown, i) => {
+    if (!isObject(phase) || !Array.isArray(phase.steps)) return
+    phase.steps.forEach((step: unknown, j) => {
+      if (!isObject(step) || step.kind !== 'core.webhook' || !isObject(step.params)) return
+      const url = step.params.url
+      if (typeof url !== 'string') return // the kind's own check names it
+      const refusal = publishedUrlRefusal(url, allow)
+      if (refusal) problems.push({ path: `phases[${i}].steps[${j}].params.url`, message: refusal })
+    })
+  })
+  return problems
+}
+
+/**
  * Every problem in a program, each with its JSON path (empty = valid). A JSON
  * text is parsed first, for clients that send the program as a string.
  */
-export function programProblems(json: unknown, registry: StepRegistry): ProgramProblem[] {
-  return check(json, registry).problems
+export function programProblems(
+  json: unknown,
+  registry: StepRegistry,
+  checks: PublishChecks = {},
+): ProgramProblem[] {
+  return check(json, registry, checks).problems
 }
 
 function check(
   json: unknown,
   registry: StepRegistry,
+  checks: PublishChecks,
 ): { program: Program | null; problems: ProgramProblem[] } {
   let input = json
   if (typeof input === 'string') {
@@ -302,6 +335,7 @@ function check(
   const shape = programSchema.safeParse(input)
   const problems = shape.success ? [] : zodProblems(shape.error.issues)
   if (isObject(input)) problems.push(...crossProblems(input, registry))
+  if (isObject(input) && checks.webhookAllow) problems.push(...webhookProblems(input, checks.webhookAllow))
   if (!shape.success || problems.length > 0) return { program: null, problems: inDocumentOrder(problems) }
   return { program: shape.data as Program, problems }
 }
@@ -312,8 +346,8 @@ function check(
  * @throws AppError BAD_USER_INPUT listing every problem with its JSON path, in
  * the message and as `details.problems`.
  */
-export function validateProgram(json: unknown, registry: StepRegistry): Program {
-  const { program, problems } = check(json, registry)
+export function validateProgram(json: unknown, registry: StepRegistry, checks: PublishChecks = {}): Program {
+  const { program, problems } = check(json, registry, checks)
   if (program && problems.length === 0) return program
   const shown = problems
     .slice(0, MESSAGE_PROBLEMS)

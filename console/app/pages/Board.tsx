@@ -1,7 +1,7 @@
 /** The live board: health, runs in progress, what comes next, what just ended. */
 
 import { allPages, gql } from '../api.ts'
-import { duration, scopeLabel } from '../format.ts'
+import { duration, scopeLabel, viewerZone } from '../format.ts'
 import { useLive, useNow } from '../live.ts'
 import {
   BOARD,
@@ -11,8 +11,13 @@ import {
   IN_PROGRESS_PAGE_SIZE,
   RUN_CHANGES,
   type RunCard,
+  SCHEDULED_CARDS,
+  SCHEDULED_HORIZON_MS,
+  SCHEDULED_PAGE_SIZE,
+  type ScheduledCard,
 } from '../operations.ts'
 import { useSession } from '../session.ts'
+import { scheduledByPerson } from '../standby.ts'
 import { Ago, At, ErrorNote, HealthBadge, Loading, Section, StatusBadge } from '../ui.tsx'
 
 export function HealthStrip({ health, now }: { health: HealthData; now: number }) {
@@ -21,7 +26,7 @@ export function HealthStrip({ health, now }: { health: HealthData; now: number }
     <section class="strip" aria-label="System health">
       <div class={`tile ${health.database ? 'good' : 'bad'}`}>
         <span class="tile-label">Database</span>
-        <strong>{health.database ? 'answers' : 'unreachable'}</strong>
+        <strong>{health.database ? 'reachable' : 'unreachable'}</strong>
       </div>
       <div class={`tile ${health.runners.length > 0 ? 'good' : 'bad'}`}>
         <span class="tile-label">Runners</span>
@@ -30,7 +35,7 @@ export function HealthStrip({ health, now }: { health: HealthData; now: number }
           <ul class="runners">
             {health.runners.map((r) => (
               <li key={r.id} title={`${r.id} on ${r.host}`}>
-                {r.host}: lag {r.tickLagMs} ms
+                {r.host}: tick {r.tickLagMs} ms late
               </li>
             ))}
           </ul>
@@ -82,15 +87,23 @@ function RunRow({ run, now }: { run: RunCard; now: number }) {
 /** Most runs in progress the board lists. */
 export const BOARD_MAX_RUNS = 500
 
-type Loaded = BoardData & { inProgress: { nodes: RunCard[]; more: boolean } }
+type Loaded = BoardData & { inProgress: { nodes: RunCard[]; more: boolean }; scheduled: ScheduledCard[] }
 
 async function loadBoard(token: string): Promise<Loaded> {
-  const [rest, inProgress] = await Promise.all([
+  const [rest, inProgress, scheduled] = await Promise.all([
     gql(token, BOARD),
     allPages(token, IN_PROGRESS_PAGE, IN_PROGRESS_PAGE_SIZE, BOARD_MAX_RUNS),
+    allPages(token, SCHEDULED_CARDS, SCHEDULED_PAGE_SIZE, 500, {
+      until: new Date(Date.now() + SCHEDULED_HORIZON_MS).toISOString(),
+    }),
   ])
-  return { ...rest, inProgress }
+  return { ...rest, inProgress, scheduled: scheduled.nodes }
 }
+
+/** One line of "Next up": an occurrence of a schedule, or a run a person scheduled. */
+type NextUp =
+  | { at: string; def: BoardData['definitions'][number]; run?: undefined }
+  | { at: string; run: ScheduledCard; def?: undefined }
 
 export function Board() {
   const { token } = useSession()
@@ -111,9 +124,12 @@ export function Board() {
   const ended = [...d.ended.nodes]
     .sort((a, b) => Date.parse(b.endedAt ?? b.scheduledFor) - Date.parse(a.endedAt ?? a.scheduledFor))
     .slice(0, 8)
-  const next = d.definitions
-    .filter((def) => def.state === 'ACTIVE')
-    .flatMap((def) => def.nextOccurrences.map((at) => ({ def, at })))
+  const next: NextUp[] = [
+    ...d.definitions
+      .filter((def) => def.state === 'ACTIVE')
+      .flatMap((def) => def.nextOccurrences.map((at) => ({ def, at }))),
+    ...d.scheduled.filter(scheduledByPerson).map((run) => ({ run, at: run.scheduledFor })),
+  ]
     .sort((a, b) => Date.parse(a.at) - Date.parse(b.at))
     .slice(0, 8)
   return (
@@ -138,20 +154,32 @@ export function Board() {
           )}
         </Section>
         <div class="stack">
-          <Section title="Next up (your time)" id="next-up">
+          <Section title={`Next up (your time, ${viewerZone})`} id="next-up">
             {next.length === 0 ? (
               <p class="muted">Nothing is scheduled.</p>
             ) : (
               <ul class="rows compact">
-                {next.map(({ def, at }) => (
-                  <li key={`${def.id}-${at}`} class="row">
-                    <a href={`#/definitions/${def.id}`}>{def.title}</a>
-                    <span class="muted">
-                      {' '}
-                      <At iso={at} /> (<Ago iso={at} now={now} />)
-                    </span>
-                  </li>
-                ))}
+                {next.map((n) =>
+                  n.run ? (
+                    <li key={`run-${n.run.id}`} class="row" data-testid="next-up-run">
+                      <a href={`#/runs/${n.run.id}`}>{n.run.definition.title}</a>
+                      <span class="muted"> · {scopeLabel(n.run.scope)}</span>
+                      <span class="muted">
+                        {' '}
+                        <At iso={n.at} /> (<Ago iso={n.at} now={now} />) · scheduled by{' '}
+                        {n.run.startedBy ?? '—'}
+                      </span>
+                    </li>
+                  ) : (
+                    <li key={`${n.def.id}-${n.at}`} class="row">
+                      <a href={`#/definitions/${n.def.id}`}>{n.def.title}</a>
+                      <span class="muted">
+                        {' '}
+                        <At iso={n.at} /> (<Ago iso={n.at} now={now} />)
+                      </span>
+                    </li>
+                  ),
+                )}
               </ul>
             )}
           </Section>

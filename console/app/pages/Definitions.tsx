@@ -1,6 +1,7 @@
 /** Definitions: each schedule in words, its next occurrences, its state and its programs. */
 import { useState } from 'preact/hooks'
 import { ApiError, gql } from '../api.ts'
+import { PUBLISH_VERSION, START_RUN_AT } from '../authoringOps.ts'
 import { json, scheduleInWords, scopeLabel, viewerZone } from '../format.ts'
 import { useLive, useNow } from '../live.ts'
 import {
@@ -10,11 +11,12 @@ import {
   type DefinitionState,
   type DefinitionsData,
   SET_DEFINITION_STATE,
-  START_RUN,
 } from '../operations.ts'
+import { type Checked, ProgramEditor, parseProgram } from '../programEditor.tsx'
 import { go } from '../router.ts'
 import { can, type Session, useSession } from '../session.ts'
 import { ActionButton, Ago, At, ErrorNote, Loading, Section, StatusBadge } from '../ui.tsx'
+import { ProgramHelp } from './NewShow.tsx'
 import { BulkControls, UpcomingSection } from './ShowOps.tsx'
 
 function Occurrence({ iso, zone }: { iso: string; zone: string }) {
@@ -45,11 +47,14 @@ function StateControls({
   id,
   state,
   title,
+  scheduled,
   refetch,
 }: {
   id: string
   state: DefinitionState
   title: string
+  /** Has a schedule: "Pause schedule" means nothing for a show started by hand only. */
+  scheduled: boolean
   refetch: () => Promise<void>
 }) {
   const session = useSession()
@@ -57,12 +62,12 @@ function StateControls({
   return (
     <fieldset class="controls">
       <legend class="visually-hidden">State of {title}</legend>
-      {state === 'ACTIVE' && (
+      {state === 'ACTIVE' && scheduled && (
         <ActionButton label="Pause schedule" run={() => setState(session, id, 'PAUSED', refetch)} />
       )}
       {state !== 'ACTIVE' && (
         <ActionButton
-          label={state === 'ARCHIVED' ? 'Restore' : 'Resume schedule'}
+          label={state === 'ARCHIVED' ? 'Restore' : scheduled ? 'Resume schedule' : 'Set active'}
           run={() => setState(session, id, 'ACTIVE', refetch)}
         />
       )}
@@ -79,7 +84,8 @@ function StateControls({
 }
 
 export function Definitions() {
-  const { token } = useSession()
+  const session = useSession()
+  const { token } = session
   const q = useLive<DefinitionsData>(token, DEFINITIONS, { pollMs: 10_000 })
   const defs = q.data?.definitions
   if (!defs)
@@ -92,9 +98,23 @@ export function Definitions() {
   return (
     <>
       <h1>Definitions</h1>
+      {can(session, 'ADMIN') && (
+        <p>
+          <a href="#/definitions/new" class="button primary">
+            New show
+          </a>
+        </p>
+      )}
       <ErrorNote error={q.error} />
       {defs.length === 0 ? (
-        <p class="empty">No definition yet. Create one over the API (createDefinition).</p>
+        <p class="empty">
+          No definition yet.{' '}
+          {can(session, 'ADMIN') ? (
+            <a href="#/definitions/new">Create the first show</a>
+          ) : (
+            'An admin can create one.'
+          )}
+        </p>
       ) : (
         <ul class="cards">
           {defs.map((d) => (
@@ -119,7 +139,13 @@ export function Definitions() {
                   </ul>
                 </>
               )}
-              <StateControls id={d.id} state={d.state} title={d.title} refetch={q.refetch} />
+              <StateControls
+                id={d.id}
+                state={d.state}
+                title={d.title}
+                scheduled={d.schedule !== null}
+                refetch={q.refetch}
+              />
             </li>
           ))}
         </ul>
@@ -133,62 +159,190 @@ function StartRun({ definitionId, scopes }: { definitionId: string; scopes: stri
   const [scope, setScope] = useState(scopes[0] ?? '')
   const [rehearsal, setRehearsal] = useState(false)
   const [speed, setSpeed] = useState(1)
+  const [at, setAt] = useState('')
+  const [params, setParams] = useState('')
+  const [error, setError] = useState<string | null>(null)
   if (!can(session, 'OPERATOR')) return null
   return (
-    <form
-      class="controls"
-      aria-label="Start a run"
-      onSubmit={async (e) => {
-        e.preventDefault()
-        try {
-          const data = await gql(session.token, START_RUN, {
-            definitionId,
-            scope,
-            rehearsal,
-            speed: rehearsal ? speed : 1,
-          })
-          session.notify(`Run ${data.startRun.id} started.`)
-          go(`/runs/${data.startRun.id}`)
-        } catch (err) {
-          session.notify(err instanceof ApiError ? err.message : String(err), 'error')
-        }
-      }}
-    >
-      <label>
-        Scope{' '}
-        <select value={scope} onChange={(e) => setScope((e.target as HTMLSelectElement).value)}>
-          {scopes.map((s) => (
-            <option key={s} value={s}>
-              {scopeLabel(s)}
-            </option>
-          ))}
-        </select>
-      </label>
-      <label>
-        <input
-          type="checkbox"
-          checked={rehearsal}
-          onChange={(e) => setRehearsal((e.target as HTMLInputElement).checked)}
-        />{' '}
-        rehearsal
-      </label>
-      {rehearsal && (
+    <Section title="Start a run" id="start-run">
+      <form
+        class="filters"
+        aria-label="Start a run"
+        onSubmit={async (e) => {
+          e.preventDefault()
+          setError(null)
+          let parsed: unknown = null
+          if (params.trim() !== '') {
+            try {
+              parsed = JSON.parse(params)
+            } catch (err) {
+              return setError(`Params are not valid JSON (${(err as Error).message}).`)
+            }
+          }
+          const instant = at ? new Date(at) : null
+          if (instant && Number.isNaN(instant.getTime())) return setError('Pick a valid date and time.')
+          try {
+            const data = await gql(session.token, START_RUN_AT, {
+              definitionId,
+              scope,
+              rehearsal,
+              speed: rehearsal ? speed : 1,
+              at: instant ? instant.toISOString() : null,
+              params: parsed,
+            })
+            session.notify(
+              instant ? `Run ${data.startRun.id} scheduled.` : `Run ${data.startRun.id} started.`,
+            )
+            go(`/runs/${data.startRun.id}`)
+          } catch (err) {
+            setError(err instanceof ApiError ? err.message : String(err))
+          }
+        }}
+      >
         <label>
-          at speed{' '}
+          Scope
+          <select value={scope} onChange={(e) => setScope((e.target as HTMLSelectElement).value)}>
+            {scopes.map((s) => (
+              <option key={s} value={s}>
+                {scopeLabel(s)}
+              </option>
+            ))}
+          </select>
+        </label>
+        <label>
+          At (your time, {viewerZone}; empty: now)
           <input
-            type="number"
-            min={1}
-            max={3600}
-            step="any"
-            value={speed}
-            onInput={(e) => setSpeed(Number((e.target as HTMLInputElement).value) || 1)}
+            type="datetime-local"
+            value={at}
+            onInput={(e) => setAt((e.target as HTMLInputElement).value)}
           />
         </label>
+        <label class="grow">
+          Params (JSON object, read as {'{{params.NAME}}'})
+          <input
+            value={params}
+            placeholder='{"name": "Ada"}'
+            onInput={(e) => setParams((e.target as HTMLInputElement).value)}
+          />
+        </label>
+        <label>
+          <span>
+            <input
+              type="checkbox"
+              checked={rehearsal}
+              onChange={(e) => setRehearsal((e.target as HTMLInputElement).checked)}
+            />{' '}
+            rehearsal
+          </span>
+        </label>
+        {rehearsal && (
+          <label>
+            at speed
+            <input
+              type="number"
+              min={1}
+              max={3600}
+              step="any"
+              value={speed}
+              onInput={(e) => setSpeed(Number((e.target as HTMLInputElement).value) || 1)}
+            />
+          </label>
+        )}
+        <button type="submit" class="primary">
+          {at ? 'Schedule the run' : 'Start a run now'}
+        </button>
+      </form>
+      {error && (
+        <p class="error" role="alert">
+          {error}
+        </p>
       )}
-      <button type="submit" class="primary">
-        Start a run now
-      </button>
-    </form>
+    </Section>
+  )
+}
+
+/** Edit the program and publish it as a new version, checked by the server and diffed against the current one. */
+function EditProgram({
+  definitionId,
+  slug,
+  title,
+  current,
+  version,
+  refetch,
+}: {
+  definitionId: string
+  slug: string
+  title: string
+  current: unknown
+  version: number
+  refetch: () => Promise<void>
+}) {
+  const session = useSession()
+  const [open, setOpen] = useState(false)
+  const [text, setText] = useState(() => json(current))
+  const [checked, setChecked] = useState<Checked>(null)
+  const [error, setError] = useState<string | null>(null)
+  if (!can(session, 'ADMIN')) return null
+  if (!open)
+    return (
+      <p>
+        <button
+          type="button"
+          onClick={() => {
+            setText(json(current))
+            setOpen(true)
+          }}
+        >
+          Edit the program
+        </button>
+      </p>
+    )
+  return (
+    <Section title={`New version (after version ${version})`} id="edit-program">
+      <ProgramHelp />
+      <ProgramEditor
+        id="edit-program-text"
+        value={text}
+        onInput={setText}
+        onChecked={setChecked}
+        slug={slug}
+        title={title}
+        current={current}
+      />
+      {error && (
+        <p class="error" role="alert">
+          {error}
+        </p>
+      )}
+      <div class="controls">
+        <button
+          type="button"
+          class="primary"
+          disabled={checked === null || checked.length > 0}
+          onClick={async () => {
+            setError(null)
+            const parsed = parseProgram(text)
+            if ('problem' in parsed) return
+            try {
+              const data = await gql(session.token, PUBLISH_VERSION, {
+                definitionId,
+                program: parsed.program,
+              })
+              session.notify(`Version ${data.publishVersion.version} published.`)
+              setOpen(false)
+              await refetch()
+            } catch (err) {
+              setError(err instanceof ApiError ? err.message : String(err))
+            }
+          }}
+        >
+          Publish version {version + 1}
+        </button>
+        <button type="button" onClick={() => setOpen(false)}>
+          Discard
+        </button>
+      </div>
+    </Section>
   )
 }
 
@@ -235,8 +389,25 @@ export function DefinitionPage({ id }: { id: string }) {
         <dt>Slug</dt>
         <dd>{d.slug}</dd>
       </dl>
-      <StateControls id={d.id} state={d.state} title={d.title} refetch={q.refetch} />
+      <StateControls
+        id={d.id}
+        state={d.state}
+        title={d.title}
+        scheduled={d.schedule !== null}
+        refetch={q.refetch}
+      />
       {d.state !== 'ARCHIVED' && <StartRun definitionId={d.id} scopes={d.scopes} />}
+      {d.state !== 'ARCHIVED' && d.versions[0] && (
+        <EditProgram
+          key={d.versions[0].version}
+          definitionId={d.id}
+          slug={d.slug}
+          title={d.title}
+          current={d.versions[0].program}
+          version={d.versions[0].version}
+          refetch={q.refetch}
+        />
+      )}
       <BulkControls definitionId={d.id} title={d.title} />
       {d.schedule && <UpcomingSection definitionId={d.id} zone={d.timezone} />}
       <div class="columns">

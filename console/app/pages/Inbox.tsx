@@ -111,16 +111,29 @@ function CueCard({
               type="text"
               value={text}
               maxLength={1000}
-              placeholder={oldest ? 'Note or reason (press a to jump here)' : 'Note or reason'}
+              placeholder={oldest && !TOUCH ? 'Note or reason (press a to jump here)' : 'Note or reason'}
               onInput={(e) => setText((e.target as HTMLInputElement).value)}
               disabled={busy}
             />
           </label>
+          {/* Skip first: from the field, one Tab reaches it (Enter in the field resolves). */}
+          <button
+            type="button"
+            disabled={busy}
+            onClick={() => {
+              // Skipping a cue needs a reason: the field is where it is written.
+              if (text.trim() === '') {
+                session.notify('Write why in the field first, then Skip.', 'error')
+                input.current?.focus()
+                return
+              }
+              void act('skip')
+            }}
+          >
+            Skip
+          </button>
           <button type="submit" class="primary" disabled={busy}>
             Resolve
-          </button>
-          <button type="button" disabled={busy} onClick={() => void act('skip')}>
-            Skip
           </button>
         </form>
       )}
@@ -137,6 +150,9 @@ function MineInbox() {
   return <CueList inbox={mine} />
 }
 
+/** A touch screen without a keyboard to speak of: keyboard hints are left out. */
+const TOUCH = typeof matchMedia === 'function' && matchMedia('(pointer: coarse)').matches
+
 export function Inbox({ inbox }: { inbox: Live<InboxData> }) {
   const session = useSession()
   const [mine, setMine] = useState(false)
@@ -146,9 +162,13 @@ export function Inbox({ inbox }: { inbox: Live<InboxData> }) {
       <h1>Cue inbox</h1>
       <p class="muted small">
         {inbox.live ? 'Live.' : 'Refreshing every few moments.'}{' '}
-        {can(session, 'OPERATOR')
-          ? 'Press a to answer the oldest cue: Enter resolves; Tab to Skip.'
-          : 'Your token may watch cues, not answer them.'}
+        {can(session, 'OPERATOR') ? (
+          <span class="kbd-hint">
+            Press a to answer the oldest cue: Enter resolves; Tab, then Enter, skips (write the reason first).
+          </span>
+        ) : (
+          'Your token may watch cues, not answer them.'
+        )}
       </p>
       {/* Filters and alerts for people who answer cues; a viewer's inbox is the whole inbox. */}
       {can(session, 'OPERATOR') && (

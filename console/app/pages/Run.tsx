@@ -1,15 +1,45 @@
 /** One run: its steps as a timeline, its log, and the run controls. */
 import type { TadaDocumentNode } from '../../../src/client/graphql.ts'
 import { ApiError, gql } from '../api.ts'
-import { duration, json, promptOf, scopeLabel } from '../format.ts'
-import { Ladder } from '../ladder.tsx'
+import { duration, json, promptOf, scopeLabel, viewerZone, when } from '../format.ts'
+import { CueOutcome, Ladder } from '../ladder.tsx'
 import { useLive, useNow } from '../live.ts'
-import { CANCEL_RUN, PAUSE_RUN, RESUME_RUN, RUN, RUN_STATUS, type RunData } from '../operations.ts'
+import {
+  CANCEL_RUN,
+  PAUSE_RUN,
+  RESUME_RUN,
+  RUN,
+  RUN_STATUS,
+  type RunData,
+  SKIP_STEP,
+  type StepCard,
+} from '../operations.ts'
 import { can, useSession } from '../session.ts'
-import { ActionButton, Ago, At, ErrorNote, HealthBadge, Loading, Section, StatusBadge } from '../ui.tsx'
+import {
+  ActionButton,
+  Ago,
+  At,
+  ErrorNote,
+  HealthBadge,
+  Loading,
+  ReasonAction,
+  Section,
+  StatusBadge,
+} from '../ui.tsx'
 import { RunOrigins } from './ShowOps.tsx'
 
 const UNFINISHED = new Set(['SCHEDULED', 'STARTING', 'RUNNING', 'PAUSED', 'ENDING'])
+
+/**
+ * A step a person may skip from the run page: one that is failing and
+ * retrying (it has an error and has not finished), or a wait in progress. A
+ * parked cue is answered or skipped from the inbox.
+ */
+function skippable(step: StepCard): boolean {
+  if (step.status !== 'RUNNING' && step.status !== 'PENDING') return false
+  if (step.parked) return false
+  return step.lastError !== null || (step.kind === 'core.wait' && step.status === 'RUNNING')
+}
 
 export function RunPage({ id }: { id: string }) {
   const session = useSession()
@@ -54,6 +84,9 @@ export function RunPage({ id }: { id: string }) {
   }
 
   const operator = can(session, 'OPERATOR')
+  // One zone for the whole page, the show's; the viewer's beside it where it differs.
+  const zone = run.timezone
+  const sameZone = when(run.scheduledFor, zone) === when(run.scheduledFor, viewerZone)
   return (
     <>
       <h1>
@@ -66,7 +99,13 @@ export function RunPage({ id }: { id: string }) {
         {run.rehearsal && <span class="badge s-rehearsal">rehearsal</span>}
         {run.currentPhase && <span>phase {run.currentPhase}</span>}
         <span class="muted">
-          scheduled <At iso={run.scheduledFor} zone={run.timezone} withZone />
+          scheduled <At iso={run.scheduledFor} zone={zone} />
+          {!sameZone && (
+            <>
+              {' '}
+              (<At iso={run.scheduledFor} zone={viewerZone} /> your time)
+            </>
+          )}
         </span>
         <span class="muted">
           started by {run.startedBy ?? '—'} · version {run.version.version}
@@ -77,8 +116,18 @@ export function RunPage({ id }: { id: string }) {
           </span>
         )}
       </div>
+      <p class="muted small" data-testid="page-zone">
+        Times on this page are in {zone}, the show's time zone
+        {sameZone ? '' : `; yours is ${viewerZone}`}.
+      </p>
       {run.lastError && <p class="row-error">Last error: {run.lastError}</p>}
-      <RunOrigins id={run.id} status={run.status} ended={run.endedAt} />
+      <RunOrigins
+        id={run.id}
+        status={run.status}
+        ended={run.endedAt}
+        failedStep={run.steps.findLast((st) => st.status === 'FAILED')?.seq ?? null}
+        stepCount={run.steps.length}
+      />
       {run.concurrencyHolder && (
         <p class="muted">
           Held back by{' '}
@@ -95,13 +144,12 @@ export function RunPage({ id }: { id: string }) {
           {run.status === 'PAUSED' && (
             <ActionButton label="Resume" kind="primary" run={() => control(RESUME_RUN, 'Resumed')} />
           )}
-          <ActionButton
+          <ReasonAction
             label="Cancel run"
+            confirmLabel="Cancel the run"
             kind="danger"
-            confirm={`Cancel this run of ${run.definition.title}? Its unfinished steps are cancelled.`}
-            run={() =>
-              control(CANCEL_RUN, 'Cancelled', { reason: `cancelled from the console by ${session.actor}` })
-            }
+            placeholder="why (kept with the run)"
+            run={(reason) => control(CANCEL_RUN, 'Cancelled', { reason })}
           />
         </fieldset>
       )}
@@ -113,7 +161,11 @@ export function RunPage({ id }: { id: string }) {
                 <div class="step-head">
                   <span class="step-kind">{s.kind}</span>
                   <span class="muted">phase {s.phase}</span>
-                  <StatusBadge status={s.status} />
+                  {s.kind === 'core.cue' && s.cue?.answer ? (
+                    <CueOutcome cue={s.cue} />
+                  ) : (
+                    <StatusBadge status={s.status} />
+                  )}
                   {s.parked && <span class="badge s-cue">waiting on a person</span>}
                   {s.attempts > 1 && (
                     <span class="muted">
@@ -122,11 +174,11 @@ export function RunPage({ id }: { id: string }) {
                   )}
                 </div>
                 {s.kind === 'core.cue' && <div>“{promptOf(s.params)}”</div>}
-                {s.kind === 'core.cue' && <Ladder cue={s.cue} />}
+                {s.kind === 'core.cue' && <Ladder cue={s.cue} zone={zone} />}
                 <div class="muted small">
                   {s.startedAt && (
                     <>
-                      started <At iso={s.startedAt} />
+                      started <At iso={s.startedAt} zone={zone} />
                     </>
                   )}
                   {s.startedAt && s.endedAt && (
@@ -140,6 +192,27 @@ export function RunPage({ id }: { id: string }) {
                   )}
                 </div>
                 {s.lastError && <div class="row-error">{s.lastError}</div>}
+                {operator && UNFINISHED.has(run.status) && skippable(s) && (
+                  <ReasonAction
+                    label="Skip step"
+                    confirmLabel="Skip this step"
+                    placeholder="why (kept with the run)"
+                    run={async (reason) => {
+                      try {
+                        const d = await gql(session.token, SKIP_STEP, { stepId: s.id, reason })
+                        session.notify(
+                          d.skipStep.applied
+                            ? 'Step skipped.'
+                            : 'Not skipped: the step had already finished.',
+                          d.skipStep.applied ? 'ok' : 'error',
+                        )
+                      } catch (err) {
+                        session.notify(err instanceof ApiError ? err.message : String(err), 'error')
+                      }
+                      await q.refetch()
+                    }}
+                  />
+                )}
                 {s.result !== null && s.result !== undefined && (
                   <details>
                     <summary>Result</summary>
@@ -157,7 +230,7 @@ export function RunPage({ id }: { id: string }) {
             <ol class="log" aria-label="Log, newest first">
               {run.logs.map((l) => (
                 <li key={l.id} class={`lv-${l.level}`}>
-                  <At iso={l.at} /> <span class="lv">{l.level}</span> {l.message}
+                  <At iso={l.at} zone={zone} /> <span class="lv">{l.level}</span> {l.message}
                   {l.actor && <span class="muted"> — {l.actor}</span>}
                 </li>
               ))}

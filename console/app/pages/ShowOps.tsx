@@ -165,7 +165,20 @@ function clock(ms: number): string {
 }
 
 /** Where a run came from (a retry, bulk actions), its rehearsal clock, and the retry of a failed run. */
-export function RunOrigins({ id, status, ended }: { id: string; status: string; ended: string | null }) {
+export function RunOrigins({
+  id,
+  status,
+  ended,
+  failedStep = null,
+  stepCount = 0,
+}: {
+  id: string
+  status: string
+  ended: string | null
+  /** The seq of the step that failed the run, if it did. */
+  failedStep?: number | null
+  stepCount?: number
+}) {
   const session = useSession()
   const now = useNow(250)
   const q = useLive<RunOriginsData>(session.token, RUN_ORIGINS, { variables: { id }, pollMs: 5000 })
@@ -188,19 +201,33 @@ export function RunOrigins({ id, status, ended }: { id: string; status: string; 
       )}
       {run.bulkIds.length > 0 && <p class="muted">Changed by bulk action {run.bulkIds.join(', ')}.</p>}
       {status === 'FAILED' && can(session, 'OPERATOR') && (
-        <ActionButton
-          label="Retry from the failed step"
-          kind="primary"
-          run={async () => {
-            try {
-              const data = await gql(session.token, RETRY_RUN, { id })
-              session.notify(`Retried as run ${data.retryRun.id}.`)
-              go(`/runs/${data.retryRun.id}`)
-            } catch (err) {
-              session.notify(err instanceof ApiError ? err.message : String(err), 'error')
-            }
-          }}
-        />
+        <fieldset class="controls">
+          <legend>Recover (one retry per failed run)</legend>
+          {(
+            [
+              ['Retry from the failed step', undefined],
+              ...(failedStep !== null && failedStep + 1 < stepCount
+                ? ([['Skip the failed step and go on', failedStep + 1]] as const)
+                : []),
+              ['Run again from the start', 0],
+            ] as const
+          ).map(([label, fromStep]) => (
+            <ActionButton
+              key={label}
+              label={label}
+              kind={fromStep === undefined ? 'primary' : undefined}
+              run={async () => {
+                try {
+                  const data = await gql(session.token, RETRY_RUN, { id, fromStep: fromStep ?? null })
+                  session.notify(`Retried as run ${data.retryRun.id}.`)
+                  go(`/runs/${data.retryRun.id}`)
+                } catch (err) {
+                  session.notify(err instanceof ApiError ? err.message : String(err), 'error')
+                }
+              }}
+            />
+          ))}
+        </fieldset>
       )}
     </div>
   )

@@ -1,0 +1,181 @@
+/**
+ * The program editor: JSON in a textarea, checked by the server as you type
+ * (applyDefinitions as a dry run, so the answer is what publishing would say),
+ * each problem listed at its JSON path; and a line diff against the version
+ * it replaces.
+ */
+import { useEffect, useState } from 'preact/hooks'
+import { ApiError, gql } from './api.ts'
+import { CHECK_MANIFESTS } from './authoringOps.ts'
+import { useSession } from './session.ts'
+
+export interface ProgramProblem {
+  path: string
+  message: string
+}
+
+/** The program's problems (paths relative to the program), or null while the server is asked. */
+export type Checked = ProgramProblem[] | null
+
+/** A program path as a manifest problem names it (`[0].program.phases[0]…`), relative to the program. */
+function programPath(path: string): string {
+  if (path === '[0].program') return 'program'
+  if (path.startsWith('[0].program.')) return path.slice('[0].program.'.length)
+  return path.replace(/^\[0\]\./, '')
+}
+
+/** Parse the text; a problem at the top when it is not JSON. */
+export function parseProgram(text: string): { program: unknown } | { problem: ProgramProblem } {
+  try {
+    return { program: JSON.parse(text) }
+  } catch (err) {
+    return { problem: { path: 'program', message: `is not valid JSON (${(err as Error).message})` } }
+  }
+}
+
+export function ProgramEditor({
+  id,
+  value,
+  onInput,
+  onChecked,
+  slug,
+  title,
+  current,
+}: {
+  id: string
+  value: string
+  onInput: (text: string) => void
+  onChecked: (checked: Checked) => void
+  /** The manifest's slug and title the check is made with (a draft name when empty). */
+  slug: string
+  title: string
+  /** The current version's program, to diff against. */
+  current?: unknown
+}) {
+  const session = useSession()
+  const [problems, setProblems] = useState<Checked>(null)
+  useEffect(() => {
+    let stale = false
+    setProblems(null)
+    onChecked(null)
+    const parsed = parseProgram(value)
+    if ('problem' in parsed) {
+      setProblems([parsed.problem])
+      onChecked([parsed.problem])
+      return
+    }
+    const t = setTimeout(async () => {
+      let found: ProgramProblem[] = []
+      try {
+        await gql(session.token, CHECK_MANIFESTS, {
+          manifests: [
+            { slug: slug.trim() || 'draft-check', title: title.trim() || 'Draft', program: parsed.program },
+          ],
+        })
+      } catch (err) {
+        found =
+          err instanceof ApiError && err.problems.length > 0
+            ? err.problems.map((p) => ({ path: programPath(p.path), message: p.message }))
+            : [{ path: 'program', message: err instanceof Error ? err.message : String(err) }]
+      }
+      if (stale) return
+      setProblems(found)
+      onChecked(found)
+    }, 350)
+    return () => {
+      stale = true
+      clearTimeout(t)
+    }
+  }, [value, slug, title])
+  const problemsId = `${id}-problems`
+  return (
+    <div class="program-editor">
+      <label for={id}>Program (JSON)</label>
+      <textarea
+        id={id}
+        rows={18}
+        spellcheck={false}
+        value={value}
+        aria-describedby={problemsId}
+        aria-invalid={problems !== null && problems.length > 0}
+        onInput={(e) => onInput((e.target as HTMLTextAreaElement).value)}
+      />
+      <div id={problemsId} aria-live="polite" data-testid="program-problems">
+        {problems === null ? (
+          <p class="muted small">Checking with the server…</p>
+        ) : problems.length === 0 ? (
+          <p class="small ok-note">The server accepts this program.</p>
+        ) : (
+          <ul class="problems">
+            {problems.map((p) => (
+              <li key={`${p.path}|${p.message}`}>
+                <code>{p.path}</code>: {p.message}
+              </li>
+            ))}
+          </ul>
+        )}
+      </div>
+      {current !== undefined && <ProgramDiff before={current} afterText={value} />}
+    </div>
+  )
+}
+
+type DiffLine = { op: ' ' | '-' | '+'; text: string }
+
+/** A line diff (longest common subsequence); programs are small, and a huge one is shown whole. */
+export function lineDiff(a: string[], b: string[]): DiffLine[] {
+  if (a.length * b.length > 2_000_000)
+    return [
+      ...a.map((text) => ({ op: '-' as const, text })),
+      ...b.map((text) => ({ op: '+' as const, text })),
+    ]
+  const n = a.length
+  const m = b.length
+  const lcs: number[][] = Array.from({ length: n + 1 }, () => new Array<number>(m + 1).fill(0))
+  for (let i = n - 1; i >= 0; i--)
+    for (let j = m - 1; j >= 0; j--)
+      (lcs[i] as number[])[j] =
+        a[i] === b[j]
+          ? ((lcs[i + 1] as number[])[j + 1] as number) + 1
+          : Math.max((lcs[i + 1] as number[])[j] as number, (lcs[i] as number[])[j + 1] as number)
+  const out: DiffLine[] = []
+  let i = 0
+  let j = 0
+  while (i < n && j < m) {
+    if (a[i] === b[j]) {
+      out.push({ op: ' ', text: a[i] as string })
+      i++
+      j++
+    } else if (((lcs[i + 1] as number[])[j] as number) >= ((lcs[i] as number[])[j + 1] as number))
+      out.push({ op: '-', text: a[i++] as string })
+    else out.push({ op: '+', text: b[j++] as string })
+  }
+  while (i < n) out.push({ op: '-', text: a[i++] as string })
+  while (j < m) out.push({ op: '+', text: b[j++] as string })
+  return out
+}
+
+function ProgramDiff({ before, afterText }: { before: unknown; afterText: string }) {
+  const parsed = parseProgram(afterText)
+  if ('problem' in parsed) return null
+  const a = JSON.stringify(before, null, 2).split('\n')
+  const b = JSON.stringify(parsed.program, null, 2).split('\n')
+  const diff = lineDiff(a, b)
+  const changed = diff.filter((l) => l.op !== ' ').length
+  return (
+    <details class="diff" open={changed > 0}>
+      <summary>
+        Changes against the current version (
+        {changed === 0 ? 'none' : `${changed} line${changed === 1 ? '' : 's'}`})
+      </summary>
+      <pre data-testid="program-diff">
+        {diff.map((l, k) => (
+          <span key={String(k)} class={l.op === '+' ? 'add' : l.op === '-' ? 'del' : undefined}>
+            {l.op} {l.text}
+            {'\n'}
+          </span>
+        ))}
+      </pre>
+    </details>
+  )
+}
