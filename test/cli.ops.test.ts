@@ -80,7 +80,7 @@ describe('run retry', () => {
     const retried = await cli(['run', 'retry', startRun.id])
     expect(retried, retried.stderr).toMatchObject({ code: 0 })
     const line = new RegExp(
-      `^run (\\d+) retries run ${startRun.id} \\(${def.slug}, scope ""\\) from step \\d+ \\(1 skipped\\): now [A-Z]+$`,
+      `^run (\\d+) retries run ${startRun.id} \\(${def.slug}, scope ""\\) from step 1 \\(1 skipped\\): now [A-Z]+$`,
     )
     expect(retried.stdout.trim()).toMatch(line)
     const newId = line.exec(retried.stdout.trim())?.[1]
