@@ -219,6 +219,9 @@ export function buildCli(): Command {
     .showHelpAfterError()
     // Usage mistakes exit 2 (commander's own default is 1); subcommands inherit this.
     .exitOverride()
+    // A command's options are read only before its subcommand, so `runs bulk
+    // cancel --status x` gives --status to `cancel`, not to `runs`.
+    .enablePositionalOptions()
   const dataDirOption = [
     '--data-dir <dir>',
     'private MariaDB folder, used when DATABASE_URL is unset',

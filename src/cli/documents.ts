@@ -101,3 +101,42 @@ export const REVOKE_API_KEY = graphql(
   `mutation RevokeApiKey($id: ID!) { revokeApiKey(id: $id) { ...KeyRow } }`,
   [KEY_ROW],
 )
+
+export const RETRY_RUN = graphql(
+  `
+mutation RetryRun($id: ID!, $fromStep: Int) {
+  retryRun(id: $id, fromStep: $fromStep) {
+    ...RunRow
+    retryOf { id status }
+    steps { seq status }
+  }
+}`,
+  [RUN_ROW],
+)
+
+export const BULK_RUNS = graphql(`
+mutation BulkRuns($action: BulkAction!, $filter: RunFilter!, $dryRun: Boolean, $reason: String) {
+  bulkRuns(action: $action, filter: $filter, dryRun: $dryRun, reason: $reason) { applied bulkId dryRun matched }
+}`)
+
+const OCCURRENCE_ROW = graphql(`
+fragment OccurrenceRow on Occurrence { at movedTo reason scope status run { id status scheduledFor } }`)
+
+export const SKIP_OCCURRENCE = graphql(
+  `
+mutation SkipOccurrence($definitionId: ID!, $at: DateTime!, $reason: String!, $scope: String) {
+  skipOccurrence(definitionId: $definitionId, at: $at, reason: $reason, scope: $scope) { ...OccurrenceRow }
+}`,
+  [OCCURRENCE_ROW],
+)
+
+export const MOVE_OCCURRENCE = graphql(
+  `
+mutation MoveOccurrence($definitionId: ID!, $at: DateTime!, $to: DateTime!, $reason: String, $scope: String) {
+  moveOccurrence(definitionId: $definitionId, at: $at, to: $to, reason: $reason, scope: $scope) { ...OccurrenceRow }
+}`,
+  [OCCURRENCE_ROW],
+)
+
+export const CALENDARS = graphql(`
+query Calendars { calendars { id name timezone entries { from to yearly label } } }`)

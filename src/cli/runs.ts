@@ -3,32 +3,12 @@ import type { Command } from 'commander'
 import type { ResultOf } from '../client/graphql.ts'
 import { ClientError } from '../client/http.ts'
 import { type Ctx, clientOptions, contextOf, EXIT, printJson, runCommand, UsageError } from './context.ts'
-import {
-  CANCEL_RUN,
-  DEFINITION_ID,
-  PAUSE_RUN,
-  RESUME_RUN,
-  RUN_END,
-  RUN_STATUS,
-  RUNS,
-  START_RUN,
-} from './documents.ts'
+import { CANCEL_RUN, PAUSE_RUN, RESUME_RUN, RUN_END, RUN_STATUS, RUNS, START_RUN } from './documents.ts'
+import { definitionId, type FilterOptions, filterOf, filterOptions } from './filter.ts'
 import { ago, table } from './table.ts'
 
 type RunRow = ResultOf<typeof RUNS>['runPage']['nodes'][number]
 
-const STATUSES = [
-  'SCHEDULED',
-  'STARTING',
-  'RUNNING',
-  'PAUSED',
-  'ENDING',
-  'COMPLETED',
-  'CANCELLED',
-  'FAILED',
-  'MISSED',
-] as const
-type Status = (typeof STATUSES)[number]
 const TERMINAL = new Set<string>(['COMPLETED', 'CANCELLED', 'FAILED', 'MISSED'])
 
 function runTable(runs: readonly RunRow[]): string {
@@ -45,23 +25,6 @@ function runTable(runs: readonly RunRow[]): string {
       r.waitingSteps,
     ]),
   )
-}
-
-async function definitionId(ctx: Ctx, slug: string): Promise<string> {
-  const data = await ctx.client.request(DEFINITION_ID, { slug })
-  if (!data.definition)
-    throw new ClientError(`No definition with slug ${JSON.stringify(slug)} exists.`, 'NOT_FOUND')
-  return data.definition.id
-}
-
-function statusesOf(list: string | undefined): Status[] | undefined {
-  if (!list) return undefined
-  return list.split(',').map((raw) => {
-    const s = raw.trim().toUpperCase()
-    if (!(STATUSES as readonly string[]).includes(s))
-      throw new UsageError(`--status: ${JSON.stringify(raw)} is not a run status (${STATUSES.join(', ')})`)
-    return s as Status
-  })
 }
 
 function paramsOf(text: string | undefined): unknown {
@@ -87,24 +50,18 @@ function controlled(ctx: Ctx, verb: string, result: { applied: boolean; run: Run
 
 export function registerRunCommands(program: Command): void {
   clientOptions(
-    program
-      .command('runs')
+    filterOptions(program.command('runs'))
       .description('list runs, newest first')
-      .option('-s, --status <list>', 'only these statuses, comma-separated (e.g. running,paused)')
-      .option('-d, --definition <slug>', 'only the runs of this definition')
-      .option('--scope <scope>', 'only this scope')
-      .option('-n, --limit <n>', 'at most this many (1..500)', '20'),
-  ).action((opts: { status?: string; definition?: string; scope?: string; limit: string }, cmd: Command) =>
+      .option('-n, --limit <n>', 'at most this many (1..500)', '20')
+      // `runs bulk ...` takes the same filter flags as its own, not as these.
+      .enablePositionalOptions(),
+  ).action((opts: FilterOptions & { limit: string }, cmd: Command) =>
     runCommand(async () => {
       const ctx = contextOf(cmd)
       const first = Number(opts.limit)
       if (!Number.isInteger(first) || first < 1 || first > 500)
         throw new UsageError('--limit: a whole number from 1 to 500')
-      const filter = {
-        statuses: statusesOf(opts.status),
-        scope: opts.scope,
-        definitionId: opts.definition ? await definitionId(ctx, opts.definition) : undefined,
-      }
+      const filter = await filterOf(ctx, opts)
       const data = await ctx.client.request(RUNS, { filter, first })
       if (ctx.json) printJson(data.runPage.nodes)
       else if (data.runPage.nodes.length === 0) ctx.out('no runs')
