@@ -31,6 +31,17 @@ function waitParams(params: unknown): { seconds?: number; until?: string } {
   return params && typeof params === 'object' ? (params as { seconds?: number; until?: string }) : {}
 }
 
+/** When a `core.wait` not yet begun at `t` ends: `seconds` after it, or at `until` after the scheduled time. */
+function afterWait(t: number, params: unknown, scheduled: number): number {
+  const p = waitParams(params)
+  if (typeof p.seconds === 'number') return t + p.seconds * 1000
+  if (typeof p.until === 'string') {
+    const s = parseOffset(p.until)
+    if (s !== null) return Math.max(t, scheduled + s * 1000)
+  }
+  return t
+}
+
 /** The run's next cue not yet asked, or null when none is left. */
 export function nextCue(run: RunWithSteps, now: number): NextCue | null {
   const steps = [...run.steps].sort((a, b) => a.seq - b.seq)
@@ -64,12 +75,7 @@ export function nextCue(run: RunWithSteps, now: number): NextCue | null {
     }
     if (step.kind === 'core.wait') {
       waits++
-      const p = waitParams(step.params)
-      if (typeof p.seconds === 'number') t += p.seconds * 1000
-      else if (typeof p.until === 'string') {
-        const s = parseOffset(p.until)
-        if (s !== null) t = Math.max(t, scheduled + s * 1000)
-      }
+      t = afterWait(t, step.params, scheduled)
     }
   }
   return null
@@ -120,12 +126,7 @@ export function scheduledFirstCue(run: ScheduledRun, now: number): NextCue | nul
         }
       if (step.kind === 'core.wait') {
         waits++
-        const p = waitParams(step.params)
-        if (typeof p.seconds === 'number') t += p.seconds * 1000
-        else if (typeof p.until === 'string') {
-          const s = parseOffset(p.until)
-          if (s !== null) t = Math.max(t, scheduled + s * 1000)
-        }
+        t = afterWait(t, step.params, scheduled)
       }
     }
   }
