@@ -111,7 +111,9 @@ describe('secrets through the runner and the API', () => {
                 headers: { Authorization: 'Bearer {{secret.NOT_SET_ANYWHERE}}' },
               },
             }),
-            webhook({ params: { url: 'http://127.0.0.2:9/x?token={{secret.HOOK_TOKEN}}' } }),
+            // Its host comes from the run's params, so publishing cannot refuse it (only the run
+            // knows where it goes); the run-time refusal must still leave the secret out.
+            webhook({ params: { url: 'http://{{params.refusedHost}}:9/x?token={{secret.HOOK_TOKEN}}' } }),
           ],
         },
       ],
@@ -123,8 +125,8 @@ describe('secrets through the runner and the API', () => {
     expect(created.body.errors).toBeUndefined()
     const definitionId = created.body.data!.createDefinition.id
     const started = await server.gql<{ startRun: { id: string } }>(
-      `mutation($id: ID!) { startRun(definitionId: $id) { id } }`,
-      { variables: { id: definitionId }, auth: 'operator' },
+      `mutation($id: ID!, $params: JSON) { startRun(definitionId: $id, params: $params) { id } }`,
+      { variables: { id: definitionId, params: { refusedHost: '127.0.0.2' } }, auth: 'operator' },
     )
     expect(started.body.errors).toBeUndefined()
     const runId = started.body.data!.startRun.id
