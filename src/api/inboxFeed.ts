@@ -108,33 +108,23 @@ export class InboxFeed {
     })
     const shared = await this.firstRead
     const first = { steps: shared.steps.slice(0, n), loaders: shared.loaders }
-    return new Repeater<Inbox>(async (push, stop) => {
-      const unlisten = this.listen({
-        limit: n,
-        identities: null,
-        sent: fingerprintOf(first.steps),
-        onInbox: (inbox) => {
-          push(inbox).catch(() => {})
-        },
-        onClose: () => stop(),
-      })
-      this.opts.onWatchersChange?.(1)
-      try {
-        await push(first)
-        await stop
-      } finally {
-        unlisten()
-        this.opts.onWatchersChange?.(-1)
-      }
-    }, new SlidingBuffer(1))
+    return this.stream(first, n, null)
   }
 
   /** `mine`: a stream of its own, read for this caller's identities (rarely many per process). */
   private async watchMine(n: number, identities: string[]): Promise<AsyncIterableIterator<Inbox>> {
     const first = await this.read(n, identities)
+    return this.stream(first, n, identities)
+  }
+
+  /**
+   * A subscriber's stream: `first` at once, then each changed inbox for its
+   * limit and identities (null: everybody's), until it stops or the feed closes.
+   */
+  private stream(first: Inbox, limit: number, identities: string[] | null): AsyncIterableIterator<Inbox> {
     return new Repeater<Inbox>(async (push, stop) => {
       const unlisten = this.listen({
-        limit: n,
+        limit,
         identities,
         sent: fingerprintOf(first.steps),
         onInbox: (inbox) => {
