@@ -7,6 +7,7 @@
  */
 import { describe, expect, it } from 'vitest'
 import * as definitionsSql from '../sql/eventDefinitions.ts'
+import { backfillRuns } from '../src/operations/backfill.ts'
 import { createCalendar, updateCalendar } from '../src/operations/calendars.ts'
 import { updateDefinition } from '../src/operations/definitions.ts'
 import { moveOccurrence, skipOccurrence, upcoming } from '../src/operations/occurrences.ts'
@@ -382,4 +383,37 @@ it('a pass that read the exceptions before a skip or a calendar change committed
   expect(made).not.toContain('2027-11-01T16:00:00.000Z')
   expect(made.filter((at) => at.startsWith('2027-11-02'))).toEqual([])
   expect(made).toContain('2027-11-01T17:00:00.000Z')
+})
+
+it('a backfill whose exceptions went stale before its transaction does not make a run skipped meanwhile', async () => {
+  const { env, deps } = setup('2027-11-10T12:00:00.000Z', 2 * HOUR)
+  const def = await defineEvent(env, { schedule: '0 * * * *', program: LOG_ONLY })
+  const skipped = new Date('2027-11-09T03:00:00Z')
+  // The quota is taken after the backfill read the exceptions and before its
+  // transaction: a skip committed there is the race this test closes.
+  const quota = {
+    async take() {
+      await skipOccurrence(deps, { definitionId: def.id, at: skipped, reason: 'raced', actor: 'op' })
+    },
+  }
+  const result = await backfillRuns(
+    { db: t.db, quota },
+    {
+      definitionId: def.id,
+      from: new Date('2027-11-09T00:00:00Z'),
+      to: new Date('2027-11-09T06:00:00Z'),
+      actor: 'op',
+    },
+  )
+  const made = await instantsOf(def.id)
+  expect(made).not.toContain(skipped.toISOString())
+  expect(made).toEqual([
+    '2027-11-09T00:00:00.000Z',
+    '2027-11-09T01:00:00.000Z',
+    '2027-11-09T02:00:00.000Z',
+    '2027-11-09T04:00:00.000Z',
+    '2027-11-09T05:00:00.000Z',
+  ])
+  expect(result.created).toBe(5)
+  expect(result.runs.map((r) => r.scheduledFor.toISOString())).toEqual(made)
 })

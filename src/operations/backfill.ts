@@ -11,14 +11,14 @@
  * the definition's overlap policy and concurrency key like any other run.
  */
 import * as audit from '../../sql/auditLog.ts'
-import type { Db } from '../../sql/db.ts'
+import type { Db, Queryable } from '../../sql/db.ts'
 import * as definitions from '../../sql/eventDefinitions.ts'
 import * as logs from '../../sql/eventRunLogs.ts'
 import type { NewRun, RunListRow } from '../../sql/eventRuns/index.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
 import { AppError, badInput, conflict, notFound } from '../errors.ts'
 import { refusals } from '../refusalSampler.ts'
-import { loadExceptions, NO_EXCEPTIONS, placeOf } from '../runner/calendar.ts'
+import { loadExceptions, NO_EXCEPTIONS, type OccurrenceExceptions, placeOf } from '../runner/calendar.ts'
 import { newRun } from '../runner/newRun.ts'
 import { occurrenceStream } from '../runner/schedule.ts'
 import type { RunQuota } from '../runQuota.ts'
@@ -119,25 +119,32 @@ async function backfill(deps: BackfillDeps, input: BackfillInput): Promise<Backf
     }
   }
   // A blackout day or a skipped occurrence gets no run; a moved one is made where it went.
-  const ex =
-    (await loadExceptions(deps.db, [def.id], new Date(from.getTime() - 1), to)).get(def.id) ?? NO_EXCEPTIONS
-  const places = instants.flatMap((at) =>
-    scopes.flatMap((scope) => {
-      const place = placeOf(ex, scope, at)
-      return place ? [{ scope, scheduledFor: place }] : []
-    }),
-  )
-  const rows: NewRun[] = places.map(({ scope, scheduledFor }) =>
-    newRun(def, { scope, scheduledFor, startedBy: input.actor, graceExempt: true }),
-  )
-  const wanted = new Set(rows.map((r) => `${r.scope}|${r.scheduledFor.getTime()}`))
-  const inRange = async () =>
-    (await runs.occurrencesInRange(deps.db, def.id, scopes, from, to)).filter((r) =>
-      wanted.has(`${r.scope}|${r.scheduledFor.getTime()}`),
+  // Read outside the transaction to size the call; read again inside it when a
+  // skip, move or calendar change committed meanwhile (each bumps the
+  // definition's exceptions revision under the guard this call also takes).
+  const loadEx = async (db: Queryable) =>
+    (await loadExceptions(db, [def.id], new Date(from.getTime() - 1), to)).get(def.id) ?? NO_EXCEPTIONS
+  const rowsOf = (ex: OccurrenceExceptions): NewRun[] =>
+    instants.flatMap((at) =>
+      scopes.flatMap((scope) => {
+        const place = placeOf(ex, scope, at)
+        return place
+          ? [newRun(def, { scope, scheduledFor: place, startedBy: input.actor, graceExempt: true })]
+          : []
+      }),
     )
-  const before = new Set((await inRange()).map((r) => r.id))
+  const rows = rowsOf(await loadEx(deps.db))
+  const placeKey = (r: { scope: string; scheduledFor: Date }) => `${r.scope}|${r.scheduledFor.getTime()}`
+  const inRange = () => runs.occurrencesInRange(deps.db, def.id, scopes, from, to)
+  const beforeRows = await inRange()
+  const before = new Set(beforeRows.map((r) => r.id))
+  const wantedAtFirst = new Set(rows.map(placeKey))
+  let written = rows
   // What this call would add counts against the caller's runs per minute.
-  await deps.quota?.take(input.actor, rows.length - before.size)
+  await deps.quota?.take(
+    input.actor,
+    rows.length - beforeRows.filter((r) => wantedAtFirst.has(placeKey(r))).length,
+  )
   // After writing the definition's guard, so an archive cannot slip in between
   // (see eventDefinitions.setState); safe to repeat when it loses that race
   // through another cluster node: a second attempt inserts what is still missing.
@@ -145,11 +152,14 @@ async function backfill(deps: BackfillDeps, input: BackfillInput): Promise<Backf
     async (tx) => {
       if ((await definitions.lockForNewRuns(tx, def.id)) === 'archived')
         throw conflict(`Definition "${def.slug}" is archived; set it ACTIVE or PAUSED to backfill.`)
-      return runs.materialiseMany(tx, rows)
+      const fresh = (await definitions.exceptionsRevOf(tx, def.id)) === def.exceptionsRev
+      written = fresh ? rows : rowsOf(await loadEx(tx))
+      return runs.materialiseMany(tx, written)
     },
     { retryable: true },
   )
-  const all = await inRange()
+  const wanted = new Set(written.map(placeKey))
+  const all = (await inRange()).filter((r) => wanted.has(placeKey(r)))
   const made = all.filter((r) => !before.has(r.id))
   await logs.appendMany(
     deps.db,
@@ -161,5 +171,5 @@ async function backfill(deps: BackfillDeps, input: BackfillInput): Promise<Backf
     })),
   )
   if (created > 0) deps.nudge?.()
-  return { created, existing: rows.length - created, runs: all }
+  return { created, existing: written.length - created, runs: all }
 }
