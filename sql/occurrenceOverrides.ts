@@ -110,6 +110,20 @@ export async function remove(
   ])
 }
 
+/**
+ * Forget overrides whose occurrence lies wholly before `cutoff` (its original
+ * instant, and where it was moved to), at most `limit` rows: once their runs
+ * are past the history's retention nothing reads them again.
+ */
+export async function deleteBefore(db: Queryable, cutoff: Date, limit: number): Promise<number> {
+  const { affectedRows } = await db.run(
+    `DELETE FROM occurrence_overrides
+      WHERE original_at < ? AND (moved_to IS NULL OR moved_to < ?) LIMIT ${Math.max(1, Math.floor(limit))}`,
+    [cutoff, cutoff],
+  )
+  return affectedRows
+}
+
 /** Another occurrence of the definition and scope already moved to `at`, if any. */
 export async function movedTo(
   db: Queryable,

@@ -130,3 +130,34 @@ describe('run history retention', () => {
     expect(await left(ancient)).toEqual({ runs: 5, steps: 15, logs: 0 })
   })
 })
+
+describe('occurrence override retention', () => {
+  it('forgets skips and moves wholly older than the run retention, keeps the rest', async () => {
+    const now = Date.now()
+    const fx = await makeDefinition(t.db)
+    const ago = (days: number) => new Date(now - days * DAY)
+    const put = (originalAt: Date, status: 'skipped' | 'moved', movedTo: Date | null) =>
+      t.db.query(
+        `INSERT INTO occurrence_overrides (definition_id, scope, original_at, status, moved_to, reason, actor)
+         VALUES (?, '', ?, ?, ?, 'r', 'op')`,
+        [fx.def.id, originalAt, status, movedTo] as SqlValue[],
+      )
+    await put(ago(120), 'skipped', null) // old: forgotten
+    await put(ago(119), 'moved', ago(118)) // old, moved to an old instant: forgotten
+    await put(ago(100), 'moved', ago(10)) // moved into the kept window: kept
+    await put(ago(30), 'skipped', null) // young: kept
+    const runner = new Runner({
+      db: t.db,
+      registry: makeRegistry(),
+      clock: new TestClock(now),
+      instanceId: 'override-retention',
+      runRetentionMs: 90 * DAY,
+    })
+    await runner.tick()
+    const rows = await t.db.query<{ original_at: Date }>(
+      'SELECT original_at FROM occurrence_overrides WHERE definition_id = ? ORDER BY original_at',
+      [fx.def.id],
+    )
+    expect(rows.map((r) => Math.round((now - r.original_at.getTime()) / DAY))).toEqual([100, 30])
+  })
+})

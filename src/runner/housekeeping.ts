@@ -9,6 +9,7 @@ import * as audit from '../../sql/auditLog.ts'
 import type { Db } from '../../sql/db.ts'
 import * as logs from '../../sql/eventRunLogs.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
+import * as overrides from '../../sql/occurrenceOverrides.ts'
 import * as heartbeats from '../../sql/runnerHeartbeats.ts'
 import * as quotas from '../../sql/runQuotas.ts'
 import { materialiseAll } from './materialise.ts'
@@ -140,6 +141,7 @@ export class Housekeeping {
       this.lastRetention = now.getTime()
       await this.logRetention(now)
       await this.auditRetention()
+      await this.overrideRetention(now)
     }
     this.runRetentionBacklog = await this.runRetention(now)
   }
@@ -164,6 +166,25 @@ export class Housekeeping {
         )
     }
     await quotas.deleteBefore(db, Math.floor(Date.now() / 60_000) - 1, 10_000)
+  }
+
+  /**
+   * Skips and moves of occurrences older than the run history's retention: a
+   * backfill over a range that old makes its runs as the schedule alone says,
+   * as if the history had never been (it has been deleted too).
+   */
+  private async overrideRetention(now: Date): Promise<void> {
+    const { db, logger, runRetentionMs } = this.deps
+    if (runRetentionMs <= 0) return
+    const cutoff = new Date(now.getTime() - runRetentionMs)
+    let deleted = 0
+    for (let round = 0; round < 20 && !this.deps.stopping(); round++) {
+      const n = await overrides.deleteBefore(db, cutoff, 1000)
+      deleted += n
+      if (n < 1000) break
+    }
+    if (deleted > 0)
+      logger.info({ rows: deleted, before: cutoff }, 'override retention: forgot old skips and moves')
   }
 
   /** Say this instance is alive, and how late its tick was. */
