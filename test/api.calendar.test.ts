@@ -206,3 +206,27 @@ it('skipOccurrence and moveOccurrence: operator only, reason required for a skip
     [to, 'east', 'SCHEDULED', null],
   ])
 })
+
+it('upcoming of a paused definition says why nothing will start, and has no runs; ACTIVE again clears it', async () => {
+  const def = await createDefinition({ schedule: '0 12 * * *' })
+  const id = def.body.data?.createDefinition.id as string
+  const after = `${day(0)}T12:00:00.000Z`
+  await waitFor(async () => (await upcomingOf(id, 2, after))[0]?.run ?? null)
+  const setState = (state: string) =>
+    s.gql(
+      'mutation ($id: ID!, $state: DefinitionState!) { setDefinitionState(id: $id, state: $state) { state } }',
+      {
+        variables: { id, state },
+        auth: 'admin',
+      },
+    )
+  expect((await setState('PAUSED')).body.errors).toBeUndefined()
+  const paused = await upcomingOf(id, 2, after)
+  expect(paused.map((o) => [o.status, o.run])).toEqual([
+    ['SCHEDULED', null],
+    ['SCHEDULED', null],
+  ])
+  for (const o of paused) expect(o.reason).toMatch(/paused/)
+  expect((await setState('ACTIVE')).body.errors).toBeUndefined()
+  expect((await upcomingOf(id, 2, after)).map((o) => o.reason)).toEqual([null, null])
+})

@@ -327,6 +327,10 @@ export async function upcoming(db: Db, def: DefinitionRow, opts: UpcomingOptions
     new Date(last.getTime() + 1),
   )
   const runAt = new Map(made.map((r) => [overrideKey(r.scope, r.scheduledFor), r]))
+  // A paused definition makes no run; its occurrences stay SCHEDULED (they
+  // come back when it is ACTIVE again) but say why nothing will start.
+  const pausedReason =
+    def.state === 'paused' ? 'the definition is paused: no run is made until it is ACTIVE again' : null
   const out: Occurrence[] = []
   for (const at of instants)
     for (const scope of scopes) {
@@ -348,7 +352,7 @@ export async function upcoming(db: Db, def: DefinitionRow, opts: UpcomingOptions
           at,
           scope,
           status: 'scheduled',
-          reason: null,
+          reason: pausedReason,
           movedTo: null,
           run: runAt.get(overrideKey(scope, at)) ?? null,
         })
