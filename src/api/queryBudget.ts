@@ -39,7 +39,6 @@
  * configuration variable that raises it, no `data`.
  */
 import {
-  BREAK,
   type DocumentNode,
   type ExecutionResult,
   type FieldNode,
@@ -61,7 +60,6 @@ import {
   type SelectionSetNode,
   type ValidationContext,
   type ValueNode,
-  visit,
 } from 'graphql'
 import type { Plugin } from 'graphql-yoga'
 import { AppError, ERROR_CODES } from '../errors.ts'
@@ -76,6 +74,7 @@ import {
   TYPE_INTROSPECTION_BYTES,
 } from './answerSize.ts'
 import { API_CODES } from './errors.ts'
+import { repeatedFields } from './repeatedFields.ts'
 
 /** Items a list without a size argument is assumed to hold, unless {@link LIST_BOUNDS} knows better. */
 export const ASSUMED_LIST_SIZE = 10
@@ -417,54 +416,6 @@ export function executionRefusals(
   const m = measureOperation(args.schema, args.document, operation, coerced.coerced, budget)
   const errors = budgetViolations(m, budget, true)
   return errors.length > 0 ? { errors } : undefined
-}
-
-/**
- * How often one selection set may select the same response name. graphql-js's
- * OverlappingFieldsCanBeMerged compares every pair of same-named fields, so
- * `{ definitions { id id id … } }` (a couple of thousand times, within the
- * token limit) costs a second of CPU in validation alone.
- */
-export const MAX_REPEATED_FIELD = 20
-
-/** Fields selecting one response name more than {@link MAX_REPEATED_FIELD} times in one selection set. */
-function repeatedFields(document: DocumentNode): GraphQLError[] {
-  const fragments = new Map<string, FragmentDefinitionNode>()
-  for (const d of document.definitions) {
-    if (d.kind === Kind.FRAGMENT_DEFINITION) fragments.set(d.name.value, d)
-  }
-  const errors: GraphQLError[] = []
-  const countInto = (set: SelectionSetNode, counts: Map<string, number>, spreadDepth: number) => {
-    for (const sel of set.selections) {
-      if (sel.kind === Kind.FIELD) {
-        const name = sel.alias?.value ?? sel.name.value
-        counts.set(name, (counts.get(name) ?? 0) + 1)
-      } else if (spreadDepth < 2) {
-        const inner =
-          sel.kind === Kind.INLINE_FRAGMENT ? sel.selectionSet : fragments.get(sel.name.value)?.selectionSet
-        if (inner) countInto(inner, counts, spreadDepth + 1)
-      }
-    }
-  }
-  visit(document, {
-    SelectionSet(set) {
-      if (errors.length > 0) return BREAK
-      const counts = new Map<string, number>()
-      countInto(set, counts, 0)
-      for (const [name, n] of counts) {
-        if (n > MAX_REPEATED_FIELD) {
-          errors.push(
-            refusal(
-              `Repeated field limit: "${name.slice(0, 40)}" is selected ${n} times in one selection set; at most ${MAX_REPEATED_FIELD}.`,
-            ),
-          )
-          return BREAK
-        }
-      }
-      return undefined
-    },
-  })
-  return errors
 }
 
 /**
