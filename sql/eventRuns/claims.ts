@@ -168,12 +168,23 @@ export async function claimTickBatch(
     [owner, token, leaseMicros(leaseUntil, now), leaseUntil, now, ...IN_FLIGHT],
   )
   if (res.affectedRows === 0) return []
-  return findByClaimToken(db, token)
+  return findLeased(db, token, leaseUntil)
 }
 
-/** Runs claimed with one batch token (the second half of "claim many, read what you own"). */
-export async function findByClaimToken(db: Queryable, token: string): Promise<RunRow[]> {
-  const rows = await db.execute<Raw>(`${SELECT_RUN} WHERE r.claim_token = ? ORDER BY r.id`, [token])
+/**
+ * Runs leased with one batch token (the second half of "lease many, read what
+ * you leased"). The lease set every one's `wake_at` to `leaseUntil`, so they
+ * are the range `wake_at = leaseUntil` of idx_evrun_wake, the token picking
+ * them out of any other run due at that same instant: claim_token has no index
+ * (migration 0018), so claiming and giving back rewrite none. A run the lease
+ * took whose wake_at moved before this read (paused in between: milliseconds)
+ * is not read; its lease runs out and the stale-lease sweep gives it back.
+ */
+export async function findLeased(db: Queryable, token: string, leaseUntil: Date): Promise<RunRow[]> {
+  const rows = await db.execute<Raw>(
+    `${SELECT_RUN} FORCE INDEX (idx_evrun_wake) WHERE r.wake_at = ? AND r.claim_token = ? ORDER BY r.id`,
+    [leaseUntil, token],
+  )
   return rows.map(hydrate)
 }
 

@@ -1,0 +1,16 @@
+-- idx_evrun_claim_token goes: a hot column kept out of a secondary index that a
+-- narrower read does not need.
+--
+-- claim_token changes whenever a run is claimed or given back (a start that
+-- hands a run on, every lease of in-flight runs, every release), so each of
+-- those moves rewrote an entry of this index (a delete-mark and an insert, and
+-- the purge of the old entry later), and every new run wrote one (NULL). Its
+-- one reader was the second half of "lease many, read what you leased"
+-- (claimTickBatch), and that lease also sets every leased run's wake_at to the
+-- one lease expiry it names: the read is now the range `wake_at = that expiry`
+-- of idx_evrun_wake, filtered on the token (sql/eventRuns/claims.ts).
+--
+-- Counted by bench/writesPerRun.ts: a new run writes 15 index entries instead
+-- of 16. DROP INDEX IF EXISTS, so a migrator killed halfway can run the file
+-- again.
+ALTER TABLE event_runs DROP INDEX IF EXISTS idx_evrun_claim_token
