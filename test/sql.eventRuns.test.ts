@@ -375,6 +375,33 @@ describe('invariant 2: claims are compare-and-set', () => {
     const indexes = await db.query<{ Key_name: string }>('SHOW INDEX FROM event_runs')
     expect(indexes.map((i) => i.Key_name)).not.toContain('idx_evrun_claim_token')
   })
+
+  it('claimTickBatch still answers a run woken between its lease and its read (a cue answered then)', async () => {
+    const fx = await makeDefinition(db)
+    const both: number[] = []
+    for (let i = 0; i < 2; i++) {
+      const r = await makeRun(db, { definition: fx })
+      await runningUnleased(r)
+      both.push(r.id)
+    }
+    const now = at(1000)
+    // The lease's UPDATE goes through; then, before the read, a cue answer wakes one of its runs.
+    const racing = new Proxy(db, {
+      get(target, prop, receiver) {
+        const value = Reflect.get(target, prop, receiver)
+        if (prop !== 'run') return typeof value === 'function' ? value.bind(target) : value
+        return async (sql: string, args: unknown[]) => {
+          const res = await target.run(sql, args as never)
+          if (/SET claimed_by = \?, claim_token = \?/.test(sql))
+            expect(await runs.wakeNow(target, both[1] as number, now)).toBe(true)
+          return res
+        }
+      },
+    })
+    const mine = await runs.claimTickBatch(racing, 'A', 'lease-woken', at(30_000, now), now, 100)
+    expect(ids(mine).sort((x, y) => x - y)).toEqual(both)
+    expect(mine.every((r) => r.claimToken === 'lease-woken')).toBe(true)
+  })
 })
 
 describe('invariant 3: a live lease is not re-enterable', () => {

@@ -168,7 +168,11 @@ export async function claimTickBatch(
     [owner, token, leaseMicros(leaseUntil, now), leaseUntil, now, ...IN_FLIGHT],
   )
   if (res.affectedRows === 0) return []
-  return findLeased(db, token, leaseUntil)
+  const leased = await findLeased(db, token, leaseUntil, '=')
+  if (leased.length >= res.affectedRows) return leased
+  // A run woken in between (a cue answered: wakeNow moved its wake_at earlier,
+  // it stays leased): every leased run is at or before the lease's expiry.
+  return findLeased(db, token, leaseUntil, '<=')
 }
 
 /**
@@ -176,13 +180,20 @@ export async function claimTickBatch(
  * you leased"). The lease set every one's `wake_at` to `leaseUntil`, so they
  * are the range `wake_at = leaseUntil` of idx_evrun_wake, the token picking
  * them out of any other run due at that same instant: claim_token has no index
- * (migration 0018), so claiming and giving back rewrite none. A run the lease
- * took whose wake_at moved before this read (paused in between: milliseconds)
- * is not read; its lease runs out and the stale-lease sweep gives it back.
+ * (migration 0018), so claiming and giving back rewrite none. Should a run be
+ * woken between the lease and this read, `<=` reads the in-flight runs due by
+ * the lease's expiry instead (never the history: a finished run's wake_at is
+ * NULL). A run paused in between (wake_at NULL) is not read; it does not
+ * advance while paused anyway, and its lease runs out.
  */
-export async function findLeased(db: Queryable, token: string, leaseUntil: Date): Promise<RunRow[]> {
+export async function findLeased(
+  db: Queryable,
+  token: string,
+  leaseUntil: Date,
+  by: '=' | '<=' = '=',
+): Promise<RunRow[]> {
   const rows = await db.execute<Raw>(
-    `${SELECT_RUN} FORCE INDEX (idx_evrun_wake) WHERE r.wake_at = ? AND r.claim_token = ? ORDER BY r.id`,
+    `${SELECT_RUN} FORCE INDEX (idx_evrun_wake) WHERE r.wake_at ${by} ? AND r.claim_token = ? ORDER BY r.id`,
     [leaseUntil, token],
   )
   return rows.map(hydrate)
