@@ -230,15 +230,16 @@ export async function renewClaims(
   now: Date,
 ): Promise<Set<number>> {
   if (ids.length === 0) return new Set()
+  const which = idSet('id', ids)
   await db.runQuery(
     `UPDATE event_runs SET claim_expires_at = ${LEASE_EXPIRY}, wake_at = ?
-      WHERE id IN (${placeholders(ids.length)}) AND claimed_by = ? AND status IN (${placeholders(IN_FLIGHT.length)})`,
-    [leaseMicros(leaseUntil, now), leaseUntil, ...ids, owner, ...IN_FLIGHT],
+      WHERE ${which.sql} AND claimed_by = ? AND status IN (${placeholders(IN_FLIGHT.length)})`,
+    [leaseMicros(leaseUntil, now), leaseUntil, ...which.args, owner, ...IN_FLIGHT],
   )
-  const rows = await db.query<Raw>(
-    `SELECT id FROM event_runs WHERE id IN (${placeholders(ids.length)}) AND claimed_by = ?`,
-    [...ids, owner],
-  )
+  const rows = await db.query<Raw>(`SELECT id FROM event_runs WHERE ${which.sql} AND claimed_by = ?`, [
+    ...which.args,
+    owner,
+  ])
   return new Set(rows.map((r) => Number(r.id)))
 }
 
@@ -281,11 +282,12 @@ export async function releaseClaims(
   wakeAt: Date | null,
 ): Promise<number> {
   if (ids.length === 0) return 0
+  const which = idSet('id', ids)
   const res = await db.runQuery(
     `UPDATE event_runs
         SET ${releasedWakeAt()}, ${DROP_CLAIM}
-      WHERE id IN (${placeholders(ids.length)}) AND claimed_by = ?`,
-    [...IN_FLIGHT, wakeAt, wakeAt, ...ids, owner],
+      WHERE ${which.sql} AND claimed_by = ?`,
+    [...IN_FLIGHT, wakeAt, wakeAt, ...which.args, owner],
   )
   return res.affectedRows
 }
@@ -306,11 +308,15 @@ export async function releaseClaimsAt(
       'id',
       chunk.map((r) => [r.id, r.wakeAt] as const),
     )
+    const which = idSet(
+      'id',
+      chunk.map((r) => r.id),
+    )
     const res = await db.runQuery(
       `UPDATE event_runs
           SET ${releasedWakeAt(planned.sql)}, ${DROP_CLAIM}
-        WHERE id IN (${placeholders(chunk.length)}) AND claimed_by = ?`,
-      [...IN_FLIGHT, ...planned.args, ...planned.args, ...chunk.map((r) => r.id), owner],
+        WHERE ${which.sql} AND claimed_by = ?`,
+      [...IN_FLIGHT, ...planned.args, ...planned.args, ...which.args, owner],
     )
     released += res.affectedRows
   }
