@@ -374,6 +374,8 @@ describe('invariant 2: claims are compare-and-set', () => {
     expect(plan?.type).toBe('ref')
     const indexes = await db.query<{ Key_name: string }>('SHOW INDEX FROM event_runs')
     expect(indexes.map((i) => i.Key_name)).not.toContain('idx_evrun_claim_token')
+    // Nor the version's foreign key and its index (migration 0018): no statement reads runs by version.
+    expect(indexes.map((i) => i.Key_name)).not.toContain('fk_evrun_version')
   })
 
   it('claimTickBatch still answers a run woken between its lease and its read (a cue answered then)', async () => {
