@@ -73,6 +73,10 @@ const NAMES: [RegExp, string][] = [
   [/FROM event_definitions WHERE state = 'active'/, 'materialisation check: the definitions to look at'],
   [/idx_evrun_missed\) WHERE r\.missed_at </, 'missed sweep'],
   [/SET claimed_by = \?, claim_token = \?/, 'lease due in-flight runs'],
+  [
+    /idx_evrun_wake\) WHERE r\.wake_at = \? AND r\.claim_token = \?/,
+    'lease due in-flight runs: read what it leased',
+  ],
   [/FOR UPDATE SKIP LOCKED/, 'start: lock due key-less runs'],
   [/idx_evrun_keyed_due\) WHERE r\.keyed_due_at <= \?/, 'due keyed runs'],
   [/FROM event_run_logs WHERE id > \?/, 'log retention: the oldest lines'],
@@ -130,6 +134,10 @@ async function main(): Promise<void> {
     )
     await as('Runner: an idle tick', 'log retention: delete the lines of those runs', () =>
       logs.deleteForRuns(rec, [0]),
+    )
+    // Issued only when the lease took runs (an idle tick's takes none).
+    await as('Runner: an idle tick', 'lease due in-flight runs: read what it leased', () =>
+      runs.findLeased(rec, 'explain:none', new Date(now.getTime() + 30_000)),
     )
     await as('Runner: an idle tick', 'missed sweep: clear a stray stamp', () => runs.clearMissedAt(rec, [0]))
     await as('Definitions', 'a grace change re-stamps the scheduled runs', () => runs.resetMissedAt(rec, 1))

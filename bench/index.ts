@@ -23,6 +23,7 @@ import { fileURLToPath } from 'node:url'
 import { printResults, RESULTS_FILE, readResults } from './lib.ts'
 
 const BENCHMARKS = [
+  'writesPerRun',
   'throughput',
   'burst',
   'punctuality',

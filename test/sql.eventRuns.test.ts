@@ -347,6 +347,63 @@ describe('invariant 2: claims are compare-and-set', () => {
     expect((await runs.getById(db, leased.id))?.claimedBy).toBe('other')
     expect((await runs.getById(db, sleeping.id))?.claimedBy).toBeNull()
   })
+  it('claimTickBatch reads what it leased on the range wake_at = its lease of idx_evrun_wake: claim_token has no index', async () => {
+    const fx = await makeDefinition(db)
+    const first: number[] = []
+    for (let i = 0; i < 2; i++) {
+      const r = await makeRun(db, { definition: fx })
+      await runningUnleased(r)
+      first.push(r.id)
+    }
+    const now = at(1000)
+    const lease = at(30_000, now)
+    expect(ids(await runs.claimTickBatch(db, 'A', 'lease-A', lease, now, 100)).sort((x, y) => x - y)).toEqual(
+      first,
+    )
+    // Due after A's lease, and leased by B at the very same instant: both batches share wake_at.
+    const later = await makeRun(db, { definition: fx })
+    await runningUnleased(later)
+    const b = await runs.claimTickBatch(db, 'B', 'lease-B', lease, now, 100)
+    expect(ids(b)).toEqual([later.id])
+    expect(b[0]).toMatchObject({ claimedBy: 'B', claimToken: 'lease-B' })
+    const [plan] = await db.query<{ key: string | null; type: string }>(
+      'EXPLAIN SELECT r.id FROM event_runs r FORCE INDEX (idx_evrun_wake) WHERE r.wake_at = ? AND r.claim_token = ? ORDER BY r.id',
+      [lease, 'lease-B'],
+    )
+    expect(plan?.key).toBe('idx_evrun_wake')
+    expect(plan?.type).toBe('ref')
+    const indexes = await db.query<{ Key_name: string }>('SHOW INDEX FROM event_runs')
+    expect(indexes.map((i) => i.Key_name)).not.toContain('idx_evrun_claim_token')
+    // Nor the version's foreign key and its index (migration 0018): no statement reads runs by version.
+    expect(indexes.map((i) => i.Key_name)).not.toContain('fk_evrun_version')
+  })
+
+  it('claimTickBatch still answers a run woken between its lease and its read (a cue answered then)', async () => {
+    const fx = await makeDefinition(db)
+    const both: number[] = []
+    for (let i = 0; i < 2; i++) {
+      const r = await makeRun(db, { definition: fx })
+      await runningUnleased(r)
+      both.push(r.id)
+    }
+    const now = at(1000)
+    // The lease's UPDATE goes through; then, before the read, a cue answer wakes one of its runs.
+    const racing = new Proxy(db, {
+      get(target, prop, receiver) {
+        const value = Reflect.get(target, prop, receiver)
+        if (prop !== 'run') return typeof value === 'function' ? value.bind(target) : value
+        return async (sql: string, args: unknown[]) => {
+          const res = await target.run(sql, args as never)
+          if (/SET claimed_by = \?, claim_token = \?/.test(sql))
+            expect(await runs.wakeNow(target, both[1] as number, now)).toBe(true)
+          return res
+        }
+      },
+    })
+    const mine = await runs.claimTickBatch(racing, 'A', 'lease-woken', at(30_000, now), now, 100)
+    expect(ids(mine).sort((x, y) => x - y)).toEqual(both)
+    expect(mine.every((r) => r.claimToken === 'lease-woken')).toBe(true)
+  })
 })
 
 describe('invariant 3: a live lease is not re-enterable', () => {

@@ -168,12 +168,34 @@ export async function claimTickBatch(
     [owner, token, leaseMicros(leaseUntil, now), leaseUntil, now, ...IN_FLIGHT],
   )
   if (res.affectedRows === 0) return []
-  return findByClaimToken(db, token)
+  const leased = await findLeased(db, token, leaseUntil, '=')
+  if (leased.length >= res.affectedRows) return leased
+  // A run woken in between (a cue answered: wakeNow moved its wake_at earlier,
+  // it stays leased): every leased run is at or before the lease's expiry.
+  return findLeased(db, token, leaseUntil, '<=')
 }
 
-/** Runs claimed with one batch token (the second half of "claim many, read what you own"). */
-export async function findByClaimToken(db: Queryable, token: string): Promise<RunRow[]> {
-  const rows = await db.execute<Raw>(`${SELECT_RUN} WHERE r.claim_token = ? ORDER BY r.id`, [token])
+/**
+ * Runs leased with one batch token (the second half of "lease many, read what
+ * you leased"). The lease set every one's `wake_at` to `leaseUntil`, so they
+ * are the range `wake_at = leaseUntil` of idx_evrun_wake, the token picking
+ * them out of any other run due at that same instant: claim_token has no index
+ * (migration 0018), so claiming and giving back rewrite none. Should a run be
+ * woken between the lease and this read, `<=` reads the in-flight runs due by
+ * the lease's expiry instead (never the history: a finished run's wake_at is
+ * NULL). A run paused in between (wake_at NULL) is not read; it does not
+ * advance while paused anyway, and its lease runs out.
+ */
+export async function findLeased(
+  db: Queryable,
+  token: string,
+  leaseUntil: Date,
+  by: '=' | '<=' = '=',
+): Promise<RunRow[]> {
+  const rows = await db.execute<Raw>(
+    `${SELECT_RUN} FORCE INDEX (idx_evrun_wake) WHERE r.wake_at ${by} ? AND r.claim_token = ? ORDER BY r.id`,
+    [leaseUntil, token],
+  )
   return rows.map(hydrate)
 }
 
@@ -208,15 +230,16 @@ export async function renewClaims(
   now: Date,
 ): Promise<Set<number>> {
   if (ids.length === 0) return new Set()
+  const which = idSet('id', ids)
   await db.runQuery(
     `UPDATE event_runs SET claim_expires_at = ${LEASE_EXPIRY}, wake_at = ?
-      WHERE id IN (${placeholders(ids.length)}) AND claimed_by = ? AND status IN (${placeholders(IN_FLIGHT.length)})`,
-    [leaseMicros(leaseUntil, now), leaseUntil, ...ids, owner, ...IN_FLIGHT],
+      WHERE ${which.sql} AND claimed_by = ? AND status IN (${placeholders(IN_FLIGHT.length)})`,
+    [leaseMicros(leaseUntil, now), leaseUntil, ...which.args, owner, ...IN_FLIGHT],
   )
-  const rows = await db.query<Raw>(
-    `SELECT id FROM event_runs WHERE id IN (${placeholders(ids.length)}) AND claimed_by = ?`,
-    [...ids, owner],
-  )
+  const rows = await db.query<Raw>(`SELECT id FROM event_runs WHERE ${which.sql} AND claimed_by = ?`, [
+    ...which.args,
+    owner,
+  ])
   return new Set(rows.map((r) => Number(r.id)))
 }
 
@@ -259,11 +282,12 @@ export async function releaseClaims(
   wakeAt: Date | null,
 ): Promise<number> {
   if (ids.length === 0) return 0
+  const which = idSet('id', ids)
   const res = await db.runQuery(
     `UPDATE event_runs
         SET ${releasedWakeAt()}, ${DROP_CLAIM}
-      WHERE id IN (${placeholders(ids.length)}) AND claimed_by = ?`,
-    [...IN_FLIGHT, wakeAt, wakeAt, ...ids, owner],
+      WHERE ${which.sql} AND claimed_by = ?`,
+    [...IN_FLIGHT, wakeAt, wakeAt, ...which.args, owner],
   )
   return res.affectedRows
 }
@@ -284,11 +308,15 @@ export async function releaseClaimsAt(
       'id',
       chunk.map((r) => [r.id, r.wakeAt] as const),
     )
+    const which = idSet(
+      'id',
+      chunk.map((r) => r.id),
+    )
     const res = await db.runQuery(
       `UPDATE event_runs
           SET ${releasedWakeAt(planned.sql)}, ${DROP_CLAIM}
-        WHERE id IN (${placeholders(chunk.length)}) AND claimed_by = ?`,
-      [...IN_FLIGHT, ...planned.args, ...planned.args, ...chunk.map((r) => r.id), owner],
+        WHERE ${which.sql} AND claimed_by = ?`,
+      [...IN_FLIGHT, ...planned.args, ...planned.args, ...which.args, owner],
     )
     released += res.affectedRows
   }

@@ -8,7 +8,7 @@
 
 import type { Db, Queryable, SqlValue } from '../db.ts'
 import { cancelUnfinished, fail as failStep } from '../eventSteps/index.ts'
-import { placeholders } from '../json.ts'
+import { idSet, placeholders } from '../json.ts'
 import type { RunHealth, RunStatus } from '../states.ts'
 import { isTerminal, KEY_HOLDING, TERMINAL } from '../states.ts'
 
@@ -104,12 +104,14 @@ export async function transitionMany(
   // run completes instead of staying paused with nothing left to do.
   if (to === 'completed' && froms.includes('running') && !froms.includes('paused')) froms.push('paused')
   const { sets, args } = transitionSets(to, opts)
+  // The ids as ranges where they run on (a batch's runs mostly do): see idSet.
+  const which = idSet('id', ids)
   // Terminal statuses are never left, whatever `from` a caller names.
   const res = await db.runQuery(
     `UPDATE event_runs SET ${sets.join(', ')}
-      WHERE id IN (${placeholders(ids.length)}) AND status IN (${placeholders(froms.length)})
+      WHERE ${which.sql} AND status IN (${placeholders(froms.length)})
         AND status NOT IN (${placeholders(TERMINAL.length)})${opts.onlyWithStepsLeft ? ` AND ${STEPS_LEFT}` : ''}`,
-    [...args, ...ids, ...froms, ...TERMINAL],
+    [...args, ...which.args, ...froms, ...TERMINAL],
   )
   if (res.affectedRows > 0 && isTerminal(to)) await releaseKey(db, ids)
   return res.affectedRows

@@ -22,6 +22,8 @@
  * commit (milliseconds), then finds the run `completed` (applied: false) or
  * `running`, where it lands before the run's next step.
  *
+ * The pure steps themselves are attempted by startPure.ts, which writes nothing.
+ *
  * Runs with a concurrency key are not started here: each needs its key lock,
  * taken with its claim (`claimStart`).
  */
@@ -29,17 +31,14 @@ import { DatabaseError, DB_ERRNO, isDbErrno, isDbUnavailable, type Queryable } f
 import * as definitions from '../../sql/eventDefinitions.ts'
 import type { NewLog } from '../../sql/eventRunLogs.ts'
 import * as logs from '../../sql/eventRunLogs.ts'
-import type { DuePlace, LockedRun, RunRow, StartedAs } from '../../sql/eventRuns/index.ts'
+import type { DuePlace, LockedRun, StartedAs } from '../../sql/eventRuns/index.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
-import type { StartedStep, StepRow, StepSpec } from '../../sql/eventSteps/index.ts'
+import type { StartedStep, StepSpec } from '../../sql/eventSteps/index.ts'
 import * as steps from '../../sql/eventSteps/index.ts'
-import { attempt } from './executor/attempt.ts'
-import { withTimeout } from './executor/context.ts'
 import { startedAs } from './executor/decide.ts'
-import type { StepWriter } from './executor/writer.ts'
 import { specsForVersion } from './expand.ts'
 import { withinGrace } from './grace.ts'
-import { STEP_DEFAULTS } from './program.ts'
+import { type Plan, runLeadingPure } from './startPure.ts'
 import { StepFailure } from './steps/types.ts'
 import type { ClaimedRun, EngineDeps } from './types.ts'
 
@@ -247,20 +246,6 @@ async function failStart(deps: EngineDeps, runId: number, err: unknown): Promise
   return reason
 }
 
-/** One run's plan: its steps, how many lead with pure kinds, and how far they got. */
-interface Plan {
-  run: RunRow
-  /** The definition's names, for the steps' templates. */
-  definition: { title: string; slug: string }
-  specs: StepSpec[]
-  /** Leading steps of pure kinds: inserted as completed, run in the transaction. */
-  pure: number
-  /** Index of the first step not completed (== specs.length when the run is finished). */
-  reached: number
-  /** The run with its definition's names, for its pure steps' attempts (made once, when needed). */
-  claimed?: ClaimedRun
-}
-
 async function startInTransaction(
   deps: EngineDeps,
   tx: Queryable,
@@ -329,63 +314,7 @@ async function startInTransaction(
   })
 
   const leaseUntil = new Date(now.getTime() + deps.leaseMs)
-  const finished: string[] = []
-  // Rare: pure kinds log rather than answer, so a result costs its own UPDATE.
-  const results: { at: number; result: unknown }[] = []
-  // Pure steps finish at once (a batch of thousands takes milliseconds), so one
-  // deadline covers them all, the shortest timeout among them, rather than a
-  // timer per step. A batch that overruns it rolls back and is started one run
-  // at a time, each under its own steps' timeouts, where the run whose step
-  // hangs fails alone.
-  const deadline = Math.min(
-    STEP_DEFAULTS.timeoutSeconds * 1000,
-    ...plans.flatMap((p) => p.specs.slice(0, p.pure).map((s) => s.timeoutMs)),
-  )
-  // The pure steps' lines (a failed attempt's are dropped), and beside each the
-  // position of its step's row, which does not exist yet. Plain arrays.
-  const kept: NewLog[] = []
-  const keptAt: number[] = []
-  // The pure steps are attempted before their rows are written, so that each
-  // row goes in once, as its attempt left it: `completed`, or `pending` from the
-  // step that did not complete on, for the advance to run with its retries. A
-  // step never moves backwards. Their attempts see no step id yet (0): a pure
-  // attempt touches nothing outside its run's log, so it has nothing to name it by.
-  await withTimeout(deadline, deps.hardStop, async (signal) => {
-    // The plans' step rows follow one another, in plan order.
-    let offset = 0
-    for (const plan of plans) {
-      const first = offset
-      offset += plan.specs.length
-      for (let i = 0; i < plan.pure; i++) {
-        const spec = plan.specs[i] as StepSpec
-        const step = stepRowOf(spec, 0, plan.run.id, deps.owner, now, leaseUntil)
-        // This attempt's lines, kept only if it completes (a plain array: one per run of a batch of thousands).
-        const lines: NewLog[] = []
-        const outcome = await runPure(
-          deps,
-          {
-            async log(line) {
-              lines.push(line)
-            },
-          },
-          plan,
-          step,
-          signal,
-        )
-        if (!outcome) {
-          plan.reached = i
-          break
-        }
-        for (const line of lines) {
-          kept.push(line)
-          keptAt.push(first + i)
-        }
-        if (outcome.result !== undefined && outcome.result !== null)
-          results.push({ at: first + i, result: outcome.result })
-        finished.push(spec.kind)
-      }
-    }
-  })
+  const { kept, keptAt, results, finished } = await runLeadingPure(deps, plans, now, leaseUntil)
   const rows: StartedStep[] = plans.flatMap((p) =>
     p.specs.map((spec, i) => ({ runId: p.run.id, spec, done: i < p.reached })),
   )
@@ -438,64 +367,5 @@ async function startInTransaction(
   return {
     outcome: { locked: locked.length, started: plans.length, completed, handOff, failed: [] },
     finished,
-  }
-}
-
-/**
- * Run one pure step under the start's one deadline (`signal`); its log lines go
- * to `writer`. Null when the attempt did not complete (the step is then left
- * to run again with its retries, where its error is recorded), else its result.
- */
-async function runPure(
-  deps: EngineDeps,
-  writer: Pick<StepWriter, 'log'>,
-  plan: Plan,
-  step: StepRow,
-  signal: AbortSignal,
-): Promise<{ result: unknown } | null> {
-  const { title: definitionTitle, slug: definitionSlug } = plan.definition
-  plan.claimed ??= { ...plan.run, definitionTitle, definitionSlug }
-  const done = await attempt(deps, {
-    run: plan.claimed,
-    step,
-    resumed: false,
-    lines: writer,
-    deadline: signal,
-  })
-  return done.ok && done.write.write === 'complete' ? { result: done.write.result } : null
-}
-
-function stepRowOf(
-  spec: StepSpec,
-  id: number,
-  runId: number,
-  owner: string,
-  now: Date,
-  leaseUntil: Date,
-): StepRow {
-  return {
-    id,
-    runId,
-    seq: spec.seq,
-    phaseIndex: spec.phaseIndex,
-    phase: spec.phase,
-    ending: spec.ending,
-    kind: spec.kind,
-    params: spec.params,
-    maxAttempts: spec.maxAttempts,
-    backoffMs: spec.backoffMs,
-    timeoutMs: spec.timeoutMs,
-    onError: spec.onError,
-    status: 'running',
-    parked: false,
-    attempts: 1,
-    wakeAt: null,
-    claimedBy: owner,
-    claimExpiresAt: leaseUntil,
-    startedAt: now,
-    endedAt: null,
-    lastError: null,
-    result: null,
-    updatedAt: now,
   }
 }
