@@ -402,11 +402,13 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
       return
     }
     const answer = () =>
-      Promise.resolve(yoga(req, res)).catch((err: unknown) => {
-        logger.error({ err }, 'unexpected error while answering a GraphQL request')
-        if (!res.headersSent) sendJson(res, 500, { ok: false, error: 'Unexpected error.' })
-        else res.destroy()
-      })
+      Promise.resolve()
+        .then(() => yoga(req, res))
+        .catch((err: unknown) => {
+          logger.error({ err }, 'unexpected error while answering a GraphQL request')
+          if (!res.headersSent) sendJson(res, 500, { ok: false, error: 'Unexpected error.' })
+          else res.destroy()
+        })
     // A CORS preflight is no work; anything else waits for its turn.
     if (req.method === 'OPTIONS') answer()
     else admitHttp(admission, req, res, answer)

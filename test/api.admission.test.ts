@@ -15,6 +15,7 @@ import {
   sseSubscribe,
   startTestServer,
   type TestServer,
+  TOKENS,
 } from './helpers/server.ts'
 
 describe('the admission counter', () => {
@@ -177,5 +178,27 @@ describe('a server with two slots and a queue of three', () => {
     await eventually(async () => s.app.admission.stats().abandoned - before.abandoned === 1 || null, 5000)
     expect(s.app.admission.stats().queued).toBe(0)
     await Promise.all([...inFlight, ...held])
+  })
+
+  it('a client that hangs up on a request being worked on does not free its slot before the work ends', async () => {
+    const held = Array.from({ length: 2 }, () => s.app.db.query('SELECT SLEEP(0.6)').catch((e: unknown) => e))
+    await sleep(50)
+    const controllers = [new AbortController(), new AbortController()]
+    const hungUp = controllers.map((c) =>
+      fetch(s.graphqlUrl, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${TOKENS.viewer}` },
+        body: JSON.stringify({ query: '{ runs(limit: 1) { id } }' }),
+        signal: c.signal,
+      }).catch(() => 'aborted'),
+    )
+    await eventually(async () => s.app.admission.stats().inFlight === 2 || null, 5000)
+    for (const c of controllers) c.abort()
+    expect(await Promise.all(hungUp)).toEqual(['aborted', 'aborted'])
+    await sleep(100)
+    // Still worked on: the slots are still taken, the next request waits.
+    expect(s.app.admission.stats().inFlight).toBe(2)
+    await Promise.all(held)
+    await eventually(async () => s.app.admission.stats().inFlight === 0 || null, 5000)
   })
 })

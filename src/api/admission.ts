@@ -13,7 +13,7 @@
  * work in any one turn; a refusal here costs one small write.
  *
  * A request holds its slot until its answer starts (the status line is
- * written) or its connection closes, whichever is first: a streamed answer
+ * written) or its work settles, whichever is first: a streamed answer
  * (Server-Sent Events) gives its slot back once its stream opens, so
  * subscriptions are bounded by their own caps, not by this. A request waits
  * in the queue at most `maxWaitMs`, then is answered BUSY too; one whose
@@ -230,17 +230,20 @@ export function sendBusy(req: IncomingMessage, res: ServerResponse): void {
 /**
  * Hand `req` to `handle` when `admission` lets it in, else answer BUSY. The
  * slot is given back when the answer's status line is written (for a stream,
- * when it opens) or the connection closes.
+ * when it opens) or `handle`'s work settles, whichever is first; not when the
+ * client goes away, since the work it started goes on (a client that sends
+ * and hangs up at once would otherwise get any number of them worked on).
+ * `handle` starts in a microtask of its own, never inside the answer that
+ * gave it its slot.
  */
 export function admitHttp(
   admission: Admission,
   req: IncomingMessage,
   res: ServerResponse,
-  handle: () => void,
+  handle: () => Promise<unknown>,
 ): void {
   const leave = admission.enter(
     (release) => {
-      res.once('close', release)
       const writeHead = res.writeHead
       // Node writes every status line through writeHead (an implicit header too).
       res.writeHead = function (this: ServerResponse, ...args: Parameters<typeof writeHead>) {
@@ -248,7 +251,10 @@ export function admitHttp(
         res.writeHead = writeHead
         return writeHead.apply(this, args)
       } as typeof writeHead
-      handle()
+      Promise.resolve()
+        .then(handle)
+        .finally(release)
+        .catch(() => {})
     },
     () => sendBusy(req, res),
   )
