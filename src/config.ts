@@ -93,6 +93,10 @@ export interface Config {
   dbQueueLimit: number
   /** Connections the runner holds, apart from the API's so API load cannot starve it. @default 4 */
   runnerDbPoolSize: number
+  /** GraphQL requests over HTTP worked on at once (GRAPHQL_MAX_IN_FLIGHT; src/api/admission.ts). @default 32 */
+  graphqlMaxInFlight: number
+  /** GraphQL requests that may wait for one of those; past them BUSY at once (GRAPHQL_MAX_QUEUED). @default 256 */
+  graphqlMaxQueued: number
   /** Runs one principal may create per minute, over every mutation that creates runs (MAX_RUNS_PER_MINUTE). @default 10000 */
   maxRunsPerMinute: number
   /** Days an audit_log row is kept; 0 keeps every row (AUDIT_RETENTION_DAYS). @default 90 */
@@ -290,6 +294,20 @@ const envSchema = z
       100,
       'a whole number of connections from 2 to 100',
     ),
+    GRAPHQL_MAX_IN_FLIGHT: wholeNumber(
+      'GRAPHQL_MAX_IN_FLIGHT',
+      32,
+      1,
+      10_000,
+      'a whole number of requests from 1 to 10000',
+    ),
+    GRAPHQL_MAX_QUEUED: wholeNumber(
+      'GRAPHQL_MAX_QUEUED',
+      256,
+      0,
+      1_000_000,
+      'a whole number of waiting requests from 0 to 1000000',
+    ),
     RUNNER_BATCH_SIZE: wholeNumber('RUNNER_BATCH_SIZE', 1000, 1, 10_000, 'a whole number from 1 to 10000'),
     RUNNER_PARALLELISM: wholeNumber('RUNNER_PARALLELISM', 8, 1, 1000, 'a whole number from 1 to 1000'),
     RUNNER_START_CONCURRENCY: wholeNumber(
@@ -386,6 +404,8 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     dbPoolSize: e.DB_POOL_SIZE,
     dbQueueLimit: e.DB_QUEUE_LIMIT,
     runnerDbPoolSize: e.RUNNER_DB_POOL_SIZE,
+    graphqlMaxInFlight: e.GRAPHQL_MAX_IN_FLIGHT,
+    graphqlMaxQueued: e.GRAPHQL_MAX_QUEUED,
     oidc,
     warnings,
   }

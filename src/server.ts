@@ -20,6 +20,7 @@ import type { YogaServerInstance } from 'graphql-yoga'
 import { CONSOLE_PATHS, createConsoleHandler } from '../console/serve.ts'
 import { createDb, type Db } from '../sql/db.ts'
 import { migrate } from '../sql/migrate.ts'
+import { Admission, admitHttp } from './api/admission.ts'
 import { ChangeSignal } from './api/changeSignal.ts'
 import type { ApiContext, ApiServices } from './api/context.ts'
 import { DEFINITION_SCHEMA_PATH, serveDefinitionSchema } from './api/definitionSchema.ts'
@@ -46,6 +47,7 @@ import { Dispatcher } from './notify/dispatcher.ts'
 import { emailSender } from './notify/email.ts'
 import { notifyHousekeeping } from './notify/housekeeping.ts'
 import { createProbes, PROBE_SNAPSHOT_MS } from './probes.ts'
+import { refusals } from './refusalSampler.ts'
 import { runCountsFor } from './runCounts.ts'
 import { type Clock, systemClock } from './runner/clock.ts'
 import { DbCueLadder } from './runner/cueLadder.ts'
@@ -115,6 +117,8 @@ export interface App {
   readonly inbox: InboxFeed
   /** The admin token generated because none was configured (printed once by start()); null otherwise. */
   readonly generatedToken: string | null
+  /** How many GraphQL requests over HTTP are worked on and wait (src/api/admission.ts). */
+  readonly admission: Admission
 }
 
 /** Connections the kernel may hold for accept() (see start()). */
@@ -311,6 +315,19 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
   }
 
   const yoga = createApiYoga({ schema, config, logger, authenticator, changes, services })
+  // Bounded GraphQL work per instance: past it BUSY at once, before the body is read.
+  const admission = new Admission({
+    maxInFlight: config.graphqlMaxInFlight,
+    maxQueued: config.graphqlMaxQueued,
+    onRefused: (why) => {
+      const suppressed = refusals.take('admission')
+      if (suppressed === null) return
+      logger.warn(
+        { why, ...admission.stats(), ...(suppressed > 0 && { suppressed }) },
+        'too many GraphQL requests at once: answered BUSY before any work',
+      )
+    },
+  })
 
   const probe = createProbes({ db, metrics, runCounts, isStopping: () => stopping })
 
@@ -384,11 +401,17 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
       sendJson(res, 404, { ok: false, error: `Not found. GraphQL is at ${GRAPHQL_PATH}.` })
       return
     }
-    Promise.resolve(yoga(req, res)).catch((err: unknown) => {
-      logger.error({ err }, 'unexpected error while answering a GraphQL request')
-      if (!res.headersSent) sendJson(res, 500, { ok: false, error: 'Unexpected error.' })
-      else res.destroy()
-    })
+    const answer = () =>
+      Promise.resolve()
+        .then(() => yoga(req, res))
+        .catch((err: unknown) => {
+          logger.error({ err }, 'unexpected error while answering a GraphQL request')
+          if (!res.headersSent) sendJson(res, 500, { ok: false, error: 'Unexpected error.' })
+          else res.destroy()
+        })
+    // A CORS preflight is no work; anything else waits for its turn.
+    if (req.method === 'OPTIONS') answer()
+    else admitHttp(admission, req, res, answer)
   }
 
   const httpServer = createServer((req, res) => {
@@ -464,6 +487,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     })
     // Idle keep-alive sockets would otherwise hold close() open.
     httpServer.closeIdleConnections()
+    admission.close()
     try {
       await runner?.stop()
     } catch (err) {
@@ -502,5 +526,6 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     runChanges,
     inbox,
     generatedToken,
+    admission,
   }
 }

@@ -6,7 +6,7 @@ import type { Queryable, SqlValue } from '../db.ts'
 import { cancelUnfinishedOfRuns } from '../eventSteps/index.ts'
 import { placeholders } from '../json.ts'
 import type { RunStatus } from '../states.ts'
-import { releaseKey, type TransitionOptions, transitionSets } from './transitions.ts'
+import { releaseKey, STEPS_LEFT, type TransitionOptions, transitionSets } from './transitions.ts'
 
 /** What a bulk action may be narrowed to (the fields of RunFilter). */
 export interface BulkFilter {
@@ -89,7 +89,7 @@ export async function moveBatch(
   if (ids.length === 0) return []
   const locked = await tx.query<{ id: number }>(
     `SELECT id FROM event_runs WHERE id IN (${placeholders(ids.length)}) AND status IN (${placeholders(from.length)})
-      FOR UPDATE`,
+      ${opts.onlyWithStepsLeft ? `AND ${STEPS_LEFT}` : ''} FOR UPDATE`,
     [...ids, ...from],
   )
   const moving = locked.map((r) => Number(r.id))

@@ -37,7 +37,7 @@ export interface TransitionOptions {
 }
 
 /** The guard of {@link TransitionOptions.onlyWithStepsLeft}, on `event_runs` rows. */
-const STEPS_LEFT = `(EXISTS (SELECT 1 FROM event_run_steps s WHERE s.run_id = event_runs.id AND s.status IN ('pending','running'))
+export const STEPS_LEFT = `(EXISTS (SELECT 1 FROM event_run_steps s WHERE s.run_id = event_runs.id AND s.status IN ('pending','running'))
         OR NOT EXISTS (SELECT 1 FROM event_run_steps s WHERE s.run_id = event_runs.id))`
 
 /** The SET clause that gives a claim up: owner, lease and batch token together. */
@@ -99,10 +99,9 @@ export async function transitionMany(
 ): Promise<number> {
   if (ids.length === 0) return 0
   const froms: RunStatus[] = Array.isArray(from) ? [...from] : [from as RunStatus]
-  // Only the runner completes a run, once every step is done: a pause that
-  // landed after it decided so (its last step still in flight) loses, and the
-  // run completes instead of staying paused with nothing left to do.
-  if (to === 'completed' && froms.includes('running') && !froms.includes('paused')) froms.push('paused')
+  // A paused run is never completed: a pause that was applied (a step was
+  // still unfinished, STEPS_LEFT) holds, even when the runner finds every step
+  // done in the meantime; the run completes once resumed.
   const { sets, args } = transitionSets(to, opts)
   // The ids as ranges where they run on (a batch's runs mostly do): see idSet.
   const which = idSet('id', ids)

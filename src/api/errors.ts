@@ -18,6 +18,7 @@ import type { Plugin } from 'graphql-yoga'
 import { DatabaseError, isPoolBusy } from '../../sql/db.ts'
 import { AppError, ERROR_CODES } from '../errors.ts'
 import type { Logger } from '../log.ts'
+import { refusals } from '../refusalSampler.ts'
 
 export const DATABASE_UNAVAILABLE_MESSAGE = 'The database is unavailable; retry shortly.'
 export const UNEXPECTED_MESSAGE = 'Unexpected error.'
@@ -97,8 +98,14 @@ export function createMaskError(logger: Logger): MaskError {
       })
     }
     if (isPoolBusy(cause)) {
-      // Load, not an outage: the statement never reached the database.
-      logger.warn({ path: where?.path }, 'database pool busy: refused a request instead of queueing it')
+      // Load, not an outage: the statement never reached the database. Sampled:
+      // a flood refused here wrote one line per request, on the loop it floods.
+      const suppressed = refusals.take('database pool busy')
+      if (suppressed !== null)
+        logger.warn(
+          { path: where?.path, ...(suppressed > 0 && { suppressed }) },
+          'database pool busy: refused a request instead of queueing it',
+        )
       return busyError(where)
     }
     if (cause instanceof DatabaseError && cause.unavailable) {

@@ -135,6 +135,8 @@ async function bulk(deps: BulkDeps, input: BulkInput): Promise<BulkResult> {
           }),
           ...(action === 'resume' && { wakeAt: now }),
           ...(action === 'pause' && { pausedAt: now }),
+          // As pauseRun and cancelRun: a run whose last step is done is the runner's to complete.
+          ...(action !== 'resume' && { onlyWithStepsLeft: true }),
         })
         await bulkSql.addRuns(tx, bulkId, changed)
         await logs.appendMany(

@@ -1,0 +1,204 @@
+/**
+ * Admission of GraphQL work (src/api/admission.ts): at most
+ * GRAPHQL_MAX_IN_FLIGHT requests are worked on at once, GRAPHQL_MAX_QUEUED
+ * more wait in arrival order, the rest are answered BUSY (503, Retry-After) at
+ * once before any work; /healthz and open streams hold no slot. Counts, not
+ * wall time.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { ADMISSION_BUSY_MESSAGE, Admission, type Release } from '../src/api/admission.ts'
+import { ConfigError, loadConfig } from '../src/config.ts'
+import {
+  eventually,
+  type GqlResponse,
+  sleep,
+  sseSubscribe,
+  startTestServer,
+  type TestServer,
+  TOKENS,
+} from './helpers/server.ts'
+
+describe('the admission counter', () => {
+  it('runs maxInFlight at once, queues maxQueued in arrival order, refuses the rest', () => {
+    const a = new Admission({ maxInFlight: 2, maxQueued: 3 })
+    const started: number[] = []
+    const refused: number[] = []
+    const releases = new Map<number, Release>()
+    for (let i = 0; i < 7; i++)
+      a.enter(
+        (release) => {
+          started.push(i)
+          releases.set(i, release)
+        },
+        () => refused.push(i),
+      )
+    expect(started).toEqual([0, 1])
+    expect(refused).toEqual([5, 6])
+    expect(a.stats()).toMatchObject({ inFlight: 2, queued: 3, admitted: 2, refusedFull: 2 })
+    // A release frees one slot once, however often it is called.
+    releases.get(0)?.()
+    releases.get(0)?.()
+    expect(started).toEqual([0, 1, 2])
+    expect(a.stats()).toMatchObject({ inFlight: 2, queued: 2 })
+    for (const i of [1, 2, 3, 4]) releases.get(i)?.()
+    expect(started).toEqual([0, 1, 2, 3, 4])
+    expect(a.stats()).toMatchObject({ inFlight: 0, queued: 0, admitted: 5, waited: 3, peakInFlight: 2 })
+  })
+
+  it('a waiter whose client left is skipped; one that waited maxWaitMs is refused', async () => {
+    const a = new Admission({ maxInFlight: 1, maxQueued: 5, maxWaitMs: 30 })
+    const log: string[] = []
+    let release0: Release = () => {}
+    a.enter(
+      (r) => {
+        release0 = r
+      },
+      () => log.push('refused 0'),
+    )
+    const leave1 = a.enter(
+      () => log.push('ran 1'),
+      () => log.push('refused 1'),
+    )
+    a.enter(
+      () => log.push('ran 2'),
+      () => log.push('refused 2'),
+    )
+    leave1()
+    expect(a.stats()).toMatchObject({ queued: 1, abandoned: 1 })
+    await sleep(80)
+    expect(log).toEqual(['refused 2'])
+    expect(a.stats()).toMatchObject({ queued: 0, refusedWaited: 1, inFlight: 1 })
+    release0()
+    a.enter(
+      () => log.push('ran 3'),
+      () => log.push('refused 3'),
+    )
+    expect(log).toEqual(['refused 2', 'ran 3'])
+  })
+
+  it('the limits are settings validated with clear messages', () => {
+    expect(loadConfig({})).toMatchObject({ graphqlMaxInFlight: 32, graphqlMaxQueued: 256 })
+    try {
+      loadConfig({ GRAPHQL_MAX_IN_FLIGHT: '0', GRAPHQL_MAX_QUEUED: 'many' })
+      expect.unreachable()
+    } catch (err) {
+      expect(err).toBeInstanceOf(ConfigError)
+      expect((err as ConfigError).problems).toEqual([
+        "GRAPHQL_MAX_IN_FLIGHT must be a whole number of requests from 1 to 10000 (got '0')",
+        "GRAPHQL_MAX_QUEUED must be a whole number of waiting requests from 0 to 1000000 (got 'many')",
+      ])
+    }
+  })
+})
+
+describe('a server with two slots and a queue of three', () => {
+  let s: TestServer
+  beforeAll(async () => {
+    s = await startTestServer({
+      env: { GRAPHQL_MAX_IN_FLIGHT: '2', GRAPHQL_MAX_QUEUED: '3', DB_POOL_SIZE: '2', DB_QUEUE_LIMIT: '1000' },
+    })
+  })
+  afterAll(async () => {
+    await s?.close()
+  })
+
+  it('ten at once while the database is held: two worked on, three wait, five BUSY at once; all five taken answer', async () => {
+    // Both API connections held for a second: the two in flight wait on the pool.
+    const held = Array.from({ length: 2 }, () => s.app.db.query('SELECT SLEEP(1)').catch((e: unknown) => e))
+    await sleep(50)
+    const before = s.app.admission.stats()
+    const statementsBefore = s.app.db.stats.statements
+    const answers: Promise<GqlResponse>[] = []
+    for (let i = 0; i < 10; i++) {
+      answers.push(s.gql('{ runs(limit: 5) { id } }', { auth: 'viewer' }))
+      // In order of arrival: each is received before the next is sent.
+      await eventually(async () => {
+        const st = s.app.admission.stats()
+        return (
+          st.admitted + st.queued + st.refusedFull - before.admitted - before.refusedFull === i + 1 || null
+        )
+      }, 5000)
+    }
+    const mid = s.app.admission.stats()
+    expect(mid.inFlight).toBe(2)
+    expect(mid.queued).toBe(3)
+    expect(mid.refusedFull - before.refusedFull).toBe(5)
+    // /healthz is not GraphQL work: answered while every slot and the queue are taken.
+    expect((await fetch(`${s.url}/healthz`)).status).toBe(200)
+    const done = await Promise.all(answers)
+    const busy = done.filter((a) => a.status === 503)
+    expect(busy).toHaveLength(5)
+    for (const a of busy) {
+      expect(a.headers.get('retry-after')).toBe('1')
+      expect(a.headers.get('content-type')).toMatch(/^application\/graphql-response\+json/)
+      expect(a.body).toEqual({ errors: [{ message: ADMISSION_BUSY_MESSAGE, extensions: { code: 'BUSY' } }] })
+    }
+    // The five refused ran no statement: the five taken ran theirs.
+    expect(done.filter((a) => a.status === 200 && a.body.errors === undefined)).toHaveLength(5)
+    await Promise.all(held)
+    const after = s.app.admission.stats()
+    expect(after.admitted - before.admitted).toBe(5)
+    expect(after.waited - before.waited).toBe(3)
+    expect(after.peakInFlight).toBe(2)
+    expect(after.inFlight).toBe(0)
+    expect(s.app.db.stats.statements - statementsBefore).toBeGreaterThan(0)
+  })
+
+  it('open Server-Sent Events streams hold no slot: three open, then a query is answered at once', async () => {
+    const streams = Array.from({ length: 3 }, () =>
+      sseSubscribe(s, 'subscription { runChanges { run { id } } }', undefined, 'viewer'),
+    )
+    try {
+      for (const st of streams) expect(await st.status).toBe(200)
+      await eventually(async () => s.app.admission.stats().inFlight === 0 || null, 5000)
+      const a = await s.gql('{ viewer { role } }', { auth: 'viewer' })
+      expect(a.status).toBe(200)
+      expect(a.body.data).toEqual({ viewer: { role: 'VIEWER' } })
+    } finally {
+      for (const st of streams) st.stop()
+    }
+  })
+
+  it('a waiting request whose client goes away leaves the queue', async () => {
+    const held = Array.from({ length: 2 }, () => s.app.db.query('SELECT SLEEP(0.6)').catch((e: unknown) => e))
+    await sleep(50)
+    const before = s.app.admission.stats()
+    const inFlight = [s.gql('{ runs(limit: 1) { id } }'), s.gql('{ runs(limit: 1) { id } }')]
+    await eventually(async () => s.app.admission.stats().inFlight === 2 || null, 5000)
+    const controller = new AbortController()
+    const gone = fetch(s.graphqlUrl, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json', authorization: 'Bearer x' },
+      body: JSON.stringify({ query: '{ runs { id } }' }),
+      signal: controller.signal,
+    }).catch(() => 'aborted')
+    await eventually(async () => s.app.admission.stats().queued === 1 || null, 5000)
+    controller.abort()
+    expect(await gone).toBe('aborted')
+    await eventually(async () => s.app.admission.stats().abandoned - before.abandoned === 1 || null, 5000)
+    expect(s.app.admission.stats().queued).toBe(0)
+    await Promise.all([...inFlight, ...held])
+  })
+
+  it('a client that hangs up on a request being worked on does not free its slot before the work ends', async () => {
+    const held = Array.from({ length: 2 }, () => s.app.db.query('SELECT SLEEP(0.6)').catch((e: unknown) => e))
+    await sleep(50)
+    const controllers = [new AbortController(), new AbortController()]
+    const hungUp = controllers.map((c) =>
+      fetch(s.graphqlUrl, {
+        method: 'POST',
+        headers: { 'content-type': 'application/json', authorization: `Bearer ${TOKENS.viewer}` },
+        body: JSON.stringify({ query: '{ runs(limit: 1) { id } }' }),
+        signal: c.signal,
+      }).catch(() => 'aborted'),
+    )
+    await eventually(async () => s.app.admission.stats().inFlight === 2 || null, 5000)
+    for (const c of controllers) c.abort()
+    expect(await Promise.all(hungUp)).toEqual(['aborted', 'aborted'])
+    await sleep(100)
+    // Still worked on: the slots are still taken, the next request waits.
+    expect(s.app.admission.stats().inFlight).toBe(2)
+    await Promise.all(held)
+    await eventually(async () => s.app.admission.stats().inFlight === 0 || null, 5000)
+  })
+})
