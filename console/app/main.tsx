@@ -29,6 +29,7 @@ import { Standby } from './pages/Standby.tsx'
 import { go, type Route, useRoute } from './router.ts'
 import { can, type Session, SessionContext } from './session.ts'
 import { normaliseToken, refusalText } from './signIn.ts'
+import { UndoToasts, useUndoQueue } from './undo.tsx'
 
 const SHORTCUTS: [string, string][] = [
   ['b', 'Board'],
@@ -397,6 +398,10 @@ function App() {
   const notify = useCallback((message: string, kind: 'ok' | 'error' = 'ok') => {
     setToast((prev) => ({ message, kind, n: (prev?.n ?? 0) + 1 }))
   }, [])
+  const undoQueue = useUndoQueue(
+    useCallback((label: string) => notify(`Undone: ${label.toLowerCase()} was not sent.`), [notify]),
+  )
+  const later = undoQueue.later
 
   let body: preact.ComponentChildren
   if (checking)
@@ -418,13 +423,14 @@ function App() {
     )
   else
     body = (
-      <SessionContext.Provider value={{ ...signedIn, notify }}>
-        <Shell session={{ ...signedIn, notify }} onSignOut={() => signOut(null)} />
+      <SessionContext.Provider value={{ ...signedIn, notify, later }}>
+        <Shell session={{ ...signedIn, notify, later }} onSignOut={() => signOut(null)} />
       </SessionContext.Provider>
     )
   return (
     <>
       {body}
+      <UndoToasts queue={undoQueue} />
       <div class={`toast${toast ? ` ${toast.kind}` : ''}`} role="status" aria-live="polite">
         {toast?.message}
       </div>

@@ -202,6 +202,8 @@ export const RESOLVE_CUE = graphql(`
 mutation ResolveCue($stepId: ID!, $note: String) { resolveCue(stepId: $stepId, note: $note) { applied } }`)
 export const SKIP_STEP = graphql(`
 mutation SkipStep($stepId: ID!, $reason: String) { skipStep(stepId: $stepId, reason: $reason) { applied } }`)
+export const RETRY_STEP_NOW = graphql(`
+mutation RetryStepNow($stepId: ID!) { retryStepNow(stepId: $stepId) { applied step { id status attempts } } }`)
 
 export const PAUSE_RUN = graphql(`mutation PauseRun($id: ID!) { pauseRun(id: $id) { applied } }`)
 export const RESUME_RUN = graphql(`mutation ResumeRun($id: ID!) { resumeRun(id: $id) { applied } }`)

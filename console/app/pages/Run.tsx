@@ -8,6 +8,7 @@ import {
   CANCEL_RUN,
   PAUSE_RUN,
   RESUME_RUN,
+  RETRY_STEP_NOW,
   RUN,
   RUN_STATUS,
   type RunData,
@@ -35,6 +36,11 @@ const UNFINISHED = new Set(['SCHEDULED', 'STARTING', 'RUNNING', 'PAUSED', 'ENDIN
  * retrying (it has an error and has not finished), or a wait in progress. A
  * parked cue is answered or skipped from the inbox.
  */
+/** A step waiting out a retry backoff: failed at least once, attempts left, its next attempt ahead. */
+function inBackoff(step: StepCard, now: number): boolean {
+  return step.status === 'PENDING' && step.attempts > 0 && !!step.wakeAt && Date.parse(step.wakeAt) > now
+}
+
 function skippable(step: StepCard): boolean {
   if (step.status !== 'RUNNING' && step.status !== 'PENDING') return false
   if (step.parked) return false
@@ -149,7 +155,9 @@ export function RunPage({ id }: { id: string }) {
             confirmLabel="Cancel the run"
             kind="danger"
             placeholder="why (kept with the run)"
-            run={(reason) => control(CANCEL_RUN, 'Cancelled', { reason })}
+            run={async (reason) =>
+              session.later('Cancelling the run', () => control(CANCEL_RUN, 'Cancelled', { reason }))
+            }
           />
         </fieldset>
       )}
@@ -190,27 +198,55 @@ export function RunPage({ id }: { id: string }) {
                       · wakes <Ago iso={s.wakeAt} now={now} />
                     </>
                   )}
+                  {s.wakeAt && inBackoff(s, now) && (
+                    <span data-testid="next-attempt">
+                      {' '}
+                      · next attempt <At iso={s.wakeAt} zone={zone} /> (<Ago iso={s.wakeAt} now={now} />)
+                    </span>
+                  )}
                 </div>
                 {s.lastError && <div class="row-error">{s.lastError}</div>}
-                {operator && UNFINISHED.has(run.status) && skippable(s) && (
-                  <ReasonAction
-                    label="Skip step"
-                    confirmLabel="Skip this step"
-                    placeholder="why (kept with the run)"
-                    run={async (reason) => {
+                {operator && (run.status === 'RUNNING' || run.status === 'ENDING') && inBackoff(s, now) && (
+                  <ActionButton
+                    label="Retry now"
+                    kind="primary"
+                    run={async () => {
                       try {
-                        const d = await gql(session.token, SKIP_STEP, { stepId: s.id, reason })
+                        const d = await gql(session.token, RETRY_STEP_NOW, { stepId: s.id })
                         session.notify(
-                          d.skipStep.applied
-                            ? 'Step skipped.'
-                            : 'Not skipped: the step had already finished.',
-                          d.skipStep.applied ? 'ok' : 'error',
+                          d.retryStepNow.applied
+                            ? `Retrying step ${s.seq + 1} now (attempt ${d.retryStepNow.step.attempts + 1} of ${s.maxAttempts}).`
+                            : 'Not retried: the step had already moved on.',
+                          d.retryStepNow.applied ? 'ok' : 'error',
                         )
                       } catch (err) {
                         session.notify(err instanceof ApiError ? err.message : String(err), 'error')
                       }
                       await q.refetch()
                     }}
+                  />
+                )}
+                {operator && UNFINISHED.has(run.status) && skippable(s) && (
+                  <ReasonAction
+                    label="Skip step"
+                    confirmLabel="Skip this step"
+                    placeholder="why (kept with the run)"
+                    run={async (reason) =>
+                      session.later(`Skipping step ${s.seq + 1}`, async () => {
+                        try {
+                          const d = await gql(session.token, SKIP_STEP, { stepId: s.id, reason })
+                          session.notify(
+                            d.skipStep.applied
+                              ? 'Step skipped.'
+                              : 'Not skipped: the step had already finished.',
+                            d.skipStep.applied ? 'ok' : 'error',
+                          )
+                        } catch (err) {
+                          session.notify(err instanceof ApiError ? err.message : String(err), 'error')
+                        }
+                        await q.refetch()
+                      })
+                    }
                   />
                 )}
                 {s.result !== null && s.result !== undefined && (
