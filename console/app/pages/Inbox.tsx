@@ -4,7 +4,7 @@
  * server without that subscription, the page polls).
  */
 import { useEffect, useRef, useState } from 'preact/hooks'
-import { ApiError, gql } from '../api.ts'
+import { ApiError, gql, subscribe } from '../api.ts'
 import { useAlertToggle } from '../cueAlerts.tsx'
 import { duration, promptOf, scopeLabel } from '../format.ts'
 import { Ladder } from '../ladder.tsx'
@@ -16,6 +16,7 @@ import {
   INBOX_MINE,
   INBOX_MINE_LIVE,
   type InboxData,
+  PAUSE_CHANGES,
   RESOLVE_CUE,
   SKIP_STEP,
 } from '../operations.ts'
@@ -95,6 +96,14 @@ function CueCard({
         {cue.phase}
         {cue.run.rehearsal && ' · rehearsal'}
       </p>
+      {cue.run.status === 'PAUSED' && (
+        <p class="paused-note" data-testid="cue-run-paused">
+          <span class="badge s-paused">run paused</span>{' '}
+          <span class="muted small">
+            Its deadline is held. You can still answer; the run goes on once it is resumed.
+          </span>
+        </p>
+      )}
       <Ladder cue={cue.cue} />
       {operator && (
         <form
@@ -199,7 +208,24 @@ export function Inbox({ inbox }: { inbox: Live<InboxData> }) {
 
 function CueList({ inbox }: { inbox: Live<InboxData> }) {
   const now = useNow()
+  const { token } = useSession()
   const cues = inbox.data?.waitingSteps
+  // A pause or resume of a run with a cue here: read the inbox again for its "run paused" mark.
+  const runIds = new Set(cues?.map((c) => c.run.id))
+  const runIdsRef = useRef(runIds)
+  runIdsRef.current = runIds
+  const { refetch } = inbox
+  useEffect(
+    () =>
+      subscribe(token, PAUSE_CHANGES, undefined, {
+        next: (e) => {
+          if (runIdsRef.current.has(e.runChanges.id)) void refetch()
+        },
+        // Without the subscription the inbox's own polling brings the mark, a little later.
+        unsupported: () => {},
+      }),
+    [token, refetch],
+  )
   return (
     <>
       <ErrorNote error={inbox.error} />
