@@ -10,6 +10,7 @@ import './style.css'
 import { render } from 'preact'
 import { useCallback, useEffect, useRef, useState } from 'preact/hooks'
 import { closeSubscriptions, gql, onUnauthenticated, storedToken, storedViewer, storeToken } from './api.ts'
+import { readableText } from './format.ts'
 import {
   beginSso,
   finishSso,
@@ -396,7 +397,8 @@ function App() {
   }, [toast])
 
   const notify = useCallback((message: string, kind: 'ok' | 'error' = 'ok') => {
-    setToast((prev) => ({ message, kind, n: (prev?.n ?? 0) + 1 }))
+    // A refusal may quote an instant ("… is not an occurrence …"): in the viewer's zone, named.
+    setToast((prev) => ({ message: readableText(message), kind, n: (prev?.n ?? 0) + 1 }))
   }, [])
   const undoQueue = useUndoQueue(
     useCallback((label: string) => notify(`Undone: ${label.toLowerCase()} was not sent.`), [notify]),

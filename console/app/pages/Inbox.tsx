@@ -21,7 +21,7 @@ import {
   SKIP_STEP,
 } from '../operations.ts'
 import { can, useSession } from '../session.ts'
-import { ErrorNote, Loading } from '../ui.tsx'
+import { ErrorNote, Loading, ZoneNote } from '../ui.tsx'
 
 /** The inbox query, live; shared by the page and the header's count. */
 export function useInbox() {
@@ -169,6 +169,7 @@ export function Inbox({ inbox }: { inbox: Live<InboxData> }) {
   return (
     <>
       <h1>Cue inbox</h1>
+      <ZoneNote />
       <p class="muted small">
         {inbox.live ? 'Live.' : 'Refreshing every few moments.'}{' '}
         {can(session, 'OPERATOR') ? (

@@ -23,6 +23,7 @@ import {
   ErrorNote,
   HealthBadge,
   Loading,
+  Readable,
   ReasonAction,
   Section,
   StatusBadge,
@@ -118,7 +119,7 @@ export function RunPage({ id }: { id: string }) {
         </span>
         {run.endedAt && (
           <span class="muted">
-            ended <Ago iso={run.endedAt} now={now} />
+            ended <Ago iso={run.endedAt} now={now} zone={zone} />
           </span>
         )}
       </div>
@@ -126,7 +127,11 @@ export function RunPage({ id }: { id: string }) {
         Times on this page are in {zone}, the show's time zone
         {sameZone ? '' : `; yours is ${viewerZone}`}.
       </p>
-      {run.lastError && <p class="row-error">Last error: {run.lastError}</p>}
+      {run.lastError && (
+        <p class="row-error">
+          Last error: <Readable text={run.lastError} zone={zone} />
+        </p>
+      )}
       <RunOrigins
         id={run.id}
         status={run.status}
@@ -195,17 +200,22 @@ export function RunPage({ id }: { id: string }) {
                   {s.wakeAt && s.status === 'RUNNING' && !s.parked && (
                     <>
                       {' '}
-                      · wakes <Ago iso={s.wakeAt} now={now} />
+                      · wakes <Ago iso={s.wakeAt} now={now} zone={zone} />
                     </>
                   )}
                   {s.wakeAt && inBackoff(s, now) && (
                     <span data-testid="next-attempt">
                       {' '}
-                      · next attempt <At iso={s.wakeAt} zone={zone} /> (<Ago iso={s.wakeAt} now={now} />)
+                      · next attempt <At iso={s.wakeAt} zone={zone} /> (
+                      <Ago iso={s.wakeAt} now={now} zone={zone} />)
                     </span>
                   )}
                 </div>
-                {s.lastError && <div class="row-error">{s.lastError}</div>}
+                {s.lastError && (
+                  <div class="row-error">
+                    <Readable text={s.lastError} zone={zone} />
+                  </div>
+                )}
                 {operator && (run.status === 'RUNNING' || run.status === 'ENDING') && inBackoff(s, now) && (
                   <ActionButton
                     label="Retry now"
@@ -266,7 +276,8 @@ export function RunPage({ id }: { id: string }) {
             <ol class="log" aria-label="Log, newest first">
               {run.logs.map((l) => (
                 <li key={l.id} class={`lv-${l.level}`}>
-                  <At iso={l.at} zone={zone} /> <span class="lv">{l.level}</span> {l.message}
+                  <At iso={l.at} zone={zone} /> <span class="lv">{l.level}</span>{' '}
+                  <Readable text={l.message} zone={zone} />
                   {l.actor && <span class="muted"> — {l.actor}</span>}
                 </li>
               ))}
