@@ -100,7 +100,7 @@ function CueCard({
         <p class="paused-note" data-testid="cue-run-paused">
           <span class="badge s-paused">run paused</span>{' '}
           <span class="muted small">
-            Its deadline is held. You can still answer; the run goes on once it is resumed.
+            Its time is held. You can still answer; the run goes on once it is resumed.
           </span>
         </p>
       )}
