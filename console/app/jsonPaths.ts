@@ -11,10 +11,18 @@ export interface Place {
   offset: number
   /** 1-based line of `offset`. */
   line: number
+  /** Where the value itself starts and ends (end exclusive). */
+  valueStart: number
+  end: number
+  type: 'object' | 'array' | 'value'
+  /** An object's keys, as written. */
+  keys?: string[]
 }
 
+type Found = Omit<Place, 'line'>
+
 export function jsonPlaces(text: string): Map<string, Place> {
-  const places = new Map<string, number>()
+  const places = new Map<string, Found>()
   let i = 0
   const ws = () => {
     while (i < text.length && ' \t\n\r'.includes(text[i] as string)) i++
@@ -32,15 +40,20 @@ export function jsonPlaces(text: string): Map<string, Place> {
   }
   const value = (path: string, at: number): void => {
     ws()
-    if (!places.has(path)) places.set(path, at >= 0 ? at : i)
+    const found: Found = { offset: at >= 0 ? at : i, valueStart: i, end: i, type: 'value' }
+    const first = !places.has(path)
+    if (first) places.set(path, found)
     const c = text[i]
     if (c === '{') {
+      found.type = 'object'
+      found.keys = []
       i++
       ws()
       while (i < text.length && text[i] !== '}') {
         ws()
         const keyAt = i
         const key = str()
+        found.keys.push(key)
         ws()
         i++ // ':'
         value(path === '' ? key : `${path}.${key}`, keyAt)
@@ -50,6 +63,7 @@ export function jsonPlaces(text: string): Map<string, Place> {
       }
       i++
     } else if (c === '[') {
+      found.type = 'array'
       i++
       ws()
       let n = 0
@@ -62,11 +76,22 @@ export function jsonPlaces(text: string): Map<string, Place> {
       i++
     } else if (c === '"') str()
     else while (i < text.length && !',}] \t\n\r'.includes(text[i] as string)) i++
+    found.end = i
   }
   value('', 0)
   const out = new Map<string, Place>()
-  for (const [path, offset] of places) out.set(path, { offset, line: lineOf(text, offset) })
+  for (const [path, f] of places) out.set(path, { ...f, line: lineOf(text, f.offset) })
   return out
+}
+
+/** The innermost object whose braces hold `cursor`: its path ('' for the program) and place. */
+export function objectAt(places: Map<string, Place>, cursor: number): { path: string; place: Place } | null {
+  let best: { path: string; place: Place } | null = null
+  for (const [path, place] of places) {
+    if (place.type !== 'object' || cursor <= place.valueStart || cursor >= place.end) continue
+    if (!best || place.valueStart >= best.place.valueStart) best = { path, place }
+  }
+  return best
 }
 
 function lineOf(text: string, offset: number): number {

@@ -9,6 +9,7 @@ import { useEffect, useMemo, useRef, useState } from 'preact/hooks'
 import { ApiError, gql } from './api.ts'
 import { CHECK_MANIFESTS } from './authoringOps.ts'
 import { jsonPlaces, type Place, placeOf } from './jsonPaths.ts'
+import { addField, fieldsAt } from './programFields.ts'
 import { useSession } from './session.ts'
 
 export interface ProgramProblem {
@@ -96,6 +97,20 @@ export function ProgramEditor({
     () => (problems && problems.length > 0 && !('problem' in parseProgram(value)) ? jsonPlaces(value) : null),
     [problems, value],
   )
+  // Completion: the fields the committed JSON Schema allows where the cursor is.
+  const [cursor, setCursor] = useState<number | null>(null)
+  const hints = useMemo(() => (cursor === null ? null : fieldsAt(value, cursor)), [value, cursor])
+  const pendingCursor = useRef<number | null>(null)
+  useEffect(() => {
+    const el = area.current
+    const at = pendingCursor.current
+    if (!el || at === null) return
+    pendingCursor.current = null
+    el.focus()
+    el.setSelectionRange(at, at)
+    setCursor(at)
+  }, [value])
+  const track = (e: Event) => setCursor((e.target as HTMLTextAreaElement).selectionStart)
   /** Put the cursor on the problem's line, the line selected, in view. */
   const show = (place: Place) => {
     const el = area.current
@@ -103,6 +118,7 @@ export function ProgramEditor({
     const end = value.indexOf('\n', place.offset)
     el.focus()
     el.setSelectionRange(place.offset, end === -1 ? value.length : end)
+    setCursor(place.offset)
     const lineHeight = Number.parseFloat(getComputedStyle(el).lineHeight) || 18
     el.scrollTop = Math.max(0, (place.line - 3) * lineHeight)
   }
@@ -117,8 +133,39 @@ export function ProgramEditor({
         value={value}
         aria-describedby={problemsId}
         aria-invalid={problems !== null && problems.length > 0}
-        onInput={(e) => onInput((e.target as HTMLTextAreaElement).value)}
+        onInput={(e) => {
+          onInput((e.target as HTMLTextAreaElement).value)
+          track(e)
+        }}
+        onKeyUp={track}
+        onClick={track}
+        onFocus={track}
       />
+      {hints && hints.fields.length > 0 && (
+        <div class="field-hints small" data-testid="field-hints">
+          <span class="muted">
+            Fields for {hints.path === '' ? 'the program' : <code>{hints.path}</code>}:
+          </span>{' '}
+          {hints.fields.map((f) => (
+            <button
+              key={f.key}
+              type="button"
+              class="chip"
+              title={f.description ?? undefined}
+              aria-label={`Add ${f.key}${f.required ? ' (required)' : ''}${f.description ? `: ${f.description}` : ''}`}
+              onClick={() => {
+                const at = cursor ?? 0
+                const next = addField(value, at, f)
+                pendingCursor.current = next.cursor
+                onInput(next.text)
+              }}
+            >
+              {f.key}
+              {f.required ? ' *' : ''}
+            </button>
+          ))}
+        </div>
+      )}
       <div id={problemsId} aria-live="polite" data-testid="program-problems">
         {problems === null ? (
           <p class="muted small">Checking with the server…</p>
