@@ -3,6 +3,8 @@
  * API puts "run paused" on the cue at once, on an open page (no reload);
  * answering it stays allowed and is recorded, and the run goes on only once
  * resumed; a resume takes the mark away. axe-core clean with the mark.
+ * Skipping a cue from the inbox is held for an Undo like the run page's skip:
+ * undone, the cue still waits; left alone, it is skipped after the window.
  */
 import type { Browser } from 'playwright-core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -91,6 +93,37 @@ describe('the inbox and paused runs', () => {
     const second = card(`${prompts[0]} (second)`)
     await second.waitFor({ timeout: 15_000 })
     expect(await second.getByTestId('cue-run-paused').count()).toBe(0)
+    await page.context().close()
+  })
+
+  it('holds a cue skip for an Undo: undone, the cue still waits; left alone, it is skipped', async () => {
+    const prompt = 'Skippable: confetti?'
+    const def = await createDefinition(s, {
+      slug: unique('skip-undo'),
+      title: prompt,
+      program: { phases: [{ name: 'main', steps: [{ kind: 'core.cue', params: { prompt } }] }] },
+    })
+    const runId = await startRun(s, def)
+    await eventually(async () => (await run(runId)).steps[0]?.parked === true, 15_000)
+    const page = await signIn(await newContext(browser), s.url, 'operator', '#/inbox')
+    const card = page.locator('li.cue', { has: page.getByRole('heading', { name: prompt, exact: true }) })
+    await card.getByLabel(/Note or reason/).fill('no confetti tonight')
+    await card.getByRole('button', { name: 'Skip', exact: true }).click()
+    await page.getByTestId('undo-toast').waitFor()
+    await page.getByRole('button', { name: 'Undo' }).click()
+    await page.getByText(`Undone: skipping “${prompt.toLowerCase()}” was not sent.`).waitFor()
+    await new Promise((r) => setTimeout(r, 6000))
+    expect((await run(runId)).steps[0]).toMatchObject({ status: 'RUNNING', parked: true })
+
+    await card.getByRole('button', { name: 'Skip', exact: true }).click()
+    const sent = Date.now()
+    const done = await eventually(async () => {
+      const r = await run(runId)
+      return r.steps[0]?.status === 'SKIPPED' ? r : null
+    }, 15_000)
+    expect(Date.now() - sent).toBeGreaterThanOrEqual(4500)
+    expect(done.steps[0]?.status).toBe('SKIPPED')
+    await eventually(async () => (await run(runId)).status === 'COMPLETED', 15_000)
     await page.context().close()
   })
 })

@@ -136,7 +136,8 @@ function CueCard({
                 input.current?.focus()
                 return
               }
-              void act('skip')
+              // Held for an Undo (a skip cannot be taken back on the server).
+              session.later(`Skipping “${promptOf(cue.params)}”`, () => act('skip'))
             }}
           >
             Skip
