@@ -8,6 +8,7 @@ import { requires } from '../src/api/authz.ts'
 import type { ApiContext } from '../src/api/context.ts'
 import { identitiesOf, type Person, personOf } from '../src/api/person.ts'
 import { resolveCueAs, skipStepAs } from '../src/operations/cueAnswers.ts'
+import { retryStepNow } from '../src/operations/retryStepNow.ts'
 import { actorOf, controlDeps } from './deps.ts'
 
 /** The caller as a person (name, teams); throws UNAUTHENTICATED without one. */
@@ -64,5 +65,14 @@ builder.mutationFields((t) => ({
         args.reason ?? null,
         ctx.client,
       ),
+  }),
+  retryStepNow: t.field({
+    type: StepResultRef,
+    description:
+      "Make a step's next attempt now: a step in retry backoff (PENDING after a failed attempt, attempts left, wakeAt ahead) is due at once and its run is woken; the runner makes the attempt as it would have at wakeAt (counted against maxAttempts, the same Idempotency-Key). Refused with CONFLICT (extensions.reason NOT_IN_BACKOFF, or RUN_NOT_RUNNING for a paused or finished run); applied: false when the step moved on meanwhile.",
+    extensions: requires('operator'),
+    args: { stepId: t.arg.id({ required: true }) },
+    resolve: (_root, args, ctx) =>
+      retryStepNow(controlDeps(ctx), parseId(args.stepId, 'stepId'), actorOf(ctx)),
   }),
 }))

@@ -203,6 +203,7 @@ describe('schema', () => {
       'Mutation.cancelRun': 'operator',
       'Mutation.resolveCue': 'operator',
       'Mutation.skipStep': 'operator',
+      'Mutation.retryStepNow': 'operator',
       'Mutation.backfillRuns': 'operator',
       'Mutation.createDefinition': 'admin',
       'Mutation.updateDefinition': 'admin',

@@ -1,5 +1,5 @@
 /**
- * `showrunner run retry`, `runs bulk`, `occurrence skip|move` and `calendars`
+ * `showrunner run retry`, `run retry-step`, `runs bulk`, `occurrence skip|move` and `calendars`
  * as a script runs them, against a real server with its runner: each command's
  * answer and exit code, checked again through the API; a usage mistake exits 2
  * before anything is sent; a server refusal exits 1 with its code.
@@ -20,6 +20,7 @@ let dir: string
 beforeAll(async () => {
   receiver = await startReceiver()
   receiver.route('/hooks/down', () => ({ status: 500, body: 'down' }))
+  receiver.route('/hooks/flaky', (_call, nth) => (nth === 1 ? { status: 503 } : {}))
   s = await startTestServer({ runner: true, env: { WEBHOOK_ALLOW: `${receiver.url}/hooks/` } })
   dir = mkdtempSync(join(tmpdir(), 'sr-cli-ops-'))
 })
@@ -105,6 +106,53 @@ describe('run retry', () => {
     const refused = await cli(['run', 'retry', later.startRun.id])
     expect(refused.code).toBe(1)
     expect(refused.stderr).toContain('CONFLICT')
+  })
+})
+
+describe('run retry-step', () => {
+  it('makes the next attempt of a step in backoff now (exit 0); a step not in backoff exits 1', async () => {
+    const def = await createDefinition({
+      program: {
+        phases: [
+          {
+            name: 'main',
+            steps: [
+              {
+                kind: 'core.webhook',
+                params: { url: `${receiver.url}/hooks/flaky` },
+                retry: { attempts: 3, backoffSeconds: 600 },
+              },
+            ],
+          },
+        ],
+      },
+    })
+    const { startRun } = await data<{ startRun: { id: string } }>(
+      `mutation ($d: ID!) { startRun(definitionId: $d) { id } }`,
+      { d: def.id },
+    )
+    const stepOf = async () =>
+      (
+        await data<{ run: { steps: { id: string; status: string; attempts: number }[] } }>(
+          `query ($id: ID!) { run(id: $id) { steps { id status attempts } } }`,
+          { id: startRun.id },
+        )
+      ).run.steps[0]
+    const backing = await waitFor(
+      async () => {
+        const st = await stepOf()
+        return st?.status === 'PENDING' && st.attempts === 1 ? st : null
+      },
+      { what: 'the webhook to back off' },
+    )
+    const retried = await cli(['run', 'retry-step', backing.id])
+    expect(retried, retried.stderr).toMatchObject({ code: 0 })
+    expect(retried.stdout.trim()).toBe(`step ${backing.id} of run ${startRun.id}: attempt 2 of 3 now`)
+    await waitFor(async () => (await runStatus(startRun.id)) === 'COMPLETED', { what: 'the run to complete' })
+
+    const again = await cli(['run', 'retry-step', backing.id])
+    expect(again.code).toBe(1)
+    expect(again.stderr).toMatch(/CONFLICT: .*is COMPLETED, not waiting for a retry/)
   })
 })
 

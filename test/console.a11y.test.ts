@@ -6,34 +6,69 @@
 import type { Browser } from 'playwright-core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { DESKTOP, launchBrowser, newContext, PHONE, seriousViolations, signIn } from './helpers/browser.ts'
-import { buildScene, waitingCues } from './helpers/consoleScene.ts'
+import { buildScene, createDefinition, must, startRun, waitingCues } from './helpers/consoleScene.ts'
+import { startReceiver, type WebhookReceiver } from './helpers/runnerHarness.ts'
 import { eventually, startTestServer, type TestServer } from './helpers/server.ts'
 
 let s: TestServer
 let browser: Browser
+let receiver: WebhookReceiver
 let pages: [string, string][]
 
 beforeAll(async () => {
-  s = await startTestServer({ runner: true })
+  receiver = await startReceiver()
+  receiver.route('/hooks/', () => ({ status: 503 }))
+  s = await startTestServer({ runner: true, env: { WEBHOOK_ALLOW: `${receiver.url}/hooks/` } })
   browser = await launchBrowser()
   const scene = await buildScene(s)
-  await eventually(async () => (await waitingCues(s)).length >= 2)
+  // States worth checking too: a paused run's cue in the inbox, a step in backoff (Retry now).
+  const late = await createDefinition(s, {
+    slug: 'late-show',
+    title: 'Late show',
+    program: { phases: [{ name: 'main', steps: [{ kind: 'core.cue', params: { prompt: 'Encore?' } }] }] },
+  })
+  const lateRun = await startRun(s, late)
+  const hook = await createDefinition(s, {
+    slug: 'hook',
+    title: 'Hook',
+    program: {
+      phases: [
+        {
+          name: 'main',
+          steps: [
+            {
+              kind: 'core.webhook',
+              params: { url: `${receiver.url}/hooks/x` },
+              retry: { attempts: 3, backoffSeconds: 600 },
+            },
+          ],
+        },
+      ],
+    },
+  })
+  const hookRun = await startRun(s, hook)
+  await eventually(async () => (await waitingCues(s)).length >= 3)
+  await must(s, 'mutation ($id: ID!) { pauseRun(id: $id) { applied } }', { id: lateRun })
+  await eventually(() => receiver.calls.length >= 1)
   pages = [
     ['board', '#/'],
     ['inbox', '#/inbox'],
     ['stand-by', '#/standby'],
     ['run', `#/runs/${scene.runs[0]}`],
+    ['run in backoff', `#/runs/${hookRun}`],
     ['runs', '#/runs'],
     ['definitions', '#/definitions'],
     ['definition', `#/definitions/${scene.show}`],
     ['new show', '#/definitions/new'],
     ['keys', '#/keys'],
+    ['channels', '#/channels'],
   ]
 })
 
 afterAll(async () => {
   await browser?.close()
   await s?.close()
+  await receiver?.close()
 })
 
 describe('accessibility (axe-core)', () => {

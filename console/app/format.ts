@@ -51,6 +51,34 @@ export function when(iso: string | null, timeZone?: string, withZone = false): s
 
 export const viewerZone = Intl.DateTimeFormat().resolvedOptions().timeZone
 
+/** An ISO-8601 instant as the server writes them into log lines and errors ("retrying at 2026-…Z"). */
+const ISO_INSTANT = /\d{4}-\d{2}-\d{2}T\d{2}:\d{2}(?::\d{2}(?:\.\d+)?)?(?:Z|[+-]\d{2}:\d{2})/g
+
+/**
+ * `text` cut at each ISO-8601 instant in it: strings stay, instants become
+ * `{ iso }`, so a page shows them in its own zone instead of raw UTC.
+ */
+export function splitInstants(text: string): (string | { iso: string })[] {
+  const parts: (string | { iso: string })[] = []
+  let last = 0
+  for (const m of text.matchAll(ISO_INSTANT)) {
+    const at = m.index ?? 0
+    if (Number.isNaN(Date.parse(m[0]))) continue
+    if (at > last) parts.push(text.slice(last, at))
+    parts.push({ iso: m[0] })
+    last = at + m[0].length
+  }
+  if (last < text.length) parts.push(text.slice(last))
+  return parts
+}
+
+/** `text` with every ISO-8601 instant in it written as {@link when} in `timeZone`, with the zone's name. */
+export function readableText(text: string, timeZone?: string): string {
+  return splitInstants(text)
+    .map((p) => (typeof p === 'string' ? p : when(p.iso, timeZone, true)))
+    .join('')
+}
+
 /** A cron expression in words ("At 18:30, Monday through Friday"); the raw text when it cannot. */
 export function scheduleInWords(schedule: string | null): string {
   if (!schedule) return 'Started by hand only'

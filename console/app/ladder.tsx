@@ -21,9 +21,9 @@ export function CueOutcome({ cue }: { cue: CueLadder | null | undefined }) {
   )
 }
 
-function LiveCountdown({ iso }: { iso: string }) {
+function LiveCountdown({ iso, zone }: { iso: string; zone?: string }) {
   const now = useNow()
-  return <Countdown iso={iso} now={now} />
+  return <Countdown iso={iso} now={now} zone={zone} />
 }
 
 export function Ladder({ cue, zone }: { cue: CueLadder | null | undefined; zone?: string }) {
@@ -47,7 +47,7 @@ export function Ladder({ cue, zone }: { cue: CueLadder | null | undefined; zone?
   if (cue.deadlineAt && !cue.answer)
     parts.push(
       <span key="dl" data-testid="cue-deadline">
-        <LiveCountdown iso={cue.deadlineAt} /> (at <At iso={cue.deadlineAt} zone={zone} />)
+        <LiveCountdown iso={cue.deadlineAt} zone={zone} /> (at <At iso={cue.deadlineAt} zone={zone} />)
       </span>,
     )
   if (cue.answer)

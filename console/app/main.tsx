@@ -10,6 +10,7 @@ import './style.css'
 import { render } from 'preact'
 import { useCallback, useEffect, useRef, useState } from 'preact/hooks'
 import { closeSubscriptions, gql, onUnauthenticated, storedToken, storedViewer, storeToken } from './api.ts'
+import { readableText } from './format.ts'
 import {
   beginSso,
   finishSso,
@@ -29,6 +30,7 @@ import { Standby } from './pages/Standby.tsx'
 import { go, type Route, useRoute } from './router.ts'
 import { can, type Session, SessionContext } from './session.ts'
 import { normaliseToken, refusalText } from './signIn.ts'
+import { UndoToasts, useUndoQueue } from './undo.tsx'
 
 const SHORTCUTS: [string, string][] = [
   ['b', 'Board'],
@@ -395,8 +397,13 @@ function App() {
   }, [toast])
 
   const notify = useCallback((message: string, kind: 'ok' | 'error' = 'ok') => {
-    setToast((prev) => ({ message, kind, n: (prev?.n ?? 0) + 1 }))
+    // A refusal may quote an instant ("… is not an occurrence …"): in the viewer's zone, named.
+    setToast((prev) => ({ message: readableText(message), kind, n: (prev?.n ?? 0) + 1 }))
   }, [])
+  const undoQueue = useUndoQueue(
+    useCallback((label: string) => notify(`Undone: ${label.toLowerCase()} was not sent.`), [notify]),
+  )
+  const later = undoQueue.later
 
   let body: preact.ComponentChildren
   if (checking)
@@ -418,13 +425,14 @@ function App() {
     )
   else
     body = (
-      <SessionContext.Provider value={{ ...signedIn, notify }}>
-        <Shell session={{ ...signedIn, notify }} onSignOut={() => signOut(null)} />
+      <SessionContext.Provider value={{ ...signedIn, notify, later }}>
+        <Shell session={{ ...signedIn, notify, later }} onSignOut={() => signOut(null)} />
       </SessionContext.Provider>
     )
   return (
     <>
       {body}
+      <UndoToasts queue={undoQueue} />
       <div class={`toast${toast ? ` ${toast.kind}` : ''}`} role="status" aria-live="polite">
         {toast?.message}
       </div>

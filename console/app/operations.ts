@@ -95,6 +95,14 @@ export type BoardData = ResultOf<typeof BOARD>
 export const RUN_CHANGES = graphql(`
 subscription RunChanges { runChanges(filter: { statuses: [STARTING, RUNNING, PAUSED, ENDING] }) { id status } }`)
 
+/**
+ * A run moving into or out of PAUSED: the inbox reads itself again, so a
+ * cue's "run paused" mark follows a pause at once (the inbox's own feed moves
+ * on cue changes; a pause changes the run, not the cue).
+ */
+export const PAUSE_CHANGES = graphql(`
+subscription PauseChanges { runChanges(filter: { statuses: [PAUSED] }) { id status } }`)
+
 /** Where a cue's ladder stands (RunStep.cue): who it is for, rungs sent, who answered. */
 const CUE_LADDER = graphql(`
 fragment CueLadder on Cue {
@@ -202,6 +210,8 @@ export const RESOLVE_CUE = graphql(`
 mutation ResolveCue($stepId: ID!, $note: String) { resolveCue(stepId: $stepId, note: $note) { applied } }`)
 export const SKIP_STEP = graphql(`
 mutation SkipStep($stepId: ID!, $reason: String) { skipStep(stepId: $stepId, reason: $reason) { applied } }`)
+export const RETRY_STEP_NOW = graphql(`
+mutation RetryStepNow($stepId: ID!) { retryStepNow(stepId: $stepId) { applied step { id status attempts } } }`)
 
 export const PAUSE_RUN = graphql(`mutation PauseRun($id: ID!) { pauseRun(id: $id) { applied } }`)
 export const RESUME_RUN = graphql(`mutation ResumeRun($id: ID!) { resumeRun(id: $id) { applied } }`)

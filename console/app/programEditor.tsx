@@ -1,12 +1,15 @@
 /**
  * The program editor: JSON in a textarea, checked by the server as you type
  * (applyDefinitions as a dry run, so the answer is what publishing would say),
- * each problem listed at its JSON path; and a line diff against the version
- * it replaces.
+ * each problem listed at its JSON path and line, a button away from the
+ * place in the text (jsonPaths.ts); and a line diff against the version it
+ * replaces.
  */
-import { useEffect, useState } from 'preact/hooks'
+import { useEffect, useMemo, useRef, useState } from 'preact/hooks'
 import { ApiError, gql } from './api.ts'
 import { CHECK_MANIFESTS } from './authoringOps.ts'
+import { jsonPlaces, type Place, placeOf } from './jsonPaths.ts'
+import { addField, fieldsAt } from './programFields.ts'
 import { useSession } from './session.ts'
 
 export interface ProgramProblem {
@@ -88,18 +91,81 @@ export function ProgramEditor({
     }
   }, [value, slug, title])
   const problemsId = `${id}-problems`
+  const area = useRef<HTMLTextAreaElement>(null)
+  // Where each path is written, for the problems of this text (read only when there are some).
+  const places = useMemo(
+    () => (problems && problems.length > 0 && !('problem' in parseProgram(value)) ? jsonPlaces(value) : null),
+    [problems, value],
+  )
+  // Completion: the fields the committed JSON Schema allows where the cursor is.
+  const [cursor, setCursor] = useState<number | null>(null)
+  const hints = useMemo(() => (cursor === null ? null : fieldsAt(value, cursor)), [value, cursor])
+  const pendingCursor = useRef<number | null>(null)
+  useEffect(() => {
+    const el = area.current
+    const at = pendingCursor.current
+    if (!el || at === null) return
+    pendingCursor.current = null
+    el.focus()
+    el.setSelectionRange(at, at)
+    setCursor(at)
+  }, [value])
+  const track = (e: Event) => setCursor((e.target as HTMLTextAreaElement).selectionStart)
+  /** Put the cursor on the problem's line, the line selected, in view. */
+  const show = (place: Place) => {
+    const el = area.current
+    if (!el) return
+    const end = value.indexOf('\n', place.offset)
+    el.focus()
+    el.setSelectionRange(place.offset, end === -1 ? value.length : end)
+    setCursor(place.offset)
+    const lineHeight = Number.parseFloat(getComputedStyle(el).lineHeight) || 18
+    el.scrollTop = Math.max(0, (place.line - 3) * lineHeight)
+  }
   return (
     <div class="program-editor">
       <label for={id}>Program (JSON)</label>
       <textarea
+        ref={area}
         id={id}
         rows={18}
         spellcheck={false}
         value={value}
         aria-describedby={problemsId}
         aria-invalid={problems !== null && problems.length > 0}
-        onInput={(e) => onInput((e.target as HTMLTextAreaElement).value)}
+        onInput={(e) => {
+          onInput((e.target as HTMLTextAreaElement).value)
+          track(e)
+        }}
+        onKeyUp={track}
+        onClick={track}
+        onFocus={track}
       />
+      {hints && hints.fields.length > 0 && (
+        <div class="field-hints small" data-testid="field-hints">
+          <span class="muted">
+            Fields for {hints.path === '' ? 'the program' : <code>{hints.path}</code>}:
+          </span>{' '}
+          {hints.fields.map((f) => (
+            <button
+              key={f.key}
+              type="button"
+              class="chip"
+              title={f.description ?? undefined}
+              aria-label={`Add ${f.key}${f.required ? ' (required)' : ''}${f.description ? `: ${f.description}` : ''}`}
+              onClick={() => {
+                const at = cursor ?? 0
+                const next = addField(value, at, f)
+                pendingCursor.current = next.cursor
+                onInput(next.text)
+              }}
+            >
+              {f.key}
+              {f.required ? ' *' : ''}
+            </button>
+          ))}
+        </div>
+      )}
       <div id={problemsId} aria-live="polite" data-testid="program-problems">
         {problems === null ? (
           <p class="muted small">Checking with the server…</p>
@@ -107,11 +173,27 @@ export function ProgramEditor({
           <p class="small ok-note">The server accepts this program.</p>
         ) : (
           <ul class="problems">
-            {problems.map((p) => (
-              <li key={`${p.path}|${p.message}`}>
-                <code>{p.path}</code>: {p.message}
-              </li>
-            ))}
+            {problems.map((p) => {
+              const place = places ? placeOf(places, p.path) : null
+              return (
+                <li key={`${p.path}|${p.message}`}>
+                  {place && (
+                    <>
+                      <button
+                        type="button"
+                        class="linklike"
+                        data-testid="problem-line"
+                        aria-label={`Go to line ${place.line} (${p.path})`}
+                        onClick={() => show(place)}
+                      >
+                        line {place.line}
+                      </button>{' '}
+                    </>
+                  )}
+                  <code>{p.path}</code>: {p.message}
+                </li>
+              )
+            })}
           </ul>
         )}
       </div>

@@ -14,6 +14,11 @@ export interface Session {
   teams?: string[]
   /** Announce the outcome of an action (a polite live region). */
   notify(message: string, kind?: 'ok' | 'error'): void
+  /**
+   * Hold an action a person cannot take back on the server (skip, cancel) for
+   * a few seconds with an Undo in a toast, then send it (undo.tsx).
+   */
+  later(label: string, action: () => Promise<unknown>): void
 }
 
 export const SessionContext = createContext<Session | null>(null)

@@ -2,7 +2,7 @@
 import type { ComponentChildren } from 'preact'
 import { useState } from 'preact/hooks'
 import type { ApiError } from './api.ts'
-import { duration, relative, when } from './format.ts'
+import { duration, relative, splitInstants, viewerZone, when } from './format.ts'
 import type { DefinitionState, RunHealth, RunStatus, StepStatus } from './operations.ts'
 
 export function StatusBadge({ status }: { status: RunStatus | StepStatus | DefinitionState }) {
@@ -13,21 +13,24 @@ export function HealthBadge({ health }: { health: RunHealth }) {
   return health === 'OK' ? null : <span class="badge s-degraded">degraded</span>
 }
 
-/** A time shown relative to now, exact on hover and to screen readers via the datetime attribute. */
-export function Ago({ iso, now }: { iso: string | null; now: number }) {
+/**
+ * A time shown relative to now, exact on hover (in `zone`, the page's; default
+ * the viewer's) and to screen readers via the datetime attribute.
+ */
+export function Ago({ iso, now, zone }: { iso: string | null; now: number; zone?: string }) {
   if (!iso) return <span>—</span>
   return (
-    <time dateTime={iso} title={when(iso, undefined, true)}>
+    <time dateTime={iso} title={when(iso, zone, true)}>
       {relative(iso, now)}
     </time>
   )
 }
 
 /** "times out in 2 min 5 s" counting down to a cue's deadline; "deadline passed" once it has. */
-export function Countdown({ iso, now }: { iso: string; now: number }) {
+export function Countdown({ iso, now, zone }: { iso: string; now: number; zone?: string }) {
   const left = Date.parse(iso) - now
   return (
-    <time dateTime={iso} title={when(iso, undefined, true)} class={left < 60_000 ? 'urgent' : undefined}>
+    <time dateTime={iso} title={when(iso, zone, true)} class={left < 60_000 ? 'urgent' : undefined}>
       {left > 0 ? `times out in ${duration(left)}` : 'deadline passed'}
     </time>
   )
@@ -38,11 +41,41 @@ export function At({ iso, zone, withZone }: { iso: string | null; zone?: string;
   return <time dateTime={iso}>{when(iso, zone, withZone)}</time>
 }
 
+/**
+ * Text from the server (a log line, an error) with its ISO-8601 instants
+ * written in `zone`, the page's: "retrying at 2026-12-01T18:30:00.000Z"
+ * reads "retrying at Tue 1 Dec, 19:30:00" on a page in Europe/Paris.
+ */
+export function Readable({ text, zone }: { text: string; zone?: string }) {
+  return (
+    <>
+      {splitInstants(text).map((p, i) =>
+        typeof p === 'string' ? (
+          p
+        ) : (
+          <time key={i} dateTime={p.iso}>
+            {when(p.iso, zone)}
+          </time>
+        ),
+      )}
+    </>
+  )
+}
+
+/** The one zone of a page whose times are the viewer's, named. */
+export function ZoneNote() {
+  return (
+    <p class="muted small" data-testid="page-zone">
+      Times on this page are in your time zone, {viewerZone}.
+    </p>
+  )
+}
+
 export function ErrorNote({ error }: { error: ApiError | null }) {
   if (!error) return null
   return (
     <p class="error" role="alert">
-      {error.message}
+      <Readable text={error.message} />
     </p>
   )
 }

@@ -248,6 +248,22 @@ export async function scheduleRetry(
 }
 
 /**
+ * A person's "retry now" for a step in backoff (pending, at least one attempt
+ * made, its next attempt still ahead): its next attempt is due at `now`.
+ * Nothing else changes; the runner's normal path begins the attempt (an
+ * attempt counted, the same idempotency key). Guarded, so a skip, a cancel or
+ * the runner's own begin that got there first is kept; answers whether it moved.
+ */
+export async function retryNow(db: Queryable, id: number, now: Date): Promise<boolean> {
+  const res = await db.run(
+    `UPDATE event_run_steps SET wake_at = ?
+      WHERE id = ? AND status = 'pending' AND attempts > 0 AND wake_at > ?`,
+    [now, id, now],
+  )
+  return res.affectedRows === 1
+}
+
+/**
  * {@link scheduleRetry} and {@link fail} for many steps at once (a batch's
  * failed attempts), each with its own error (and, for a retry, its own wake
  * time), guarded the same way. Answers how many moved.

@@ -66,6 +66,10 @@ export const RESOLVE_CUE = graphql(
   `mutation ResolveCue($stepId: ID!, $note: String) { resolveCue(stepId: $stepId, note: $note) { applied step { ...StepRow } } }`,
   [STEP_ROW],
 )
+export const RETRY_STEP_NOW = graphql(
+  `mutation RetryStepNow($stepId: ID!) { retryStepNow(stepId: $stepId) { applied step { ...StepRow attempts maxAttempts } } }`,
+  [STEP_ROW],
+)
 export const SKIP_STEP = graphql(
   `mutation SkipStep($stepId: ID!, $reason: String) { skipStep(stepId: $stepId, reason: $reason) { applied step { ...StepRow } } }`,
   [STEP_ROW],

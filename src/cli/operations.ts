@@ -1,12 +1,13 @@
 /**
  * Operating many shows from a terminal: `run retry` (a FAILED run again, from
  * its failed step or --from-step) and `runs bulk pause|resume|cancel` over the
- * same filter flags as `runs`. Bulk actions are a dry run unless --apply, so
+ * same filter flags as `runs`, and `run retry-step` (a step in retry backoff
+ * gets its next attempt now). Bulk actions are a dry run unless --apply, so
  * the count is seen before anything changes.
  */
 import type { Command } from 'commander'
 import { clientOptions, contextOf, EXIT, printJson, runCommand, UsageError } from './context.ts'
-import { BULK_RUNS, RETRY_RUN } from './documents.ts'
+import { BULK_RUNS, RETRY_RUN, RETRY_STEP_NOW } from './documents.ts'
 import { type FilterOptions, filterOf, filterOptions } from './filter.ts'
 
 const BULK_ACTIONS = [
@@ -61,6 +62,31 @@ export function registerOperationCommands(program: Command): void {
         )
       }
       return EXIT.done
+    }),
+  )
+
+  clientOptions(
+    existing(program, 'run')
+      .command('retry-step')
+      .description(
+        'make the next attempt of a step in retry backoff (a webhook that failed, with attempts left) now ' +
+          'instead of at its scheduled retry; exit 1 when the step is not in backoff or its run is not running, ' +
+          'exit 3 when it moved on meanwhile',
+      )
+      .argument('<step-id>', 'the step (its id, as `showrunner run` and the API name it)'),
+  ).action((stepId: string, _opts: unknown, cmd: Command) =>
+    runCommand(async () => {
+      const ctx = contextOf(cmd)
+      const { retryStepNow } = await ctx.client.request(RETRY_STEP_NOW, { stepId })
+      const st = retryStepNow.step
+      if (ctx.json) printJson(retryStepNow)
+      else
+        ctx.out(
+          retryStepNow.applied
+            ? `step ${st.id} of run ${st.run.id}: attempt ${st.attempts + 1} of ${st.maxAttempts} now`
+            : `not retried: step ${st.id} is ${st.status} (applied: false)`,
+        )
+      return retryStepNow.applied ? EXIT.done : EXIT.notApplied
     }),
   )
 

@@ -18,7 +18,7 @@ import {
 } from '../operations.ts'
 import { useSession } from '../session.ts'
 import { scheduledByPerson } from '../standby.ts'
-import { Ago, At, ErrorNote, HealthBadge, Loading, Section, StatusBadge } from '../ui.tsx'
+import { Ago, At, ErrorNote, HealthBadge, Loading, Readable, Section, StatusBadge, ZoneNote } from '../ui.tsx'
 
 export function HealthStrip({ health, now }: { health: HealthData; now: number }) {
   const oldest = health.oldestWaitingStepAt
@@ -79,7 +79,11 @@ function RunRow({ run, now }: { run: RunCard; now: number }) {
           started <Ago iso={run.startedAt ?? run.scheduledFor} now={now} />
         </span>
       </div>
-      {run.lastError && run.health === 'DEGRADED' && <div class="row-error">{run.lastError}</div>}
+      {run.lastError && run.health === 'DEGRADED' && (
+        <div class="row-error">
+          <Readable text={run.lastError} />
+        </div>
+      )}
     </li>
   )
 }
@@ -135,6 +139,7 @@ export function Board() {
   return (
     <>
       <h1>Board</h1>
+      <ZoneNote />
       <ErrorNote error={board.error} />
       <HealthStrip health={d.health} now={now} />
       <div class="columns">

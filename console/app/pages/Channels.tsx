@@ -4,7 +4,7 @@ import { graphql, type ResultOf, type TadaDocumentNode } from '../../../src/clie
 import { ApiError, gql } from '../api.ts'
 import { useLive } from '../live.ts'
 import { can, type Session, useSession } from '../session.ts'
-import { ActionButton, At, ErrorNote, Loading, Section } from '../ui.tsx'
+import { ActionButton, At, ErrorNote, Loading, Readable, Section, ZoneNote } from '../ui.tsx'
 
 const CHANNELS = graphql(`query Channels {
   notificationChannels { id name kind target events teams definitionIds lateStartSeconds enabled createdAt }
@@ -53,6 +53,7 @@ export function Channels() {
   return (
     <>
       <h1>Notification channels</h1>
+      <ZoneNote />
       <p class="muted small">
         Channels are created with the <code>createNotificationChannel</code> mutation; this page tests them
         and shows what was delivered.
@@ -122,7 +123,11 @@ export function Channels() {
                       {d.attempts} attempt{d.attempts === 1 ? '' : 's'}
                       {d.nextAttemptAt && d.status === 'PENDING' ? ' · retrying' : ''}
                     </span>
-                    {d.lastError && <div class="row-error">{d.lastError}</div>}
+                    {d.lastError && (
+                      <div class="row-error">
+                        <Readable text={d.lastError} />
+                      </div>
+                    )}
                     {!d.rehearsal && d.status !== 'PENDING' && (
                       <ActionButton
                         label="Redeliver"

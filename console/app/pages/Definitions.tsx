@@ -15,7 +15,7 @@ import {
 import { type Checked, ProgramEditor, parseProgram } from '../programEditor.tsx'
 import { go } from '../router.ts'
 import { can, type Session, useSession } from '../session.ts'
-import { ActionButton, Ago, At, ErrorNote, Loading, Section, StatusBadge } from '../ui.tsx'
+import { ActionButton, Ago, At, ErrorNote, Loading, Section, StatusBadge, ZoneNote } from '../ui.tsx'
 import { ProgramHelp } from './NewShow.tsx'
 import { BulkControls, UpcomingSection } from './ShowOps.tsx'
 
@@ -98,6 +98,7 @@ export function Definitions() {
   return (
     <>
       <h1>Definitions</h1>
+      <ZoneNote />
       {can(session, 'ADMIN') && (
         <p>
           <a href="#/definitions/new" class="button primary">

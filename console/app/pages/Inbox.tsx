@@ -4,7 +4,7 @@
  * server without that subscription, the page polls).
  */
 import { useEffect, useRef, useState } from 'preact/hooks'
-import { ApiError, gql } from '../api.ts'
+import { ApiError, gql, subscribe } from '../api.ts'
 import { useAlertToggle } from '../cueAlerts.tsx'
 import { duration, promptOf, scopeLabel } from '../format.ts'
 import { Ladder } from '../ladder.tsx'
@@ -16,11 +16,12 @@ import {
   INBOX_MINE,
   INBOX_MINE_LIVE,
   type InboxData,
+  PAUSE_CHANGES,
   RESOLVE_CUE,
   SKIP_STEP,
 } from '../operations.ts'
 import { can, useSession } from '../session.ts'
-import { ErrorNote, Loading } from '../ui.tsx'
+import { ErrorNote, Loading, ZoneNote } from '../ui.tsx'
 
 /** The inbox query, live; shared by the page and the header's count. */
 export function useInbox() {
@@ -95,6 +96,14 @@ function CueCard({
         {cue.phase}
         {cue.run.rehearsal && ' · rehearsal'}
       </p>
+      {cue.run.status === 'PAUSED' && (
+        <p class="paused-note" data-testid="cue-run-paused">
+          <span class="badge s-paused">run paused</span>{' '}
+          <span class="muted small">
+            Its time is held. You can still answer; the run goes on once it is resumed.
+          </span>
+        </p>
+      )}
       <Ladder cue={cue.cue} />
       {operator && (
         <form
@@ -127,7 +136,8 @@ function CueCard({
                 input.current?.focus()
                 return
               }
-              void act('skip')
+              // Held for an Undo (a skip cannot be taken back on the server).
+              session.later(`Skipping “${promptOf(cue.params)}”`, () => act('skip'))
             }}
           >
             Skip
@@ -160,6 +170,7 @@ export function Inbox({ inbox }: { inbox: Live<InboxData> }) {
   return (
     <>
       <h1>Cue inbox</h1>
+      <ZoneNote />
       <p class="muted small">
         {inbox.live ? 'Live.' : 'Refreshing every few moments.'}{' '}
         {can(session, 'OPERATOR') ? (
@@ -199,7 +210,24 @@ export function Inbox({ inbox }: { inbox: Live<InboxData> }) {
 
 function CueList({ inbox }: { inbox: Live<InboxData> }) {
   const now = useNow()
+  const { token } = useSession()
   const cues = inbox.data?.waitingSteps
+  // A pause or resume of a run with a cue here: read the inbox again for its "run paused" mark.
+  const runIds = new Set(cues?.map((c) => c.run.id))
+  const runIdsRef = useRef(runIds)
+  runIdsRef.current = runIds
+  const { refetch } = inbox
+  useEffect(
+    () =>
+      subscribe(token, PAUSE_CHANGES, undefined, {
+        next: (e) => {
+          if (runIdsRef.current.has(e.runChanges.id)) void refetch()
+        },
+        // Without the subscription the inbox's own polling brings the mark, a little later.
+        unsupported: () => {},
+      }),
+    [token, refetch],
+  )
   return (
     <>
       <ErrorNote error={inbox.error} />

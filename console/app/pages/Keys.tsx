@@ -5,7 +5,7 @@ import { API_KEYS, type ApiKeysData, CREATE_API_KEY, REVOKE_API_KEY } from '../i
 import { useLive, useNow } from '../live.ts'
 import type { Role } from '../operations.ts'
 import { can, useSession } from '../session.ts'
-import { ActionButton, Ago, At, ErrorNote, Loading, Section } from '../ui.tsx'
+import { ActionButton, Ago, At, ErrorNote, Loading, Section, ZoneNote } from '../ui.tsx'
 
 function CreateKey({ onCreated }: { onCreated: () => Promise<void> }) {
   const session = useSession()
@@ -111,6 +111,7 @@ export function Keys() {
   return (
     <>
       <h1>API keys</h1>
+      <ZoneNote />
       <CreateKey onCreated={q.refetch} />
       <Section title="Keys" id="key-list">
         <ErrorNote error={q.error} />

@@ -8,6 +8,7 @@ import {
   CANCEL_RUN,
   PAUSE_RUN,
   RESUME_RUN,
+  RETRY_STEP_NOW,
   RUN,
   RUN_STATUS,
   type RunData,
@@ -22,6 +23,7 @@ import {
   ErrorNote,
   HealthBadge,
   Loading,
+  Readable,
   ReasonAction,
   Section,
   StatusBadge,
@@ -35,6 +37,11 @@ const UNFINISHED = new Set(['SCHEDULED', 'STARTING', 'RUNNING', 'PAUSED', 'ENDIN
  * retrying (it has an error and has not finished), or a wait in progress. A
  * parked cue is answered or skipped from the inbox.
  */
+/** A step waiting out a retry backoff: failed at least once, attempts left, its next attempt ahead. */
+function inBackoff(step: StepCard, now: number): boolean {
+  return step.status === 'PENDING' && step.attempts > 0 && !!step.wakeAt && Date.parse(step.wakeAt) > now
+}
+
 function skippable(step: StepCard): boolean {
   if (step.status !== 'RUNNING' && step.status !== 'PENDING') return false
   if (step.parked) return false
@@ -112,7 +119,7 @@ export function RunPage({ id }: { id: string }) {
         </span>
         {run.endedAt && (
           <span class="muted">
-            ended <Ago iso={run.endedAt} now={now} />
+            ended <Ago iso={run.endedAt} now={now} zone={zone} />
           </span>
         )}
       </div>
@@ -120,7 +127,11 @@ export function RunPage({ id }: { id: string }) {
         Times on this page are in {zone}, the show's time zone
         {sameZone ? '' : `; yours is ${viewerZone}`}.
       </p>
-      {run.lastError && <p class="row-error">Last error: {run.lastError}</p>}
+      {run.lastError && (
+        <p class="row-error">
+          Last error: <Readable text={run.lastError} zone={zone} />
+        </p>
+      )}
       <RunOrigins
         id={run.id}
         status={run.status}
@@ -149,7 +160,9 @@ export function RunPage({ id }: { id: string }) {
             confirmLabel="Cancel the run"
             kind="danger"
             placeholder="why (kept with the run)"
-            run={(reason) => control(CANCEL_RUN, 'Cancelled', { reason })}
+            run={async (reason) =>
+              session.later('Cancelling the run', () => control(CANCEL_RUN, 'Cancelled', { reason }))
+            }
           />
         </fieldset>
       )}
@@ -187,30 +200,63 @@ export function RunPage({ id }: { id: string }) {
                   {s.wakeAt && s.status === 'RUNNING' && !s.parked && (
                     <>
                       {' '}
-                      · wakes <Ago iso={s.wakeAt} now={now} />
+                      · wakes <Ago iso={s.wakeAt} now={now} zone={zone} />
                     </>
                   )}
+                  {s.wakeAt && inBackoff(s, now) && (
+                    <span data-testid="next-attempt">
+                      {' '}
+                      · next attempt <At iso={s.wakeAt} zone={zone} /> (
+                      <Ago iso={s.wakeAt} now={now} zone={zone} />)
+                    </span>
+                  )}
                 </div>
-                {s.lastError && <div class="row-error">{s.lastError}</div>}
-                {operator && UNFINISHED.has(run.status) && skippable(s) && (
-                  <ReasonAction
-                    label="Skip step"
-                    confirmLabel="Skip this step"
-                    placeholder="why (kept with the run)"
-                    run={async (reason) => {
+                {s.lastError && (
+                  <div class="row-error">
+                    <Readable text={s.lastError} zone={zone} />
+                  </div>
+                )}
+                {operator && (run.status === 'RUNNING' || run.status === 'ENDING') && inBackoff(s, now) && (
+                  <ActionButton
+                    label="Retry now"
+                    kind="primary"
+                    run={async () => {
                       try {
-                        const d = await gql(session.token, SKIP_STEP, { stepId: s.id, reason })
+                        const d = await gql(session.token, RETRY_STEP_NOW, { stepId: s.id })
                         session.notify(
-                          d.skipStep.applied
-                            ? 'Step skipped.'
-                            : 'Not skipped: the step had already finished.',
-                          d.skipStep.applied ? 'ok' : 'error',
+                          d.retryStepNow.applied
+                            ? `Retrying step ${s.seq + 1} now (attempt ${d.retryStepNow.step.attempts + 1} of ${s.maxAttempts}).`
+                            : 'Not retried: the step had already moved on.',
+                          d.retryStepNow.applied ? 'ok' : 'error',
                         )
                       } catch (err) {
                         session.notify(err instanceof ApiError ? err.message : String(err), 'error')
                       }
                       await q.refetch()
                     }}
+                  />
+                )}
+                {operator && UNFINISHED.has(run.status) && skippable(s) && (
+                  <ReasonAction
+                    label="Skip step"
+                    confirmLabel="Skip this step"
+                    placeholder="why (kept with the run)"
+                    run={async (reason) =>
+                      session.later(`Skipping step ${s.seq + 1}`, async () => {
+                        try {
+                          const d = await gql(session.token, SKIP_STEP, { stepId: s.id, reason })
+                          session.notify(
+                            d.skipStep.applied
+                              ? 'Step skipped.'
+                              : 'Not skipped: the step had already finished.',
+                            d.skipStep.applied ? 'ok' : 'error',
+                          )
+                        } catch (err) {
+                          session.notify(err instanceof ApiError ? err.message : String(err), 'error')
+                        }
+                        await q.refetch()
+                      })
+                    }
                   />
                 )}
                 {s.result !== null && s.result !== undefined && (
@@ -230,7 +276,8 @@ export function RunPage({ id }: { id: string }) {
             <ol class="log" aria-label="Log, newest first">
               {run.logs.map((l) => (
                 <li key={l.id} class={`lv-${l.level}`}>
-                  <At iso={l.at} zone={zone} /> <span class="lv">{l.level}</span> {l.message}
+                  <At iso={l.at} zone={zone} /> <span class="lv">{l.level}</span>{' '}
+                  <Readable text={l.message} zone={zone} />
                   {l.actor && <span class="muted"> — {l.actor}</span>}
                 </li>
               ))}
