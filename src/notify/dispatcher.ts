@@ -128,13 +128,17 @@ export class Dispatcher {
    * waiting a whole interval per short claim.
    */
   private async drain(): Promise<void> {
-    while (!this.stopped && (await this.pass()) > 0) {}
+    while (!this.stopped && (await this.pass(false)) > 0) {}
   }
 
-  /** One claim and its sends; answers how many deliveries were claimed. */
-  async pass(): Promise<number> {
+  /**
+   * One claim and its sends; answers how many deliveries were claimed. With
+   * `probe` (idle), a read of the due index first, so that an idle look
+   * writes nothing; a lane draining a backlog claims at once.
+   */
+  async pass(probe = true): Promise<number> {
     const { db } = this.opts
-    if (!(await deliveries.anyDue(db))) return 0
+    if (probe && !(await deliveries.anyDue(db))) return 0
     const token = randomBytes(16).toString('hex')
     const claimed = await deliveries.claimDue(
       db,
