@@ -123,21 +123,45 @@ it('a batch of cues opens its ladders, events and deliveries in a few statements
   expect(body.step.id).toBe(String(body.step.id))
 })
 
-it('a cue whose ladder cannot be written fails alone; the rest of its batch opens', async () => {
+it('a cue that asks just as a batch finishes is not left waiting', async () => {
   const { run, steps } = await makeRunWithSteps(t.db, 2)
-  const info = {
-    id: run.id,
-    definitionId: run.definitionId,
-    definitionTitle: 'Alone',
-    definitionSlug: 'alone',
-    scope: run.scope,
-    scheduledFor: run.scheduledFor,
-    timezone: 'UTC',
-    params: null,
-    rehearsal: false,
-  }
-  const plan = (stepId: number) => ({
-    run: info,
+  const ladder = new DbCueLadder(t.db)
+  const now = new Date()
+  let second: Promise<unknown> | null = null
+  const first = cuePlan(run, steps[0]?.id as number)
+  // The first cue's rungs are read in the first moment after its batch answers
+  // it, before that batch's writer has let go: the second cue asks right then.
+  const rungs = first.remindAfterSeconds
+  Object.defineProperty(first, 'remindAfterSeconds', {
+    get() {
+      second ??= ladder.sync(cuePlan(run, steps[1]?.id as number), now)
+      return rungs
+    },
+  })
+  await ladder.sync(first, now)
+  const stuck = new Promise((_, reject) =>
+    setTimeout(() => reject(new Error('a cue was left waiting')), 5000),
+  )
+  await Promise.race([second, stuck])
+  expect(await countRows(t.db, 'cue_ladders', 'run_id = ?', [run.id])).toBe(2)
+})
+
+function cuePlan(
+  run: { id: number; definitionId: number; scope: string; scheduledFor: Date },
+  stepId: number,
+) {
+  return {
+    run: {
+      id: run.id,
+      definitionId: run.definitionId,
+      definitionTitle: 'Cues',
+      definitionSlug: 'cues',
+      scope: run.scope,
+      scheduledFor: run.scheduledFor,
+      timezone: 'UTC',
+      params: null,
+      rehearsal: false,
+    },
     stepId,
     prompt: `Go ${stepId}?`,
     assignees: [],
@@ -146,7 +170,12 @@ it('a cue whose ladder cannot be written fails alone; the rest of its batch open
     escalate: [],
     timeoutSeconds: 600,
     openedAt: new Date(),
-  })
+  }
+}
+
+it('a cue whose ladder cannot be written fails alone; the rest of its batch opens', async () => {
+  const { run, steps } = await makeRunWithSteps(t.db, 2)
+  const plan = (stepId: number) => cuePlan(run, stepId)
   const ladder = new DbCueLadder(t.db)
   const now = new Date()
   // Asked in one turn, so one batch: the step that does not exist fails its foreign key.

@@ -123,13 +123,24 @@ export class DbCueLadder implements CueLadderPort {
   private ladderOf(plan: CuePlan): Promise<LadderRow> {
     return new Promise<LadderRow>((resolve, reject) => {
       this.asking.push({ plan, resolve, reject })
-      if (this.draining || this.scheduled) return
-      this.scheduled = true
-      setImmediate(() => {
-        this.scheduled = false
-        this.draining = this.drain().finally(() => {
-          this.draining = null
-        })
+      this.kick()
+    })
+  }
+
+  /**
+   * Write the cues asking, after this turn of the event loop (the rest of the
+   * round asks meanwhile), unless a batch is being written: its drain takes
+   * them, and a cue that asks after its last look is taken by the kick that
+   * follows it.
+   */
+  private kick(): void {
+    if (this.draining || this.scheduled || this.asking.length === 0) return
+    this.scheduled = true
+    setImmediate(() => {
+      this.scheduled = false
+      this.draining = this.drain().finally(() => {
+        this.draining = null
+        this.kick()
       })
     })
   }
