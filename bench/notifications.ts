@@ -185,7 +185,11 @@ async function burst(rx: NotifyReceiver, idleP99: number | null): Promise<BenchR
     const instant = instantAhead(LEAD_MS)
     await scheduleAtInstant(first, b.db, { slug: 'burst', runs: CUES, instant, program: CUE_SHOW })
     rx.reset()
+    // Statements the three instances send (API and runner pools): per cue, a
+    // figure that load does not move.
+    const statements = () => servers.reduce((sum, s) => sum + instanceStatements(s), 0)
     await sleep(Math.max(0, instant.getTime() - Date.now()))
+    const statementsBefore = statements()
     const cpu = cpuMeter('mariadbd')
     await waitFor(
       `${CUES} deliveries`,
@@ -193,6 +197,7 @@ async function burst(rx: NotifyReceiver, idleP99: number | null): Promise<BenchR
       instant.getTime() + BURST_GIVE_UP_MS - Date.now(),
     ).catch((err) => console.error(`notifyBurst: ${(err as Error).message}`))
     const cpuPerDelivery = cpu.perUnit(Math.max(1, rx.firstArrival.size))
+    const statementsPerCue = Math.round(((statements() - statementsBefore) / CUES) * 100) / 100
     await sleep(SETTLE_MS)
     const events = await eventTimes(b.db)
     const arrivals = [...rx.firstArrival.values()]
@@ -248,6 +253,8 @@ async function burst(rx: NotifyReceiver, idleP99: number | null): Promise<BenchR
         lagP50Ms: percentile(lags, 50),
         lagP99Ms: percentile(lags, 99),
         cpuUsPerDelivery: cpuPerDelivery,
+        statementsPerCue,
+        statementsAre: 'sent by the 3 instances from the instant to the last first arrival, per cue',
         baselineIs: 'the idle p99 of notifyLatency (ms)',
         settings: { WEBHOOK_ALLOW: 'the receiver', INSTANCE_ID: 'bench-notify-{a,b,c}' },
         nodeFlags,
@@ -259,6 +266,12 @@ async function burst(rx: NotifyReceiver, idleP99: number | null): Promise<BenchR
     await Promise.allSettled(servers.map((s) => s.stop()))
     await b.drop()
   }
+}
+
+/** Statements an instance sent since it started (its API pool and its runner's, when separate). */
+function instanceStatements(server: BenchServer): number {
+  const { db, runnerDb } = server.app
+  return db.stats.statements + (runnerDb && runnerDb !== db ? runnerDb.stats.statements : 0)
 }
 
 interface IdleFigures {
@@ -299,11 +312,7 @@ async function idleCost(rx: NotifyReceiver): Promise<BenchResult> {
     }
     await migrate(admin)
     const server = await startScheduledServer(mariadb.url, { WEBHOOK_ALLOW: `${rx.url}/` })
-    const statements = () =>
-      server.app.db.stats.statements +
-      (server.app.runnerDb && server.app.runnerDb !== server.app.db
-        ? server.app.runnerDb.stats.statements
-        : 0)
+    const statements = () => instanceStatements(server)
     try {
       // Every event an idle pass looks at: the late-start sweep runs only while a channel listens.
       await createCueChannel(server, rx, ['CUE_WAITING', 'RUN_LATE_START', 'RUN_COMPLETED', 'RUN_FAILED'])

@@ -4,9 +4,9 @@
  * Every move is guarded on the value it moves from, so two writers of the
  * same rung or two answers cannot both apply.
  */
-import type { Queryable } from './db.ts'
+import type { Queryable, SqlValue } from './db.ts'
 import { hydrate as hydrateStep, type Raw, SELECT_STEP, type StepRow } from './eventSteps/rows.ts'
-import { clampLimit, parseJson, placeholders, toJson } from './json.ts'
+import { chunkRows, clampLimit, parseJson, placeholders, toJson } from './json.ts'
 
 export type CueOutcome = 'resolved' | 'skipped' | 'timedOut'
 export type CueVia = 'api' | 'console' | 'link' | 'timeout'
@@ -91,20 +91,36 @@ export interface NewLadder {
 
 /** Open a cue's ladder; true when this call made the row (a re-entry finds it made). */
 export async function open(tx: Queryable, l: NewLadder): Promise<boolean> {
-  const res = await tx.run(
-    `INSERT IGNORE INTO cue_ladders (step_id, run_id, prompt, opened_at, deadline_at, assignees, exclusive)
-     VALUES (?, ?, ?, ?, ?, ?, ?)`,
-    [
-      l.stepId,
-      l.runId,
-      l.prompt.slice(0, 1000),
-      l.openedAt,
-      l.deadlineAt,
-      toJson([...l.assignees]),
-      l.exclusive ? 1 : 0,
-    ],
-  )
-  return res.affectedRows === 1
+  return (await openMany(tx, [l])) === 1
+}
+
+/**
+ * Open many cues' ladders set-wise (one multi-row INSERT per chunk of a few
+ * thousand); answers how many rows were made. A row already there (a re-entry,
+ * a racing writer) is kept as it is.
+ */
+export async function openMany(tx: Queryable, list: readonly NewLadder[]): Promise<number> {
+  let made = 0
+  for (const chunk of chunkRows(list, (l) => 4 * Math.min(l.prompt.length, 1000) + 200)) {
+    const args: SqlValue[] = []
+    for (const l of chunk)
+      args.push(
+        l.stepId,
+        l.runId,
+        l.prompt.slice(0, 1000),
+        l.openedAt,
+        l.deadlineAt,
+        toJson([...l.assignees]),
+        l.exclusive ? 1 : 0,
+      )
+    const res = await tx.runQuery(
+      `INSERT IGNORE INTO cue_ladders (step_id, run_id, prompt, opened_at, deadline_at, assignees, exclusive)
+       VALUES ${chunk.map(() => '(?, ?, ?, ?, ?, ?, ?)').join(', ')}`,
+      args,
+    )
+    made += res.affectedRows
+  }
+  return made
 }
 
 /** `reminders_sent: from → to`, only from the value read (a second writer moves nothing). */

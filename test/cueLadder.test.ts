@@ -194,6 +194,14 @@ describe('the ladder', () => {
     )
     expect(lines.filter((l) => l.message.startsWith('cue reminder'))).toHaveLength(1)
     expect(lines.filter((l) => l.message.startsWith('cue escalated'))).toHaveLength(1)
+    // Parked once, re-parked at each rung: "waiting on a person" once, each rung its own line.
+    expect(lines.filter((l) => l.message.startsWith('waiting on a person'))).toEqual([
+      { message: 'waiting on a person: Lights?' },
+    ])
+    expect(lines.map((l) => l.message)).toContain('cue reminder 1 of 1 (1s without an answer)')
+    expect(lines.map((l) => l.message)).toContain(
+      'cue escalated to team:leads (level 1, 2s without an answer)',
+    )
   })
 
   it('a rehearsal at speed walks the ladder in show time', async () => {

@@ -23,12 +23,21 @@ let server: Server
 let url = ''
 const received: string[] = []
 let onFirst: (() => Promise<void>) | null = null
+/** Set: each request is answered this much later, and the most in flight at once is kept. */
+let holdMs = 0
+let inFlight = 0
+let maxInFlight = 0
 
 beforeAll(async () => {
   server = createServer((req, res) => {
     req.resume()
     req.on('end', async () => {
       received.push(String(req.headers['webhook-id']))
+      if (holdMs > 0) {
+        maxInFlight = Math.max(maxInFlight, ++inFlight)
+        await new Promise((r) => setTimeout(r, holdMs))
+        inFlight--
+      }
       const first = onFirst
       onFirst = null
       // Events written while this pass is still sending.
@@ -96,6 +105,63 @@ describe('the dispatcher under a trickle', () => {
     expect(received).toHaveLength(1 + LATER)
     expect(await countRows(t.db, 'notification_deliveries', "status = 'DELIVERED' AND attempts = 1")).toBe(
       1 + LATER,
+    )
+    expect(await countRows(t.db, 'notification_deliveries', 'claim_token IS NOT NULL')).toBe(0)
+  })
+})
+
+describe('the dispatcher under a backlog', () => {
+  it('sends a backlog with a few claims in flight at once, each delivery once, at most batch × lanes at a time', async () => {
+    const BACKLOG = 150
+    const BATCH = 10
+    const LANES = 3
+    await channels.create(t.db, {
+      name: 'backlog',
+      kind: 'WEBHOOK',
+      target: `${url}/backlog`,
+      events: ['RUN_COMPLETED'],
+      definitionIds: null,
+      teams: null,
+      lateStartSeconds: 60,
+      signingSecret: null,
+      enabled: true,
+    })
+    await t.db.transaction((tx) =>
+      events.emitMany(
+        tx,
+        Array.from({ length: BACKLOG }, (_, i) => ({ ...event(`backlog-${i}`), type: 'RUN_COMPLETED' })),
+      ),
+    )
+    received.length = 0
+    holdMs = 40
+    // Two instances over one outbox.
+    const dispatchers = ['one', 'two'].map(
+      (owner) =>
+        new Dispatcher({
+          db: t.open(),
+          owner,
+          settings: { webhookAllow: [`${url}/`], secrets: {} },
+          publicUrl: null,
+          sendEmail: null,
+          intervalMs: 600_000,
+          batch: BATCH,
+          lanes: LANES,
+        }),
+    )
+    for (const d of dispatchers) d.start()
+    try {
+      await eventually(() => received.length >= BACKLOG, 10_000)
+    } finally {
+      await Promise.all(dispatchers.map((d) => d.stop()))
+      holdMs = 0
+    }
+    expect(new Set(received).size).toBe(BACKLOG)
+    expect(received).toHaveLength(BACKLOG)
+    // More than one claim per instance in flight (the lanes), never more than the bound.
+    expect(maxInFlight).toBeGreaterThan(2 * BATCH)
+    expect(maxInFlight).toBeLessThanOrEqual(2 * BATCH * LANES)
+    expect(await countRows(t.db, 'notification_deliveries', "status = 'DELIVERED' AND attempts = 1")).toBe(
+      1 + LATER + BACKLOG,
     )
     expect(await countRows(t.db, 'notification_deliveries', 'claim_token IS NOT NULL')).toBe(0)
   })

@@ -7,8 +7,8 @@
  * matching channel, in the same transaction.
  */
 import { randomUUID } from 'node:crypto'
-import type { Queryable } from '../db.ts'
-import { toJson } from '../json.ts'
+import type { Queryable, SqlValue } from '../db.ts'
+import { chunkRows, placeholders, toJson } from '../json.ts'
 
 export interface NewEvent {
   type: string
@@ -82,6 +82,77 @@ export async function emit(tx: Queryable, e: NewEvent): Promise<number> {
     [inserted.insertId, e.runId, e.rehearsal ? 1 : 0, e.rehearsal ? 1 : 0, ...dueArgs(e), ...matchArgs(e)],
   )
   return made.affectedRows
+}
+
+/**
+ * The same match as {@link MATCH}, against the row `v` of a VALUES list
+ * (columns type, def, narrow, teams) instead of arguments: many events at once.
+ */
+const MATCH_ROW = `c.enabled = 1 AND JSON_CONTAINS(c.events, JSON_QUOTE(v.type))
+  AND (c.definition_ids IS NULL OR v.def IS NULL OR JSON_CONTAINS(c.definition_ids, v.def))
+  AND (v.narrow = 0 OR c.teams IS NULL OR JSON_OVERLAPS(c.teams, v.teams))`
+
+/** A VALUES list of `rows` (each `width` values) named `v (columns)`, as a WITH clause. */
+function valuesOf(columns: string, width: number, rows: number): string {
+  const row = `(${placeholders(width)})`
+  return `WITH v (${columns}) AS (VALUES ${Array.from({ length: rows }, () => row).join(', ')})`
+}
+
+/**
+ * {@link emit} for many events in one transaction, set-wise: one INSERT of the
+ * events (those some channel listens for) and one of their deliveries, per
+ * chunk of a few thousand, whatever the number of events. An event whose
+ * dedupe key was already used is skipped with its deliveries, as with
+ * {@link emit}. Answers how many deliveries were made.
+ */
+export async function emitMany(tx: Queryable, list: readonly NewEvent[]): Promise<number> {
+  let made = 0
+  for (const chunk of chunkRows(list, (e) => 2 * JSON.stringify(e.payload).length + 256)) {
+    const ids = chunk.map(() => newEventId())
+    const eventArgs: SqlValue[] = []
+    const matchArgs: SqlValue[] = []
+    chunk.forEach((e, i) => {
+      const id = ids[i] as string
+      const def = e.definitionId === null ? null : String(e.definitionId)
+      const narrow = e.cueTeams === null ? 0 : 1
+      const teams = toJson(e.cueTeams ?? [])
+      eventArgs.push(
+        id,
+        e.type,
+        e.runId,
+        e.stepId,
+        e.dedupeKey.slice(0, 191),
+        toJson({ ...e.payload, id }),
+        e.occurredAt,
+        def,
+        narrow,
+        teams,
+      )
+      matchArgs.push(id, e.type, e.runId, e.rehearsal ? 1 : 0, def, narrow, teams)
+    })
+    const inserted = await tx.runQuery(
+      `INSERT IGNORE INTO notification_events (event_id, type, run_id, step_id, dedupe_key, payload, occurred_at)
+       ${valuesOf('event_id, type, run_id, step_id, dedupe_key, payload, occurred_at, def, narrow, teams', 10, chunk.length)}
+       SELECT v.event_id, v.type, v.run_id, v.step_id, v.dedupe_key, v.payload, v.occurred_at FROM v
+        WHERE EXISTS (SELECT 1 FROM notification_channels c WHERE ${MATCH_ROW})`,
+      eventArgs,
+    )
+    if (inserted.affectedRows === 0) continue
+    // Only the events this statement wrote carry the ids just made (a skipped one keeps its own).
+    const deliveries = await tx.runQuery(
+      `INSERT IGNORE INTO notification_deliveries
+              (event_row_id, channel_id, run_id, status, rehearsal, next_attempt_at, give_up_at, delivered_at)
+       ${valuesOf('event_id, type, run_id, rehearsal, def, narrow, teams', 7, chunk.length)}
+       SELECT e.id, c.id, v.run_id, IF(v.rehearsal = 1, 'DELIVERED', 'PENDING'), v.rehearsal,
+              IF(v.rehearsal = 1, NULL, NOW(3)), IF(v.rehearsal = 1, NULL, NOW(3) + INTERVAL 24 HOUR),
+              IF(v.rehearsal = 1, NOW(3), NULL)
+         FROM v JOIN notification_events e ON e.event_id = v.event_id
+         JOIN notification_channels c ON ${MATCH_ROW}`,
+      matchArgs,
+    )
+    made += deliveries.affectedRows
+  }
+  return made
 }
 
 /**

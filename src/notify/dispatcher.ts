@@ -8,7 +8,11 @@
  * (about 1 s, doubling with jitter, at most 5 minutes apart) until 24 hours
  * after the event, then it is FAILED.
  *
- * Idle, a pass is one read of the due index that finds nothing.
+ * A backlog (2,000 cues opening at once) is drained by a few claims in flight
+ * at once (`lanes`), each of `batch` deliveries sent together and marked in
+ * one statement: bounded concurrency, and a claim's lease still covers one
+ * attempt's timeout. Idle, a pass is one read of the due index that finds
+ * nothing, one an interval.
  */
 import { randomBytes } from 'node:crypto'
 import type { Db } from '../../sql/db.ts'
@@ -44,8 +48,14 @@ export interface DispatcherOptions {
   intervalMs?: number
   /** How long a claim lasts; longer than an attempt may take. @default 30000 */
   leaseMs?: number
-  /** Deliveries per claim. @default 20 */
+  /** Deliveries per claim, all sent at once. @default 25 */
   batch?: number
+  /**
+   * Claims in flight at once while there is a backlog (each sent whole, so a
+   * claim's lease still covers one attempt's timeout): at most `batch` ×
+   * `lanes` sends in flight. Idle, one look an interval. @default 4
+   */
+  lanes?: number
   logger?: Pick<Logger, 'warn' | 'info'>
   /** Called after each pass (tests, the late-start sweep). */
   afterPass?: () => Promise<void>
@@ -97,28 +107,45 @@ export class Dispatcher {
 
   private async loop(): Promise<void> {
     try {
-      // Keep going until a pass finds nothing due. Not "until a claim comes back
-      // short": beside other instances a claim often does (their claims hold
-      // rows of the range), and stopping then left a burst waiting a whole
-      // interval per short claim.
-      while (!this.stopped && (await this.pass()) > 0) {}
+      // One look while idle; with work found, `lanes` claims in flight until
+      // the backlog is gone: a claim waits on its round trips and its sends,
+      // which the others fill.
+      if ((await this.pass()) > 0) {
+        const lanes = Array.from({ length: Math.max(1, this.opts.lanes ?? 4) }, () => this.drain())
+        const failed = (await Promise.allSettled(lanes)).find((r) => r.status === 'rejected')
+        if (failed) throw failed.reason
+      }
       await this.opts.afterPass?.()
     } catch (err) {
       this.opts.logger?.warn({ err }, 'notification dispatch failed; retrying at the next interval')
     }
   }
 
-  /** One claim and its sends; answers how many deliveries were claimed. */
-  async pass(): Promise<number> {
+  /**
+   * Claim and send until a pass finds nothing due. Not "until a claim comes
+   * back short": beside other instances (and other lanes) a claim often does
+   * (their claims hold rows of the range), and stopping then left a burst
+   * waiting a whole interval per short claim.
+   */
+  private async drain(): Promise<void> {
+    while (!this.stopped && (await this.pass(false)) > 0) {}
+  }
+
+  /**
+   * One claim and its sends; answers how many deliveries were claimed. With
+   * `probe` (idle), a read of the due index first, so that an idle look
+   * writes nothing; a lane draining a backlog claims at once.
+   */
+  async pass(probe = true): Promise<number> {
     const { db } = this.opts
-    if (!(await deliveries.anyDue(db))) return 0
+    if (probe && !(await deliveries.anyDue(db))) return 0
     const token = randomBytes(16).toString('hex')
     const claimed = await deliveries.claimDue(
       db,
       this.opts.owner,
       token,
       this.opts.leaseMs ?? 30_000,
-      this.opts.batch ?? 20,
+      this.opts.batch ?? 25,
     )
     if (claimed.length === 0) return 0
     const byId = new Map(

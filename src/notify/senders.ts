@@ -7,7 +7,7 @@
  */
 
 import { Webhook } from 'standardwebhooks'
-import { fetch } from 'undici'
+import { request } from 'undici'
 import type { ChannelRow } from '../../sql/notifications/channels.ts'
 import { SecretScope, type SecretSource } from '../runner/secrets.ts'
 import { allowListRefusal, shownUrl } from '../runner/steps/allowList.ts'
@@ -75,22 +75,25 @@ export async function postJson(
   const signal = AbortSignal.timeout(SEND_TIMEOUT_MS)
   let status: number
   try {
-    const res = await fetch(url, {
+    // undici's request rather than fetch: no WHATWG Request, Response and
+    // streams per send, which were a fifth of an instance's CPU while it
+    // drained a burst of 2,000 notifications. It follows no redirects.
+    const res = await request(url, {
       method: 'POST',
       headers: { 'content-type': 'application/json', 'user-agent': 'showrunner', ...headers },
       body: payload,
-      redirect: 'manual',
       signal,
       dispatcher: agentFor(settings.webhookAllow),
     })
-    status = res.status
-    await res.body?.cancel().catch(() => {})
+    status = res.statusCode
+    await res.body.dump().catch(() => {})
   } catch (err) {
     const refused = refusalOf(err)
     if (refused) throw new DeliveryError(`refused: ${shownUrl(url)}: ${refused}`, false)
     if (signal.aborted) throw new DeliveryError(`POST ${shownUrl(url)} timed out after ${SEND_TIMEOUT_MS} ms`)
-    const cause = (err as { cause?: { code?: string; message?: string } }).cause
-    throw new DeliveryError(`POST ${shownUrl(url)} failed: ${cause?.code ?? cause?.message ?? String(err)}`)
+    const e = err as { code?: string; message?: string; cause?: { code?: string; message?: string } }
+    const detail = e.cause?.code ?? e.code ?? e.cause?.message ?? e.message ?? String(err)
+    throw new DeliveryError(`POST ${shownUrl(url)} failed: ${detail}`)
   }
   if (status >= 200 && status < 300) return
   throw new DeliveryError(`POST ${shownUrl(url)} answered HTTP ${status}`)

@@ -314,7 +314,8 @@ class Recording {
     this.writer.add((w) => {
       if (write.write === 'complete') void w.complete(step.id, write.result)
       else w.setAsideStep(step.id, write.until, write.write === 'park')
-      if (write.write === 'park') void w.log(parkedLine(e.run, step))
+      // Logged when the cue first parks; a rung that parks it again logs its own line (cueLadder.ts).
+      if (write.write === 'park' && e.how === 'begin') void w.log(parkedLine(e.run, step))
       // A retry that succeeded: the run is no longer degraded for it.
       if (write.write === 'complete' && step.attempts > 1 && step.lastError) w.restoreHealth(e.run.id)
     })

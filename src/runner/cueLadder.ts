@@ -13,7 +13,7 @@
 
 import type { LadderRow } from '../../sql/cueLadders.ts'
 import * as ladders from '../../sql/cueLadders.ts'
-import type { Db, Queryable } from '../../sql/db.ts'
+import { type Db, isDbUnavailable, type Queryable } from '../../sql/db.ts'
 import * as logs from '../../sql/eventRunLogs.ts'
 import * as events from '../../sql/notifications/events.ts'
 import { body, type NotificationEventName, type RunSummary, teamsOf } from '../notify/payload.ts'
@@ -35,16 +35,15 @@ function summary(run: StepRunInfo): RunSummary {
   }
 }
 
-/** Write a cue event for `ladder` (as it is after the move) inside `tx`. */
-export async function emitCueEvent(
-  tx: Queryable,
+/** A cue event for `ladder` (as it is after the move). */
+export function cueEvent(
   event: NotificationEventName,
   run: RunSummary,
   ladder: LadderRow,
   dedupe: string,
   at: Date,
-): Promise<number> {
-  return events.emit(tx, {
+): events.NewEvent {
+  return {
     type: event,
     runId: run.id,
     stepId: ladder.stepId,
@@ -54,7 +53,19 @@ export async function emitCueEvent(
     definitionId: run.definitionId,
     cueTeams: teamsOf(ladder.assignees),
     rehearsal: run.rehearsal,
-  })
+  }
+}
+
+/** Write a cue event for `ladder` (as it is after the move) inside `tx`. */
+export async function emitCueEvent(
+  tx: Queryable,
+  event: NotificationEventName,
+  run: RunSummary,
+  ladder: LadderRow,
+  dedupe: string,
+  at: Date,
+): Promise<number> {
+  return events.emit(tx, cueEvent(event, run, ladder, dedupe, at))
 }
 
 /** When a rung `seconds` after `base` falls, in the show's time (a rehearsal at speed runs it faster). */
@@ -74,13 +85,24 @@ export function nextRung(plan: CuePlan, ladder: LadderRow, now: Date): Date | nu
   return new Date(Math.min(...times.map((t) => t.getTime())))
 }
 
+/** A cue asking for its ladder, answered when the batch it joined is written. */
+interface Asking {
+  plan: CuePlan
+  resolve: (ladder: LadderRow) => void
+  reject: (err: unknown) => void
+}
+
 export class DbCueLadder implements CueLadderPort {
+  /** Cues asking for their ladders, to be read (and the new ones opened) together. */
+  private asking: Asking[] = []
+  private draining: Promise<void> | null = null
+  private scheduled = false
+
   constructor(private readonly db: Db) {}
 
   async sync(plan: CuePlan, now: Date): Promise<CueLadderState> {
     const run = summary(plan.run)
-    let ladder = await ladders.get(this.db, plan.stepId)
-    if (!ladder) ladder = await this.open(plan, run)
+    let ladder = await this.ladderOf(plan)
     if (!ladder.answer) {
       ladder = await this.remind(plan, run, ladder, now)
       ladder = await this.escalate(plan, run, ladder, now)
@@ -90,38 +112,118 @@ export class DbCueLadder implements CueLadderPort {
     return { nextAt: nextRung(plan, ladder, now), deadlineAt: ladder.deadlineAt }
   }
 
-  private async open(plan: CuePlan, run: RunSummary): Promise<LadderRow> {
-    const at = rungTime(plan)
-    const openedAt = plan.openedAt
-    const deadlineAt = plan.timeoutSeconds === undefined ? null : at(openedAt, plan.timeoutSeconds)
-    const made = await this.db.transaction(
-      async (tx): Promise<LadderRow | null> => {
-        const fresh = { stepId: plan.stepId, runId: run.id, prompt: plan.prompt, openedAt, deadlineAt }
-        const opened = await ladders.open(tx, {
-          ...fresh,
-          assignees: plan.assignees,
-          exclusive: plan.exclusive,
+  /**
+   * The cue's ladder, opened (with its CUE_WAITING) when it is new. Set-wise:
+   * every cue of a round asks in the same turn of the event loop (the runner
+   * executes a round's cues at once), and they are read in one statement and
+   * the new ones opened in one transaction of a few multi-row statements,
+   * however many there are. Cues that ask while a batch is being written make
+   * the next batch, as in a group commit.
+   */
+  private ladderOf(plan: CuePlan): Promise<LadderRow> {
+    return new Promise<LadderRow>((resolve, reject) => {
+      this.asking.push({ plan, resolve, reject })
+      this.kick()
+    })
+  }
+
+  /**
+   * Write the cues asking, after this turn of the event loop (the rest of the
+   * round asks meanwhile), unless a batch is being written: its drain takes
+   * them, and a cue that asks after its last look is taken by the kick that
+   * follows it.
+   */
+  private kick(): void {
+    if (this.draining || this.scheduled || this.asking.length === 0) return
+    this.scheduled = true
+    setImmediate(() => {
+      this.scheduled = false
+      this.draining = this.drain().finally(() => {
+        this.draining = null
+        this.kick()
+      })
+    })
+  }
+
+  private async drain(): Promise<void> {
+    while (this.asking.length > 0) {
+      const batch = this.asking
+      this.asking = []
+      try {
+        const rows = await this.openAll(batch.map((a) => a.plan))
+        batch.forEach((a, i) => {
+          a.resolve(rows[i] as LadderRow)
         })
-        if (!opened) return null
-        const row: LadderRow = {
-          ...fresh,
+      } catch (err) {
+        // One cue's bad row must not fail the others': each alone, unless the database is away.
+        if (batch.length === 1 || isDbUnavailable(err)) {
+          for (const a of batch) a.reject(err)
+          continue
+        }
+        for (const a of batch)
+          await this.openAll([a.plan]).then(
+            ([row]) => a.resolve(row as LadderRow),
+            (e: unknown) => a.reject(e),
+          )
+      }
+    }
+  }
+
+  /** The ladders of `plans`, in order: read in one statement, the missing ones opened in one transaction. */
+  private async openAll(plans: readonly CuePlan[]): Promise<LadderRow[]> {
+    const found = new Map(
+      (await ladders.getMany(this.db, [...new Set(plans.map((p) => p.stepId))])).map((l) => [l.stepId, l]),
+    )
+    const fresh = new Map<number, { row: LadderRow; run: RunSummary }>()
+    for (const plan of plans) {
+      if (found.has(plan.stepId) || fresh.has(plan.stepId)) continue
+      const deadlineAt =
+        plan.timeoutSeconds === undefined ? null : rungTime(plan)(plan.openedAt, plan.timeoutSeconds)
+      fresh.set(plan.stepId, {
+        run: summary(plan.run),
+        row: {
+          stepId: plan.stepId,
+          runId: plan.run.id,
+          prompt: plan.prompt.slice(0, 1000),
+          openedAt: plan.openedAt,
+          deadlineAt,
           assignees: plan.assignees,
           exclusive: plan.exclusive,
           escalationLevel: 0,
           remindersSent: 0,
           answer: null,
-        }
-        await emitCueEvent(tx, 'CUE_WAITING', run, row, 'waiting', openedAt)
-        return row
-      },
-      { retryable: true },
-    )
-    // The row this call made is the row as written: a burst of cues opening
-    // skips a read each. Another writer's row (a racing re-entry) is read.
-    if (made) return { ...made, prompt: made.prompt.slice(0, 1000) }
-    const ladder = await ladders.get(this.db, plan.stepId)
-    if (!ladder) throw new Error(`cue ladder of step ${plan.stepId} is missing after opening it`)
-    return ladder
+        },
+      })
+    }
+    if (fresh.size > 0) {
+      const opening = [...fresh.values()]
+      const made = await this.db.transaction(
+        async (tx) => {
+          const n = await ladders.openMany(
+            tx,
+            opening.map((o) => o.row),
+          )
+          // The event's dedupe key (cue:ID:waiting) keeps CUE_WAITING once even
+          // for a row another writer made meanwhile.
+          await events.emitMany(
+            tx,
+            opening.map((o) => cueEvent('CUE_WAITING', o.run, o.row, 'waiting', o.row.openedAt)),
+          )
+          return n
+        },
+        { retryable: true },
+      )
+      // The rows this call made are the rows as written: a burst of cues
+      // opening skips a read each. When another writer made some (a racing
+      // re-entry), they are read.
+      if (made === opening.length) for (const [id, o] of fresh) found.set(id, o.row)
+      else for (const l of await ladders.getMany(this.db, [...fresh.keys()])) found.set(l.stepId, l)
+    }
+    return plans.map((plan) => {
+      const ladder = found.get(plan.stepId)
+      if (!ladder) throw new Error(`cue ladder of step ${plan.stepId} is missing after opening it`)
+      return ladder
+    })
   }
 
   private async remind(plan: CuePlan, run: RunSummary, ladder: LadderRow, now: Date): Promise<LadderRow> {

@@ -96,6 +96,9 @@ const ALLOWED_KEYS = [
 export const cueStep: StepKind<CueParams> = {
   kind: 'core.cue',
   sideEffects: false,
+  // No slot of RUNNER_PARALLELISM: a round's cues all ask for their ladders in
+  // one turn, and the ladder opens them together (one transaction for the lot).
+  inline: true,
   validate: (params) => schemaProblems(schema, params, ALLOWED_KEYS),
   async execute(ctx) {
     const p = parseParams(schema, ctx.params, 'core.cue')

@@ -138,9 +138,10 @@ export interface StepKind<P = Record<string, unknown>> {
   sideEffects: boolean
   /**
    * True when an attempt finishes at once and touches nothing but `ctx.log`
-   * (`core.log`). The runner executes every kind's steps for a batch of runs
-   * together, at most `RUNNER_PARALLELISM` at once; an inline kind's take no
-   * such slot. @default false
+   * (`core.log`), or nothing but a port that writes for all of a round's
+   * attempts together (`core.cue`'s ladder). The runner executes every kind's
+   * steps for a batch of runs together, at most `RUNNER_PARALLELISM` at once;
+   * an inline kind's take no such slot. @default false
    */
   inline?: boolean
   /**
