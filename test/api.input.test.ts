@@ -251,6 +251,27 @@ describe('createDefinition / updateDefinition / publishVersion', () => {
       },
     })
 
+  it('keeps the IANA zone a person wrote (not an older ICU id); fixes a careless spelling', async () => {
+    const zoneOf = async (timezone: string) => {
+      const r = await gql<{ createDefinition: { timezone: string } }>(
+        'mutation ($i: CreateDefinitionInput!) { createDefinition(input: $i) { timezone } }',
+        {
+          i: {
+            slug: `tz-${Math.random().toString(36).slice(2, 8)}`,
+            title: 'T',
+            timezone,
+            program: SESSION_PROGRAM,
+          },
+        },
+      )
+      expect(r.body.errors).toBeUndefined()
+      return r.body.data?.createDefinition.timezone
+    }
+    expect(await zoneOf('Asia/Kolkata')).toBe('Asia/Kolkata')
+    expect(await zoneOf('Europe/Kyiv')).toBe('Europe/Kyiv')
+    expect(await zoneOf('america/new_york')).toBe('America/New_York')
+  })
+
   it.each([
     ['slug', { slug: 'Bad Slug!' }, /slug: use 1–100 lowercase letters/],
     ['slug (hostile)', { slug: "x'; DROP TABLE event_definitions; --" }, /slug:/],

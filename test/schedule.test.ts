@@ -419,5 +419,12 @@ describe('validateSchedule', () => {
   it('canonicalises zone spelling', () => {
     expect(canonicalTimezone('america/new_york')).toBe('America/New_York')
     expect(canonicalTimezone('Nowhere/Else')).toBeNull()
+    // The IANA name a person chose, not ICU's older id for it.
+    expect(canonicalTimezone('Asia/Kolkata')).toBe('Asia/Kolkata')
+    expect(canonicalTimezone('Europe/Kyiv')).toBe('Europe/Kyiv')
+    expect(canonicalTimezone('US/Eastern')).toBe('US/Eastern')
+    // Written carelessly, an alias takes ICU's id (a spelling known to be right).
+    expect(canonicalTimezone('asia/kolkata')).toBe('Asia/Calcutta')
+    expect(canonicalTimezone('utc')).toBe('UTC')
   })
 })

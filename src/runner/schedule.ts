@@ -64,9 +64,19 @@ export function isValidTimezone(timezone: string): boolean {
   }
 }
 
-/** The zone's canonical spelling (`america/new_york` → `America/New_York`), or null when unknown. */
+/**
+ * The zone as it is stored and shown, or null when unknown: the spelling
+ * fixed (`america/new_york` → `America/New_York`), a name written with care
+ * kept as written. ICU's own id for a zone is sometimes an older name than
+ * the IANA one a person types (`Asia/Kolkata` reads back `Asia/Calcutta`,
+ * `Europe/Kyiv` `Europe/Kiev`), and people should see the zone they chose;
+ * an all-lower-case alias takes ICU's id, the one spelling known to be right.
+ */
 export function canonicalTimezone(timezone: string): string | null {
-  return isValidTimezone(timezone) ? formatterFor(timezone).resolvedOptions().timeZone : null
+  if (!isValidTimezone(timezone)) return null
+  const resolved = formatterFor(timezone).resolvedOptions().timeZone
+  if (resolved.toLowerCase() === timezone.toLowerCase()) return resolved
+  return timezone === timezone.toLowerCase() ? resolved : timezone
 }
 
 /** UTC offset in ms of `timezone` at instant `ms` (wall clock = instant + offset). */
