@@ -60,6 +60,8 @@ export interface Config {
   runRetentionDays: number
   /** Milliseconds between polls behind the live subscriptions (runStatus, runChanges, waitingSteps). @default 500 */
   statusPollMs: number
+  /** Deliveries (changed runs × subscribers) one runChanges poll starts at most; the rest waits an interval (FANOUT_DELIVERIES_PER_POLL). @default 20000 */
+  fanoutDeliveriesPerPoll: number
   /**
    * How far ahead schedules are materialised into runs, in hours
    * (MATERIALIZE_HORIZON_HOURS: the variable, like the column
@@ -184,6 +186,13 @@ const envSchema = z
       'a whole number of days (0 keeps every run)',
     ),
     STATUS_POLL_MS: wholeNumber('STATUS_POLL_MS', 500, 10, 3_600_000, 'a whole number of milliseconds ≥ 10'),
+    FANOUT_DELIVERIES_PER_POLL: wholeNumber(
+      'FANOUT_DELIVERIES_PER_POLL',
+      20_000,
+      100,
+      100_000_000,
+      'a whole number from 100 to 100000000',
+    ),
     MATERIALIZE_HORIZON_HOURS: wholeNumber(
       'MATERIALIZE_HORIZON_HOURS',
       24,
@@ -380,6 +389,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     logRetentionDays: e.LOG_RETENTION_DAYS,
     runRetentionDays: e.RUN_RETENTION_DAYS,
     statusPollMs: e.STATUS_POLL_MS,
+    fanoutDeliveriesPerPoll: e.FANOUT_DELIVERIES_PER_POLL,
     materialiseHorizonHours: e.MATERIALIZE_HORIZON_HOURS,
     runnerBatchSize: e.RUNNER_BATCH_SIZE,
     runnerParallelism: e.RUNNER_PARALLELISM,

@@ -32,6 +32,7 @@ describe('loadConfig', () => {
       logRetentionDays: 30,
       runRetentionDays: 90,
       statusPollMs: 500,
+      fanoutDeliveriesPerPoll: 20_000,
       materialiseHorizonHours: 24,
       warnings: [],
     })
