@@ -198,6 +198,14 @@ async function connect(cmd: Extract<Command, { type: 'connect' }>): Promise<{ su
               if (!job.second && a.applied === true && Number(job.stepId) % 10 === 0) {
                 queue.unshift({ stepId: job.stepId, second: true })
               }
+              // Refused as busy: a person presses GO again a moment later. Without
+              // this a loaded run could leave a cue unanswered and its show unfinished.
+              if (a.code === 'BUSY') {
+                setTimeout(() => {
+                  queue.push(job)
+                  pump()
+                }, 1000)
+              }
             },
             (err: Error) => {
               answers.push({
