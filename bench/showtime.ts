@@ -198,7 +198,19 @@ export async function run(): Promise<Record<string, BenchResult>> {
         )) === 0
           ? true
           : null,
-      )
+      ).catch(async (err) => {
+        // Say where the unfinished shows stand, so a timeout can be diagnosed.
+        const stuck = await s.app.db.query<{ status: string; kind: string; stepStatus: string; n: number }>(
+          `SELECT r.status, s.kind, s.status AS stepStatus, COUNT(*) AS n
+             FROM event_runs r JOIN event_run_steps s ON s.run_id = r.id
+            WHERE r.definition_id BETWEEN ? AND ? AND r.status NOT IN ('completed','failed','cancelled','missed')
+              AND s.status IN ('running','pending') AND s.seq = (SELECT MIN(seq) FROM event_run_steps x
+                WHERE x.run_id = r.id AND x.status IN ('running','pending'))
+            GROUP BY 1, 2, 3`,
+          [defs.from, defs.to],
+        )
+        throw new Error(`${(err as Error).message}; unfinished, by current step: ${JSON.stringify(stuck)}`)
+      })
       const to = Date.now()
       const passesAfter = await passTotals(s)
       const passes = passesAfter.count - passesBefore.count
