@@ -22,7 +22,11 @@
  * SHOWTIME_TICKERS (100) definitions firing every second, measured for
  * SHOWTIME_HOSTILE_SECONDS (20) without and then with a viewer holding
  * runChanges subscriptions 100 per socket on SHOWTIME_HOSTILE_SOCKETS (10)
- * sockets: due-run start lag and MISSED count.
+ * sockets: due-run start lag and MISSED count (past SUBSCRIPTIONS_PER_PRINCIPAL
+ * the viewer's subscriptions are refused; the refusals are counted).
+ * SUBSCRIPTIONS_PER_PRINCIPAL, SUBSCRIPTIONS_PER_INSTANCE and
+ * FANOUT_DELIVERIES_PER_POLL set here are passed to the server, to compare a
+ * run without the fan-out's bounds.
  *
  * Event-loop delay is perf_hooks.monitorEventLoopDelay in this process, which
  * is the server's (10 ms sampling; the figure is the delay beyond it).
@@ -47,6 +51,12 @@ import { ClientsProcess, countRuns, createShows, PHASE_TIMEOUT_MS, until } from 
 import { burstPhase, hostilePhase } from './showtimeStress.ts'
 
 const env = process.env
+
+/** The fan-out's bounds, passed to the server when set here (to compare a run without them). */
+const PASSED_THROUGH = ['SUBSCRIPTIONS_PER_PRINCIPAL', 'SUBSCRIPTIONS_PER_INSTANCE', 'FANOUT_DELIVERIES_PER_POLL']
+function passedThrough(): Record<string, string> {
+  return Object.fromEntries(PASSED_THROUGH.flatMap((k) => (env[k] ? [[k, env[k] as string]] : [])))
+}
 const SHOWS = Number(env.SHOWTIME_SHOWS ?? 2000)
 const IDLE_SHOWS = Number(env.SHOWTIME_IDLE_SHOWS ?? 20)
 const SCOPES_PER_DEFINITION = 20
@@ -133,7 +143,11 @@ export async function run(): Promise<Record<string, BenchResult>> {
   }, 100)
   try {
     const { url: receiverUrl } = await clients.next<{ url: string }>('receiver', 30_000)
-    server = await startBenchServer(b.url, { SHOWRUNNER_TOKENS: TOKENS, WEBHOOK_ALLOW: receiverUrl })
+    server = await startBenchServer(b.url, {
+      SHOWRUNNER_TOKENS: TOKENS,
+      WEBHOOK_ALLOW: receiverUrl,
+      ...passedThrough(),
+    })
     const s = server
     const connected = await clients.ask<{ subscribed: number; errors: string[] }>(
       {
@@ -184,7 +198,19 @@ export async function run(): Promise<Record<string, BenchResult>> {
         )) === 0
           ? true
           : null,
-      )
+      ).catch(async (err) => {
+        // Say where the unfinished shows stand, so a timeout can be diagnosed.
+        const stuck = await s.app.db.query<{ status: string; kind: string; stepStatus: string; n: number }>(
+          `SELECT r.status, s.kind, s.status AS stepStatus, COUNT(*) AS n
+             FROM event_runs r JOIN event_run_steps s ON s.run_id = r.id
+            WHERE r.definition_id BETWEEN ? AND ? AND r.status NOT IN ('completed','failed','cancelled','missed')
+              AND s.status IN ('running','pending') AND s.seq = (SELECT MIN(seq) FROM event_run_steps x
+                WHERE x.run_id = r.id AND x.status IN ('running','pending'))
+            GROUP BY 1, 2, 3`,
+          [defs.from, defs.to],
+        )
+        throw new Error(`${(err as Error).message}; unfinished, by current step: ${JSON.stringify(stuck)}`)
+      })
       const to = Date.now()
       const passesAfter = await passTotals(s)
       const passes = passesAfter.count - passesBefore.count

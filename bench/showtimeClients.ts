@@ -127,6 +127,7 @@ const dashboardDeliveries: { at: number; delayMs: number }[] = []
 const clients: ReturnType<typeof createClient>[] = []
 const hostileClients: ReturnType<typeof createClient>[] = []
 let hostileDeliveries = 0
+let hostileRefused = 0
 let stopped = false
 
 function wsClient(url: string, token: string): ReturnType<typeof createClient> {
@@ -196,6 +197,14 @@ async function connect(cmd: Extract<Command, { type: 'connect' }>): Promise<{ su
               // One cue in ten: the next operator answers it too, after the owner did.
               if (!job.second && a.applied === true && Number(job.stepId) % 10 === 0) {
                 queue.unshift({ stepId: job.stepId, second: true })
+              }
+              // Refused as busy: a person presses GO again a moment later. Without
+              // this a loaded run could leave a cue unanswered and its show unfinished.
+              if (a.code === 'BUSY') {
+                setTimeout(() => {
+                  queue.push(job)
+                  pump()
+                }, 1000)
               }
             },
             (err: Error) => {
@@ -373,7 +382,10 @@ async function hostile(cmd: Extract<Command, { type: 'hostile' }>, wsUrl: string
         { query: DASHBOARD },
         {
           next(result) {
-            if (result.errors?.length) noteError(`hostile: ${result.errors[0]?.message}`)
+            const code = result.errors?.[0]?.extensions?.code
+            // Past SUBSCRIPTIONS_PER_PRINCIPAL (or _PER_INSTANCE) the server refuses: what it should do.
+            if (code === 'TOO_MANY_OPERATIONS' || code === 'BUSY') hostileRefused++
+            else if (result.errors?.length) noteError(`hostile: ${result.errors[0]?.message}`)
             else hostileDeliveries++
           },
           error(err) {
@@ -435,7 +447,7 @@ process.on('message', (cmd: Command) => {
           Promise.allSettled(hostileClients.map((c) => c.dispose())),
           new Promise((r) => setTimeout(r, 3000)),
         ])
-        send({ type: 'hostileStopped', deliveries })
+        send({ type: 'hostileStopped', deliveries, refused: hostileRefused })
         return
       }
       case 'finish': {

@@ -162,7 +162,13 @@ export async function hostilePhase(s: BenchServer, clients: ClientsProcess): Pro
   const cpu0 = process.cpuUsage()
   const hostile = await window(`${ready.subscribed} runChanges subscriptions on ${HOSTILE_SOCKETS} sockets`)
   const cpu = process.cpuUsage(cpu0)
-  const stopped = await clients.ask<{ deliveries: number }>({ type: 'hostileStop' }, 'hostileStopped')
+  const stopped = await clients.ask<{ deliveries: number; refused: number }>(
+    { type: 'hostileStop' },
+    'hostileStopped',
+  )
+  console.log(
+    `showtimeHostile: ${ready.subscribed} asked for, ${stopped.refused} refused (SUBSCRIPTIONS_PER_PRINCIPAL / _PER_INSTANCE), ${stopped.deliveries} deliveries`,
+  )
   const limit = 2 * TICK_MS
   // Both windows are under the API's load (the dashboards and operators stay
   // connected, and the schedules' first runs are news to them): both must hold.
@@ -181,6 +187,7 @@ export async function hostilePhase(s: BenchServer, clients: ClientsProcess): Pro
       sockets: HOSTILE_SOCKETS,
       perSocket: HOSTILE_PER_SOCKET,
       subscribed: ready.subscribed,
+      refused: stopped.refused,
       deliveries: stopped.deliveries,
       quiet,
       hostile,

@@ -60,6 +60,8 @@ export interface Config {
   runRetentionDays: number
   /** Milliseconds between polls behind the live subscriptions (runStatus, runChanges, waitingSteps). @default 500 */
   statusPollMs: number
+  /** Deliveries (changed runs × subscribers) one runChanges poll starts at most; the rest waits an interval (FANOUT_DELIVERIES_PER_POLL). @default 20000 */
+  fanoutDeliveriesPerPoll: number
   /**
    * How far ahead schedules are materialised into runs, in hours
    * (MATERIALIZE_HORIZON_HOURS: the variable, like the column
@@ -123,6 +125,10 @@ export interface RequestLimits {
   wsMaxSubscriptions: number
   /** Milliseconds a WebSocket has to send connection_init before it is closed (WS_INIT_TIMEOUT_MS). @default 3000 */
   wsInitTimeoutMs: number
+  /** Subscriptions one principal may hold open at once, over all its sockets and SSE streams (SUBSCRIPTIONS_PER_PRINCIPAL). @default 200 */
+  subscriptionsPerPrincipal: number
+  /** Subscriptions one instance holds open at once, everybody's (SUBSCRIPTIONS_PER_INSTANCE). @default 5000 */
+  subscriptionsPerInstance: number
   /** Largest answer one request may get, in bytes (MAX_ANSWER_BYTES). @default 16777216 */
   maxAnswerBytes: number
   /** Largest `params` a run may carry, in bytes of JSON (MAX_PARAMS_BYTES). @default 65536 */
@@ -138,6 +144,8 @@ export const DEFAULT_LIMITS: RequestLimits = {
   maxOccurrences: 2000,
   wsMaxSubscriptions: 100,
   wsInitTimeoutMs: 3000,
+  subscriptionsPerPrincipal: 200,
+  subscriptionsPerInstance: 5000,
   maxAnswerBytes: 16 * 1024 * 1024,
   maxParamsBytes: 64 * 1024,
 }
@@ -182,6 +190,13 @@ const envSchema = z
       'a whole number of days (0 keeps every run)',
     ),
     STATUS_POLL_MS: wholeNumber('STATUS_POLL_MS', 500, 10, 3_600_000, 'a whole number of milliseconds ≥ 10'),
+    FANOUT_DELIVERIES_PER_POLL: wholeNumber(
+      'FANOUT_DELIVERIES_PER_POLL',
+      20_000,
+      100,
+      100_000_000,
+      'a whole number from 100 to 100000000',
+    ),
     MATERIALIZE_HORIZON_HOURS: wholeNumber(
       'MATERIALIZE_HORIZON_HOURS',
       24,
@@ -242,6 +257,20 @@ const envSchema = z
       1,
       100_000,
       'a whole number from 1 to 100000',
+    ),
+    SUBSCRIPTIONS_PER_PRINCIPAL: wholeNumber(
+      'SUBSCRIPTIONS_PER_PRINCIPAL',
+      DEFAULT_LIMITS.subscriptionsPerPrincipal,
+      1,
+      1_000_000,
+      'a whole number from 1 to 1000000',
+    ),
+    SUBSCRIPTIONS_PER_INSTANCE: wholeNumber(
+      'SUBSCRIPTIONS_PER_INSTANCE',
+      DEFAULT_LIMITS.subscriptionsPerInstance,
+      1,
+      1_000_000,
+      'a whole number from 1 to 1000000',
     ),
     WS_INIT_TIMEOUT_MS: wholeNumber(
       'WS_INIT_TIMEOUT_MS',
@@ -378,6 +407,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     logRetentionDays: e.LOG_RETENTION_DAYS,
     runRetentionDays: e.RUN_RETENTION_DAYS,
     statusPollMs: e.STATUS_POLL_MS,
+    fanoutDeliveriesPerPoll: e.FANOUT_DELIVERIES_PER_POLL,
     materialiseHorizonHours: e.MATERIALIZE_HORIZON_HOURS,
     runnerBatchSize: e.RUNNER_BATCH_SIZE,
     runnerParallelism: e.RUNNER_PARALLELISM,
@@ -396,6 +426,8 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
       maxOccurrences: e.MAX_OCCURRENCES_PER_REQUEST,
       wsMaxSubscriptions: e.WS_MAX_SUBSCRIPTIONS,
       wsInitTimeoutMs: e.WS_INIT_TIMEOUT_MS,
+      subscriptionsPerPrincipal: e.SUBSCRIPTIONS_PER_PRINCIPAL,
+      subscriptionsPerInstance: e.SUBSCRIPTIONS_PER_INSTANCE,
       maxAnswerBytes: e.MAX_ANSWER_BYTES,
       maxParamsBytes: e.MAX_PARAMS_BYTES,
     },

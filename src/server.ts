@@ -276,7 +276,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     logger,
     onWatchersChange: (delta: 1 | -1) => metrics.openSubscriptions.inc(delta),
   }
-  const runChanges = new RunChangeFeed(feedOptions)
+  const runChanges = new RunChangeFeed({ ...feedOptions, deliveriesPerPoll: config.fanoutDeliveriesPerPoll })
   const inbox = new InboxFeed(feedOptions)
   changes.on(() => runChanges.wake())
   changes.on(() => inbox.wake())

@@ -178,7 +178,10 @@ describe('changes made elsewhere, and the cost of many subscribers (poll interva
   let showId = 0
   let fx: Awaited<ReturnType<typeof makeDefinition>>
   beforeAll(async () => {
-    s = await startTestServer({ env: { STATUS_POLL_MS: String(INTERVAL) } })
+    // 4,000 subscriptions of one viewer below: past SUBSCRIPTIONS_PER_PRINCIPAL's default (200).
+    s = await startTestServer({
+      env: { STATUS_POLL_MS: String(INTERVAL), SUBSCRIPTIONS_PER_PRINCIPAL: '10000' },
+    })
     elsewhere = s.t.open()
     fx = await makeDefinition(s.t.db)
     showId = fx.def.id

@@ -32,6 +32,7 @@ describe('loadConfig', () => {
       logRetentionDays: 30,
       runRetentionDays: 90,
       statusPollMs: 500,
+      fanoutDeliveriesPerPoll: 20_000,
       materialiseHorizonHours: 24,
       warnings: [],
     })
@@ -302,6 +303,8 @@ describe('request limits and pools', () => {
       MAX_OCCURRENCES_PER_REQUEST: '10000',
       WS_MAX_SUBSCRIPTIONS: '500',
       WS_INIT_TIMEOUT_MS: '10000',
+      SUBSCRIPTIONS_PER_PRINCIPAL: '50',
+      SUBSCRIPTIONS_PER_INSTANCE: '800',
       DB_POOL_SIZE: '20',
       DB_QUEUE_LIMIT: '1000',
       RUNNER_DB_POOL_SIZE: '8',
@@ -314,6 +317,8 @@ describe('request limits and pools', () => {
       maxOccurrences: 10_000,
       wsMaxSubscriptions: 500,
       wsInitTimeoutMs: 10_000,
+      subscriptionsPerPrincipal: 50,
+      subscriptionsPerInstance: 800,
       maxAnswerBytes: 16 * 1024 * 1024,
       maxParamsBytes: 64 * 1024,
     })

@@ -24,6 +24,14 @@
  * reported when it next changes at all. A run that leaves a filter (its status
  * moves out of `statuses`) is reported to it once more, with the new state, so
  * a list can drop it.
+ *
+ * The work a poll starts is bounded: a changed run may go to every subscriber,
+ * so a poll reads at most `deliveriesPerPoll / subscribers` changed runs (at
+ * least {@link MIN_ROWS_PER_POLL}) and leaves the rest, in order, for the
+ * poll one interval later, however often the loop is woken meanwhile. A flood
+ * (a per-second schedule materialising its window of runs ahead) is reported
+ * whole, each run once to each subscriber, spread over intervals instead of
+ * handed to every subscriber at once on the loop the runner shares.
  */
 import { Repeater } from 'graphql-yoga'
 import type { Queryable } from '../../sql/db.ts'
@@ -47,6 +55,10 @@ const MAX_REMEMBERED = 50_000
 const MAX_PENDING = 1000
 /** Runs read whole per statement. */
 const FETCH_CHUNK = 1000
+/** Changed runs a poll reads at least, however many listen, so a flood drains in bounded time. */
+const MIN_ROWS_PER_POLL = 50
+/** Deliveries (changed runs × subscribers) one poll starts at most, by default (FANOUT_DELIVERIES_PER_POLL). */
+export const DEFAULT_DELIVERIES_PER_POLL = 20_000
 
 /**
  * One change as subscribers receive it: the whole run as it is now, and the
@@ -77,6 +89,12 @@ export interface RunChangeFeedOptions {
   logger?: Pick<Logger, 'warn'>
   /** Called when a subscriber starts (+1) and ends (−1): the open-subscriptions gauge. */
   onWatchersChange?: (delta: 1 | -1) => void
+  /**
+   * Deliveries (changed runs × subscribers) one poll starts at most; a larger
+   * burst is read on at the next interval, not at once (see {@link RunChangeFeed.poll}).
+   * @default DEFAULT_DELIVERIES_PER_POLL
+   */
+  deliveriesPerPoll?: number
 }
 
 interface Seen {
@@ -123,9 +141,15 @@ export class RunChangeFeed {
   private generation = 0
   private closed = false
   private readonly intervalMs: number
+  private readonly deliveriesPerPoll: number
+  /** When a poll last stopped at the delivery budget with changes left to read (epoch ms). */
+  private budgetCutAt = 0
+  /** Deliveries handed to subscribers since creation, and the most one poll handed out (tests, metrics). */
+  readonly deliveries = { total: 0, mostInOnePoll: 0, pollsCutByBudget: 0 }
 
   constructor(private readonly opts: RunChangeFeedOptions) {
     this.intervalMs = opts.intervalMs ?? 500
+    this.deliveriesPerPoll = opts.deliveriesPerPoll ?? DEFAULT_DELIVERIES_PER_POLL
     this.loop = new PollLoop({
       intervalMs: this.intervalMs,
       poll: () => this.poll(),
@@ -292,6 +316,12 @@ export class RunChangeFeed {
       await this.ready()
       return
     }
+    // A burst cut short by the delivery budget is read on one interval later,
+    // whatever wakes the loop meanwhile: the budget bounds work per interval,
+    // not only per poll. (What changed meanwhile is behind it in the order anyway.)
+    if (this.resumeAfter !== null && Date.now() - this.budgetCutAt < this.intervalMs) {
+      return
+    }
     const generation = this.generation
     const db = this.opts.db
     let after = this.resumeAfter
@@ -301,8 +331,13 @@ export class RunChangeFeed {
     /** Each changed run's status as last seen: a run leaving a filter is news to that filter. */
     const previously = new Map<number, RunStatus>()
     let complete = false
+    let cut = false
+    // Every changed run goes to every subscriber at worst: read as many as the
+    // budget allows this poll (never fewer than MIN_ROWS_PER_POLL).
+    const rowBudget = Math.max(MIN_ROWS_PER_POLL, Math.floor(this.deliveriesPerPoll / this.listeners.size))
     for (let page = 0; page < MAX_PAGES_PER_POLL; page++) {
-      const rows = await changedSince(db, from, after, CHANGE_PAGE)
+      const pageSize = Math.min(CHANGE_PAGE, rowBudget - changed.length)
+      const rows = await changedSince(db, from, after, pageSize)
       if (generation !== this.generation) return
       for (const row of rows) {
         const at = row.updatedAt.getTime()
@@ -317,15 +352,22 @@ export class RunChangeFeed {
         changed.push(row)
       }
       const last = rows.at(-1)
-      if (rows.length < CHANGE_PAGE || !last) {
+      if (rows.length < pageSize || !last) {
         complete = true
         break
       }
       after = { updatedAt: last.updatedAt, id: last.id }
+      if (changed.length >= rowBudget) {
+        cut = true
+        break
+      }
     }
     this.watermark = newest
     this.resumeAfter = complete ? null : after
-    if (!complete) this.loop.wake()
+    if (cut) {
+      this.budgetCutAt = Date.now()
+      this.deliveries.pollsCutByBudget++
+    } else if (!complete) this.loop.wake()
     this.prune()
     await this.deliver(changed, previously, generation)
   }
@@ -362,6 +404,7 @@ export class RunChangeFeed {
     runs.sort((a, b) => a.updatedAt.getTime() - b.updatedAt.getTime() || a.id - b.id)
     const loaders = createLoaders(this.opts.db)
     loaders.rememberRuns(runs)
+    let handed = 0
     for (const run of runs) {
       const change = { run, loaders }
       for (const group of groups.values()) {
@@ -369,6 +412,7 @@ export class RunChangeFeed {
         for (const listener of group.listeners) {
           // Left meanwhile (an earlier listener's handler may end another's stream).
           if (!this.listeners.has(listener)) continue
+          handed++
           try {
             listener.onChange(change)
           } catch (err) {
@@ -377,6 +421,8 @@ export class RunChangeFeed {
         }
       }
     }
+    this.deliveries.total += handed
+    this.deliveries.mostInOnePoll = Math.max(this.deliveries.mostInOnePoll, handed)
   }
 
   /** Keep the memory bounded: forget finished runs out of the re-read window first, then the oldest. */

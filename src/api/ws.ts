@@ -8,11 +8,12 @@
  * the socket is closed with 4401 before any operation is accepted.
  */
 import type { IncomingMessage, Server } from 'node:http'
+import type { Socket } from 'node:net'
 import { type ExecutionArgs, GraphQLError } from 'graphql'
 import { CloseCode } from 'graphql-ws'
 import { useServer } from 'graphql-ws/use/ws'
 import type { YogaServerInstance } from 'graphql-yoga'
-import { WebSocketServer } from 'ws'
+import { type WebSocket, WebSocketServer } from 'ws'
 import type { Principal } from '../auth.ts'
 import type { Authenticator, Refusal } from '../identity/authenticator.ts'
 import type { Logger } from '../log.ts'
@@ -68,6 +69,35 @@ function closeReason(refusal: Refusal): string {
   }
 }
 
+/**
+ * Messages one socket sends in the same turn of the event loop go out in one
+ * write. A change reaches every subscription on a socket in the same turn (a
+ * poll hands it to all, and equal subscriptions share one execution), so a
+ * socket holding 100 subscriptions wrote 100 frames, one syscall each; now the
+ * socket is corked at its first message of a turn and uncorked once the turn
+ * has run (setImmediate), one `writev` for all of them. graphql-ws waits for
+ * each message's write before it takes the subscription's next one, so it
+ * also means one message per subscription per turn: a subscriber's backlog
+ * drains between the loop's other work instead of in one long run of
+ * microtasks ahead of it (the runner's I/O, /healthz).
+ */
+function batchWrites(socket: WebSocket): void {
+  const send = socket.send.bind(socket) as (...args: unknown[]) => void
+  let corked = false
+  socket.send = ((...args: unknown[]) => {
+    const raw = (socket as unknown as { _socket?: Socket })._socket
+    if (!corked && raw && !raw.destroyed) {
+      corked = true
+      raw.cork()
+      setImmediate(() => {
+        corked = false
+        raw.uncork()
+      })
+    }
+    send(...args)
+  }) as WebSocket['send']
+}
+
 export function attachGraphqlWs(opts: {
   httpServer: Server
   path: string
@@ -87,6 +117,7 @@ export function attachGraphqlWs(opts: {
     path: opts.path,
     maxPayload: opts.maxPayloadBytes,
   })
+  wss.on('connection', (socket) => batchWrites(socket))
   const disposable = useServer<Record<string, unknown> | undefined, Extra>(
     {
       // Never put internal error text into close reasons.

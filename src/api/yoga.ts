@@ -1,6 +1,7 @@
 /**
  * The GraphQL server (graphql-yoga) with every guard it runs a request
- * through, in order: CSRF prevention, the auth gate, document limits (nesting,
+ * through, in order: CSRF prevention, the auth gate, the subscription caps
+ * (per principal, per instance), document limits (nesting,
  * tokens, depth, aliases), the query budget, error codes, the change signal
  * that wakes the live feeds after mutations, and the JIT executor.
  */
@@ -30,6 +31,7 @@ import { CSRF_HEADER, principalOfRequest, useAuthGate, useCsrfPrevention } from 
 import { useQueryJit } from './jit.ts'
 import { useQueryBudget } from './queryBudget.ts'
 import { useRetryAfterHeader } from './retryAfter.ts'
+import { SubscriptionCaps, useSubscriptionCaps } from './subscriptionCaps.ts'
 import { WS_PRINCIPAL } from './ws.ts'
 
 export const GRAPHQL_PATH = '/graphql'
@@ -141,6 +143,13 @@ export function createApiYoga(opts: ApiYogaOptions): YogaServerInstance<any, Api
     plugins: [
       useCsrfPrevention([CSRF_HEADER]),
       useAuthGate(authenticator, logger.child({ component: 'auth' })),
+      useSubscriptionCaps(
+        new SubscriptionCaps({
+          perPrincipal: config.limits.subscriptionsPerPrincipal,
+          perInstance: config.limits.subscriptionsPerInstance,
+          logger: logger.child({ component: 'graphql' }),
+        }),
+      ),
       useEndSubscriptionsWithCredential(authenticator),
       useDocumentNestingLimit(),
       maxTokensPlugin({ n: config.limits.maxTokens, ...tokenLimitReports(config.limits.maxTokens) }),
