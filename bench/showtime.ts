@@ -53,7 +53,11 @@ import { burstPhase, hostilePhase } from './showtimeStress.ts'
 const env = process.env
 
 /** The fan-out's bounds, passed to the server when set here (to compare a run without them). */
-const PASSED_THROUGH = ['SUBSCRIPTIONS_PER_PRINCIPAL', 'SUBSCRIPTIONS_PER_INSTANCE', 'FANOUT_DELIVERIES_PER_POLL']
+const PASSED_THROUGH = [
+  'SUBSCRIPTIONS_PER_PRINCIPAL',
+  'SUBSCRIPTIONS_PER_INSTANCE',
+  'FANOUT_DELIVERIES_PER_POLL',
+]
 function passedThrough(): Record<string, string> {
   return Object.fromEntries(PASSED_THROUGH.flatMap((k) => (env[k] ? [[k, env[k] as string]] : [])))
 }

@@ -95,7 +95,9 @@ describe('a flood of new runs', () => {
       expect(d.total - before.total).toBe(RUNS * SUBSCRIBERS)
       // ... spread over polls of at most the budget (20,000 at once without it).
       expect(d.mostInOnePoll).toBeLessThanOrEqual(BUDGET)
-      expect(d.pollsCutByBudget - before.pollsCutByBudget).toBeGreaterThanOrEqual(RUNS / (BUDGET / SUBSCRIBERS) - 1)
+      expect(d.pollsCutByBudget - before.pollsCutByBudget).toBeGreaterThanOrEqual(
+        RUNS / (BUDGET / SUBSCRIBERS) - 1,
+      )
       expect(health.length).toBeGreaterThan(0)
       expect(health.every((status) => status === 200)).toBe(true)
     } finally {
@@ -119,8 +121,7 @@ describe('socket writes', () => {
     const writes = { count: 0 }
     const proto = net.Socket.prototype as unknown as Record<string, (...args: unknown[]) => unknown>
     const original = { write: proto._write, writev: proto._writev }
-    const counting =
-      (fn: ((...args: unknown[]) => unknown) | undefined) =>
+    const counting = (fn: ((...args: unknown[]) => unknown) | undefined) =>
       function (this: net.Socket, ...args: unknown[]) {
         // The server's side of a connection: its local port is the server's.
         if (this.localPort === port) writes.count++
