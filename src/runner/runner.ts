@@ -33,7 +33,6 @@ import { randomUUID } from 'node:crypto'
 import { setMaxListeners } from 'node:events'
 import { hostname } from 'node:os'
 import { isDbUnavailable } from '../../sql/db.ts'
-import type { RunRow } from '../../sql/eventRuns/index.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
 import * as steps from '../../sql/eventSteps/index.ts'
 import * as heartbeats from '../../sql/runnerHeartbeats.ts'
@@ -337,7 +336,8 @@ export class Runner {
       retryAfterMs: this.opts.tickMs,
       released: (wakeAts) => this.wakeBy(wakeAts),
     })
-    let flying = false
+    // The advances this pass hands on; their claims are given back once they all settle.
+    const flying: Promise<{ err: unknown } | null>[] = []
     try {
       const started = await this.startDue(token, held)
       const claimed = await runs.claimTickBatch(
@@ -352,22 +352,37 @@ export class Runner {
       // A full claim means more in-flight runs are due (a burst of timers running
       // out together): tick again at once rather than after TICK_MS.
       if (claimed.length >= this.opts.batchSize && !this.windingDown) this.nudged = true
+      // What was started and leased goes on now, before the sweeps and the keyed
+      // claims: a resolved cue's run does not wait for them. Each part of the
+      // pass that claimed runs hands them on (flights.ts) or, for tick(), is
+      // advanced before the pass goes on.
+      const advanceNow = async (ready: ClaimedRun[]) => {
+        if (ready.length === 0) return
+        // One path for every held run: the whole batch together, step by step,
+        // each run given back as soon as it is let go (advance.ts).
+        const advance = advanceBatch(this.engineDeps(), ready, (run, answer) => held.answer(run.id, answer))
+        if (!inFlight) return advance
+        // Its failure is taken at once, so it is never unhandled while the pass goes on.
+        flying.push(
+          advance.then(
+            () => null,
+            (err: unknown) => ({ err }),
+          ),
+        )
+      }
+      const firstReady = [...(await expandStartingRuns(this.engineDeps(), claimed)), ...started]
+      if (inFlight) await advanceNow(firstReady)
       // Lease expiry is judged on the database's clock (sql/leases.ts).
       await runs.reclaimStale(db)
       await steps.reclaimStale(db)
       this.keyed.forget(await this.housekeeping.markMissed(clock.now()))
-      const ready = await this.claimRest(held, claimed, started, { claimFrom, now, leaseUntil })
-      if (ready.length > 0) {
-        // One path for every held run: the whole batch together, step by step,
-        // each run given back as soon as it is let go (advance.ts).
-        const advance = advanceBatch(this.engineDeps(), ready, (run, answer) => held.answer(run.id, answer))
-        if (inFlight) {
-          this.flights.launch(advance.finally(() => held.giveBack()))
-          flying = true
-        } else await advance
-      }
+      const keyed = await this.claimKeyed(held, { claimFrom, now, leaseUntil })
+      // tick(): everything still held advances together, as one batch.
+      const still = new Set(held.holding)
+      await advanceNow(inFlight ? keyed : [...firstReady.filter((r) => still.has(r.id)), ...keyed])
     } finally {
-      if (!flying) await held.giveBack()
+      if (flying.length === 0) await held.giveBack()
+      else this.flights.launch(settleAll(flying).finally(() => held.giveBack()))
     }
     if (!requested) {
       // Runs it made that are due already start on a pass at once; later ones are the sleep's aim.
@@ -400,24 +415,19 @@ export class Runner {
   }
 
   /**
-   * Claim due keyed runs (one by one) and answer what to advance with the
-   * in-flight runs leased and the runs the start handed over, all claimed
-   * since `claimFrom` and held by `held`, which gives each back as it is
-   * answered.
+   * Claim due keyed runs (one by one), held by `held`, and answer them ready
+   * to advance. When that took long, every claim of the pass is renewed
+   * first, and what is no longer ours is dropped.
    */
-  private async claimRest(
+  private async claimKeyed(
     held: HeldClaims,
-    leased: RunRow[],
-    handedOver: ClaimedRun[],
     at: { claimFrom: number; now: Date; leaseUntil: Date },
   ): Promise<ClaimedRun[]> {
     const { db, clock, batchSize } = this.opts
     const { claimFrom, now, leaseUntil } = at
     // Keyed runs and runs under an overlap policy, one by one (keyedStart.ts).
-    const keyed = await this.keyed.claimDue(now, leaseUntil, batchSize, (run) => held.hold([run]))
-    let started = handedOver
-    let claimed = [...leased, ...keyed]
-    if (claimed.length === 0 && started.length === 0) return []
+    let keyed = await this.keyed.claimDue(now, leaseUntil, batchSize, (run) => held.hold([run]))
+    if (keyed.length === 0) return []
     // The keyed loop can be long (a transaction per due keyed run). Past a third
     // of the lease, the claims taken at its start may have expired and been
     // taken over by another instance: renew what is still ours and drop the
@@ -427,10 +437,9 @@ export class Runner {
       const renewedUntil = new Date(renewedFrom.getTime() + this.opts.leaseMs)
       const mine = await runs.renewClaims(db, held.holding, this.instanceId, renewedUntil, renewedFrom)
       held.drop(held.holding.filter((id) => !mine.has(id)))
-      claimed = claimed.filter((r) => mine.has(r.id))
-      started = started.filter((r) => mine.has(r.id))
+      keyed = keyed.filter((r) => mine.has(r.id))
     }
-    return [...(await expandStartingRuns(this.engineDeps(), claimed)), ...started]
+    return expandStartingRuns(this.engineDeps(), keyed)
   }
 
   private engineDeps(): EngineDeps {
@@ -448,4 +457,10 @@ export class Runner {
       hardStop: this.hardStop.signal,
     }
   }
+}
+
+/** Wait for every advance; rejects with the first failure once all have settled. */
+async function settleAll(advances: Promise<{ err: unknown } | null>[]): Promise<void> {
+  const failed = (await Promise.all(advances)).find((r) => r !== null)
+  if (failed) throw failed.err
 }
