@@ -13,6 +13,7 @@
  */
 import { afterAll, beforeAll, expect, it } from 'vitest'
 import type { StepRow } from '../sql/eventSteps/index.ts'
+import { makeDefinition, makeRun } from './helpers/fixtures.ts'
 import { sleep, startReceiver, stepsOf, type WebhookReceiver, waitFor } from './helpers/runnerHarness.ts'
 import { startTestServer, type TestServer } from './helpers/server.ts'
 
@@ -63,10 +64,21 @@ const started = (st: StepRow | undefined): number => {
 }
 
 it('while a batch of slow webhooks advances, an answered cue moves on and a 2 s wait ends on time', async () => {
-  const slow = await define('slow-batch', [
-    { kind: 'core.webhook', params: { url: `${receiver.url}/slow/{{run.scope}}`, body: {} } },
-    { kind: 'core.log', params: { message: 'slow done' } },
-  ])
+  // The batch's runs go straight into the database (no nudge, no API), so all
+  // of them are due at one instant however loaded the machine is.
+  const slow = await makeDefinition(s.t.db, {
+    program: {
+      phases: [
+        {
+          name: 'main',
+          steps: [
+            { kind: 'core.webhook', params: { url: `${receiver.url}/slow/{{run.scope}}`, body: {} } },
+            { kind: 'core.log', params: { message: 'slow done' } },
+          ],
+        },
+      ],
+    },
+  })
   const show = await define('cue-show', [
     { kind: 'core.cue', params: { prompt: 'GO?' } },
     { kind: 'core.log', params: { message: 'after GO' } },
@@ -88,7 +100,9 @@ it('while a batch of slow webhooks advances, an answered cue moves on and a 2 s 
   const instant = new Date(Date.now() + 3000)
   const timerRun = await startRun(timer, 'clock', new Date(instant.getTime() - 500))
   const slowRuns: number[] = []
-  for (let i = 0; i < SLOW_RUNS; i++) slowRuns.push(await startRun(slow, `s${i}`, instant))
+  for (let i = 0; i < SLOW_RUNS; i++)
+    slowRuns.push((await makeRun(s.t.db, { definition: slow, scope: `s${i}`, scheduledFor: instant })).id)
+  expect(Date.now()).toBeLessThan(instant.getTime() - 500)
   await sleep(Math.max(0, instant.getTime() - Date.now()))
 
   // Mid-batch: the webhooks are in flight, most of them not yet called.

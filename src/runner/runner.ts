@@ -65,6 +65,8 @@ export class Runner {
   /** The soonest wake time a flight's release reported since the last read of the next wake-up (runner's clock, ms). */
   private wakeHint: number | null = null
   private readonly flights: Flights
+  /** The materialisation going on beside the passes, if any (materialiseAside). */
+  private materialising: Promise<void> | null = null
   private readonly hardStop = new AbortController()
   private readonly opts: ResolvedOptions
   private readonly housekeeping: Housekeeping
@@ -178,6 +180,7 @@ export class Runner {
     } finally {
       // Stopping: the steps in flight finish (or are cut short at the grace), no next one starts.
       await this.flights.settle()
+      await this.materialising
     }
   }
 
@@ -310,8 +313,11 @@ export class Runner {
     // A definition changed: materialise first, its runs may be due now. The
     // periodic pass (and a dense schedule's refill) waits until the due runs
     // have started, so it never makes them late.
+    // A running loop materialises beside its passes (materialiseAside), so a
+    // definition's thousands of runs ahead never hold back the runs due now.
     const requested = this.housekeeping.materialiseRequestedNow
-    if (requested) await this.housekeeping.materialiseIfDue(clock.now())
+    if (requested && inFlight) this.materialiseAside()
+    else if (requested) await this.housekeeping.materialiseIfDue(clock.now())
     // Due key-less runs start first, then due in-flight runs are leased, both
     // before the sweeps: the sleep was aimed at their time, and every statement
     // ahead of a start makes it that much later (the start's lock stamps
@@ -384,7 +390,8 @@ export class Runner {
       if (flying.length === 0) await held.giveBack()
       else this.flights.launch(settleAll(flying).finally(() => held.giveBack()))
     }
-    if (!requested) {
+    if (!requested && inFlight) this.materialiseAside()
+    else if (!requested) {
       // Runs it made that are due already start on a pass at once; later ones are the sleep's aim.
       const made = await this.housekeeping.materialiseIfDue(clock.now())
       if (made > 0 && !this.windingDown) this.nudged = true
@@ -440,6 +447,30 @@ export class Runner {
       keyed = keyed.filter((r) => mine.has(r.id))
     }
     return expandStartingRuns(this.engineDeps(), keyed)
+  }
+
+  /**
+   * Materialise (when asked, or when the interval or a refill is due) beside
+   * the passes, one at a time: the runs it makes that are due now start at
+   * the pass its end nudges; a request made meanwhile is taken then too. A
+   * failure is logged and counted like a failed tick.
+   */
+  private materialiseAside(): void {
+    if (this.materialising) return
+    this.materialising = (async () => {
+      try {
+        const made = await this.housekeeping.materialiseIfDue(this.opts.clock.now())
+        if ((made > 0 || this.housekeeping.materialiseRequestedNow) && !this.windingDown) this.nudge()
+      } catch (err) {
+        this.opts.observer?.tickError?.()
+        this.opts.logger.error(
+          { err, instance: this.instanceId, databaseUnavailable: isDbUnavailable(err) },
+          'materialisation failed; tried again at the next pass',
+        )
+      } finally {
+        this.materialising = null
+      }
+    })()
   }
 
   private engineDeps(): EngineDeps {
