@@ -34,9 +34,10 @@ export class HeldClaims {
       /**
        * Told, once their release is written, of the wake times the runs' own
        * answers asked for (a timer's end, a budget spent): the runner aims its
-       * sleep at them. Not told of stops, errors or parked runs.
+       * sleep at them (not told of stops or errors), and whether any run was
+       * let go parked (a cue answered meanwhile keeps its earlier wake-up).
        */
-      released?: (wakeAts: readonly Date[]) => void
+      released?: (wakeAts: readonly Date[], parked: boolean) => void
     },
   ) {}
 
@@ -110,7 +111,8 @@ export class HeldClaims {
         )
       else await runs.releaseClaimsAt(db, batch, owner)
       const asked = batch.filter((r) => r.asked && r.wakeAt !== null).map((r) => r.wakeAt as Date)
-      if (asked.length > 0) this.deps.released?.(asked)
+      const parked = batch.some((r) => r.wakeAt === null)
+      if (asked.length > 0 || parked) this.deps.released?.(asked, parked)
     } catch (err) {
       this.deps.logger.warn(
         { err, runIds: batch.map((r) => r.id) },
