@@ -51,3 +51,9 @@ export class Flights {
     while (this.flying.size > 0) await Promise.all(this.flying)
   }
 }
+
+/** Wait for every advance of a pass (each taken as `{ err }` or null); rejects with the first failure once all have settled. */
+export async function settleAll(advances: Promise<{ err: unknown } | null>[]): Promise<void> {
+  const failed = (await Promise.all(advances)).find((r) => r !== null)
+  if (failed) throw failed.err
+}

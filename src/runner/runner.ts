@@ -2,7 +2,8 @@
  * The Runner: one loop per process that drives every run from its schedule to a
  * terminal status. States: created → active → stopping → stopped.
  *
- * Each tick: materialise first if a definition changed → start due key-less
+ * Each tick: materialise first if a definition changed (a running loop does
+ * it beside its passes instead, materialiseAside) → start due key-less
  * runs, a batch per transaction (start.ts; first, so nothing else makes a run
  * late) → lease due in-flight runs → reclaim expired leases → mark missed runs
  * → claim due keyed runs one by one, each with its key lock
@@ -38,7 +39,7 @@ import * as steps from '../../sql/eventSteps/index.ts'
 import * as heartbeats from '../../sql/runnerHeartbeats.ts'
 import { advanceBatch } from './advance.ts'
 import { expandStartingRuns } from './expand.ts'
-import { Flights } from './flights.ts'
+import { Flights, settleAll } from './flights.ts'
 import { HeldClaims } from './held.ts'
 import { Housekeeping } from './housekeeping.ts'
 import { KeyedStarter } from './keyedStart.ts'
@@ -498,10 +499,4 @@ export class Runner {
       hardStop: this.hardStop.signal,
     }
   }
-}
-
-/** Wait for every advance; rejects with the first failure once all have settled. */
-async function settleAll(advances: Promise<{ err: unknown } | null>[]): Promise<void> {
-  const failed = (await Promise.all(advances)).find((r) => r !== null)
-  if (failed) throw failed.err
 }
