@@ -34,10 +34,9 @@ export class HeldClaims {
       /**
        * Told, once their release is written, of the wake times the runs' own
        * answers asked for (a timer's end, a budget spent): the runner aims its
-       * sleep at them (not told of stops or errors), and whether any run was
-       * let go parked (a cue answered meanwhile keeps its earlier wake-up).
+       * sleep at them. Not told of stops, errors or parked runs.
        */
-      released?: (wakeAts: readonly Date[], parked: boolean) => void
+      released?: (wakeAts: readonly Date[]) => void
     },
   ) {}
 
@@ -111,8 +110,7 @@ export class HeldClaims {
         )
       else await runs.releaseClaimsAt(db, batch, owner)
       const asked = batch.filter((r) => r.asked && r.wakeAt !== null).map((r) => r.wakeAt as Date)
-      const parked = batch.some((r) => r.wakeAt === null)
-      if (asked.length > 0 || parked) this.deps.released?.(asked, parked)
+      if (asked.length > 0) this.deps.released?.(asked)
     } catch (err) {
       this.deps.logger.warn(
         { err, runIds: batch.map((r) => r.id) },

@@ -76,8 +76,6 @@ export class Runner {
   private lastTickAt: Date | null = null
   private tickSeq = 0
   private nudged = false
-  /** Nudges so far: a pass compares it to tell whether one came while it held runs. */
-  private nudges = 0
   /** The instant the last pass looked for due work at: what came due after it was not seen. */
   private dueCheckedAt: Date | null = null
 
@@ -131,7 +129,6 @@ export class Runner {
 
   /** Wake the loop now instead of at the end of its sleep (a run was started, a cue resolved). */
   nudge(): void {
-    this.nudges++
     this.nudged = true
     this.sleepAbort?.abort()
   }
@@ -334,7 +331,6 @@ export class Runner {
     this.dueCheckedAt = now
     const leaseUntil = new Date(now.getTime() + this.opts.leaseMs)
     const token = `${this.instanceId}:${++this.tickSeq}`
-    const nudgesAtPass = this.nudges
     // Every claim this pass takes is held here and given back in the finally,
     // at its run's answer or, for whatever was not answered (the pass failed
     // part-way), due now. A flight gives back its own when it settles.
@@ -345,13 +341,7 @@ export class Runner {
       logger: this.opts.logger,
       observer: this.opts.observer,
       retryAfterMs: this.opts.tickMs,
-      released: (wakeAts, parked) => {
-        this.wakeBy(wakeAts)
-        // A cue answered while its run was still held here (parking it) woke
-        // the run only for the release, which keeps that wake-up: the nudge
-        // came too early, so it is given again now.
-        if (parked && this.nudges !== nudgesAtPass && !this.windingDown) this.nudge()
-      },
+      released: (wakeAts) => this.wakeBy(wakeAts),
     })
     // The advances this pass hands on; their claims are given back once they all settle.
     const flying: Promise<{ err: unknown } | null>[] = []
