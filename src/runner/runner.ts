@@ -363,12 +363,12 @@ export class Runner {
       // claims: a resolved cue's run does not wait for them. Each part of the
       // pass that claimed runs hands them on (flights.ts) or, for tick(), is
       // advanced before the pass goes on.
-      const advanceNow = async (ready: ClaimedRun[]) => {
+      const advanceNow = async (ready: ClaimedRun[], inPass = !inFlight) => {
         if (ready.length === 0) return
         // One path for every held run: the whole batch together, step by step,
         // each run given back as soon as it is let go (advance.ts).
         const advance = advanceBatch(this.engineDeps(), ready, (run, answer) => held.answer(run.id, answer))
-        if (!inFlight) return advance
+        if (inPass) return advance
         // Its failure is taken at once, so it is never unhandled while the pass goes on.
         flying.push(
           advance.then(
@@ -384,9 +384,13 @@ export class Runner {
       await steps.reclaimStale(db)
       this.keyed.forget(await this.housekeeping.markMissed(clock.now()))
       const keyed = await this.claimKeyed(held, { claimFrom, now, leaseUntil })
-      // tick(): everything still held advances together, as one batch.
+      // Keyed runs advance within the pass, as before: their keys are free
+      // again when it ends, so the next pass starts the next run of each key
+      // instead of finding it held and deferring it. tick(): everything still
+      // held advances together, as one batch.
       const still = new Set(held.holding)
-      await advanceNow(inFlight ? keyed : [...firstReady.filter((r) => still.has(r.id)), ...keyed])
+      if (inFlight) await advanceNow(keyed, true)
+      else await advanceNow([...firstReady.filter((r) => still.has(r.id)), ...keyed])
     } finally {
       if (flying.length === 0) await held.giveBack()
       else this.flights.launch(settleAll(flying).finally(() => held.giveBack()))
