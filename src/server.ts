@@ -236,6 +236,11 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
               if (tickChangedRuns) changes.notify()
               tickChangedRuns = false
             },
+            // A batch advanced in flight after its pass: its changes are told at once, not at the next pass.
+            batchAdvanced: () => {
+              if (tickChangedRuns) changes.notify()
+              tickChangedRuns = false
+            },
             tickError: () => metrics.tickErrors.inc(),
             tickLag: (ms) => metrics.tickLagMs.set(ms),
             runsDeleted: (byStatus) => runCounts.adjustForDeletedRuns(byStatus),

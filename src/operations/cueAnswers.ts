@@ -59,6 +59,18 @@ export async function answerCue(deps: ControlDeps, input: CueAnswerInput): Promi
   const run = known ? await runs.getById(deps.db, known.runId) : null
   const now = deps.clock.now()
   const by = input.by ?? person.name
+  const who = by === person.name ? person.name : `${person.name} (${by})`
+  // The step's id, as the API names it (stepId), and its position in the run for a reader.
+  const answerLine = (d: Decision): logs.NewLog => ({
+    runId: before.runId,
+    stepId,
+    level: d.applied ? 'info' : 'warn',
+    message: d.applied
+      ? `${action} ${stepId} (step ${before.seq + 1} of the run, ${before.kind}) by ${who} via ${via}${text ? `: ${text}` : ''}`
+      : `${action} ${stepId} (step ${before.seq + 1} of the run) by ${who} via ${via} not applied: ${d.why}`,
+    actor: person.name,
+    data: { action, applied: d.applied, text, via, by },
+  })
   const decision = await deps.db.transaction<Decision>(
     async (tx) => {
       const ladder = await ladders.getForUpdate(tx, stepId)
@@ -77,23 +89,19 @@ export async function answerCue(deps: ControlDeps, input: CueAnswerInput): Promi
         await ladders.recordAnswer(tx, stepId, answer)
         if (run) await emitCueEvent(tx, 'CUE_ANSWERED', run, { ...ladder, answer }, 'answered', now)
       }
+      // The run is woken with the answer, and its log line written before the
+      // runner can write the next step's: the runner is told at the commit,
+      // not after the statements that follow it (the next step starts at once).
+      // The runner compares wake_at with its clock, so wake by that clock, not the database's.
+      await logs.append(tx, answerLine({ applied: true }))
+      await runs.wakeNow(tx, before.runId, deps.clock.now())
       return { applied: true }
     },
     { retryable: true },
   )
+  if (decision.applied) deps.nudge?.()
+  if (!decision.applied) await logs.append(deps.db, answerLine(decision))
   const step = (await steps.getById(deps.db, stepId)) ?? before
-  const who = by === person.name ? person.name : `${person.name} (${by})`
-  await logs.append(deps.db, {
-    runId: step.runId,
-    stepId,
-    level: decision.applied ? 'info' : 'warn',
-    message: decision.applied
-      ? // The step's id, as the API names it (stepId), and its position in the run for a reader.
-        `${action} ${stepId} (step ${step.seq + 1} of the run, ${step.kind}) by ${who} via ${via}${text ? `: ${text}` : ''}`
-      : `${action} ${stepId} (step ${step.seq + 1} of the run) by ${who} via ${via} not applied: ${decision.why}`,
-    actor: person.name,
-    data: { action, applied: decision.applied, text, via, by },
-  })
   await audit.record(deps.db, {
     actor: person.name,
     action: outcome === 'resolved' ? 'cue.resolve' : 'cue.skip',
@@ -102,11 +110,6 @@ export async function answerCue(deps: ControlDeps, input: CueAnswerInput): Promi
     outcome: decision.applied ? 'ok' : 'refused',
     detail: { runId: step.runId, via, by, note: text, ...(decision.applied ? {} : { why: decision.why }) },
   })
-  if (decision.applied) {
-    // The runner compares wake_at with its clock, so wake by that clock, not the database's.
-    await runs.wakeNow(deps.db, step.runId, deps.clock.now())
-    deps.nudge?.()
-  }
   return { applied: decision.applied, step }
 }
 

@@ -19,7 +19,7 @@ import type { RunAnswer, RunnerObserver } from './types.ts'
 export class HeldClaims {
   /** Held and not yet answered. */
   private readonly open = new Set<number>()
-  private queue: { id: number; wakeAt: Date | null }[] = []
+  private queue: Release[] = []
   private draining: Promise<void> | null = null
 
   constructor(
@@ -31,6 +31,12 @@ export class HeldClaims {
       observer?: RunnerObserver
       /** How long a run whose advance failed waits before it is tried again. */
       retryAfterMs: number
+      /**
+       * Told, once their release is written, of the wake times the runs' own
+       * answers asked for (a timer's end, a budget spent): the runner aims its
+       * sleep at them. Not told of stops, errors or parked runs.
+       */
+      released?: (wakeAts: readonly Date[]) => void
     },
   ) {}
 
@@ -54,6 +60,7 @@ export class HeldClaims {
     if (!this.open.delete(id)) return
     const { clock } = this.deps
     let wakeAt: Date | null
+    const asked = 'wakeAt' in answer && answer.wakeAt !== null
     if ('error' in answer) {
       this.deps.observer?.tickError?.()
       this.deps.logger.error(
@@ -63,7 +70,7 @@ export class HeldClaims {
       // After a tick rather than at once, so a persistent error does not spin.
       wakeAt = new Date(clock.now().getTime() + this.deps.retryAfterMs)
     } else wakeAt = 'stop' in answer ? clock.now() : answer.wakeAt
-    this.queue.push({ id, wakeAt })
+    this.queue.push({ id, wakeAt, asked })
     // Answers that arrive together (a round's) are collected before the first release is written.
     this.draining ??= new Promise<void>((resolve) => setImmediate(resolve)).then(() => this.drain())
   }
@@ -71,7 +78,7 @@ export class HeldClaims {
   /** The end of the pass: give back every claim still held, due now, and wait for every release. */
   async giveBack(): Promise<void> {
     const now = this.deps.clock.now()
-    for (const id of this.open) this.queue.push({ id, wakeAt: now })
+    for (const id of this.open) this.queue.push({ id, wakeAt: now, asked: false })
     this.open.clear()
     while (this.draining) await this.draining
     if (this.queue.length > 0) await this.drain()
@@ -89,7 +96,7 @@ export class HeldClaims {
     }
   }
 
-  private async release(batch: { id: number; wakeAt: Date | null }[]): Promise<void> {
+  private async release(batch: Release[]): Promise<void> {
     const { db, owner } = this.deps
     try {
       const first = batch[0]?.wakeAt ?? null
@@ -102,6 +109,8 @@ export class HeldClaims {
           first,
         )
       else await runs.releaseClaimsAt(db, batch, owner)
+      const asked = batch.filter((r) => r.asked && r.wakeAt !== null).map((r) => r.wakeAt as Date)
+      if (asked.length > 0) this.deps.released?.(asked)
     } catch (err) {
       this.deps.logger.warn(
         { err, runIds: batch.map((r) => r.id) },
@@ -109,4 +118,11 @@ export class HeldClaims {
       )
     }
   }
+}
+
+/** A claim to give back: when its run is due again, and whether its own answer asked for that time. */
+interface Release {
+  id: number
+  wakeAt: Date | null
+  asked: boolean
 }

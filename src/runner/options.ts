@@ -67,6 +67,13 @@ export interface RunnerOptions {
    * (each holds one pooled connection; one batch at a time otherwise). @default 2
    */
   startConcurrency?: number
+  /**
+   * Batches a running runner advances at once: each pass hands what it claimed
+   * to a batch in flight and goes on, so what comes due meanwhile (a resolved
+   * cue, a timer) is claimed and advanced by the next pass instead of waiting
+   * behind a slow batch. A pass waits for a free slot. @default 4
+   */
+  batchesInFlight?: number
   /** Steps per run per claim before it is given back. @default 25 */
   maxStepsPerClaim?: number
   settings?: StepSettings
@@ -98,6 +105,7 @@ export function resolveOptions(options: RunnerOptions): ResolvedOptions {
     batchSize: options.batchSize ?? 1000,
     parallelism: options.parallelism ?? 8,
     startConcurrency: Math.max(1, options.startConcurrency ?? 2),
+    batchesInFlight: Math.max(1, options.batchesInFlight ?? 4),
     maxStepsPerClaim: options.maxStepsPerClaim ?? 25,
     settings: options.settings ?? { webhookAllow: [] },
     clock: options.clock ?? systemClock,

@@ -2,7 +2,8 @@
  * The Runner: one loop per process that drives every run from its schedule to a
  * terminal status. States: created → active → stopping → stopped.
  *
- * Each tick: materialise first if a definition changed → start due key-less
+ * Each tick: materialise first if a definition changed (a running loop does
+ * it beside its passes instead, materialiseAside) → start due key-less
  * runs, a batch per transaction (start.ts; first, so nothing else makes a run
  * late) → lease due in-flight runs → reclaim expired leases → mark missed runs
  * → claim due keyed runs one by one, each with its key lock
@@ -11,6 +12,14 @@
  * → materialise (throttled) → retention (throttled) → heartbeat.
  * The sweeps and their throttles live in housekeeping.ts; the options and
  * their defaults in options.ts.
+ *
+ * A running runner does not wait for the batch it advances: the pass hands it
+ * to a flight (flights.ts, at most `batchesInFlight` at once) and ends, and
+ * the next pass comes at a nudge (a resolved cue, a started run), at the
+ * soonest `wake_at` (a timer; a flight's release moves a sleep aimed later
+ * sooner) or at the next tick, and claims what came due meanwhile. A GO or a
+ * timer no longer waits behind a round of slow webhooks. `tick()` (tests,
+ * one-shot tools) still advances everything it claimed before it returns.
  *
  * Be careful about which parts can throw. `tick()` may throw only database
  * errors from its sweeps; the loop catches them, counts them, logs them and
@@ -25,12 +34,12 @@ import { randomUUID } from 'node:crypto'
 import { setMaxListeners } from 'node:events'
 import { hostname } from 'node:os'
 import { isDbUnavailable } from '../../sql/db.ts'
-import type { RunRow } from '../../sql/eventRuns/index.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
 import * as steps from '../../sql/eventSteps/index.ts'
 import * as heartbeats from '../../sql/runnerHeartbeats.ts'
 import { advanceBatch } from './advance.ts'
 import { expandStartingRuns } from './expand.ts'
+import { Flights, settleAll } from './flights.ts'
 import { HeldClaims } from './held.ts'
 import { Housekeeping } from './housekeeping.ts'
 import { KeyedStarter } from './keyedStart.ts'
@@ -52,6 +61,13 @@ export class Runner {
   private stateValue: RunnerState = 'created'
   private loopPromise: Promise<void> | null = null
   private sleepAbort: AbortController | null = null
+  /** The sleep in progress: when it ends (Date.now() ms), its timer, and how to end it sooner. */
+  private sleeping: { untilMs: number; timer: ReturnType<typeof setTimeout>; done: () => void } | null = null
+  /** The soonest wake time a flight's release reported since the last read of the next wake-up (runner's clock, ms). */
+  private wakeHint: number | null = null
+  private readonly flights: Flights
+  /** The materialisation going on beside the passes, if any (materialiseAside). */
+  private materialising: Promise<void> | null = null
   private readonly hardStop = new AbortController()
   private readonly opts: ResolvedOptions
   private readonly housekeeping: Housekeeping
@@ -71,6 +87,17 @@ export class Runner {
     const stopping = () => this.windingDown
     this.housekeeping = new Housekeeping({ ...this.opts, instanceId: this.instanceId, stopping })
     this.keyed = new KeyedStarter({ ...this.opts, instanceId: this.instanceId, stopping })
+    this.flights = new Flights(
+      this.opts.batchesInFlight,
+      (err) => {
+        this.opts.observer?.tickError?.()
+        this.opts.logger.error(
+          { err, instance: this.instanceId, databaseUnavailable: isDbUnavailable(err) },
+          'advancing a batch failed; its runs are given back and tried again',
+        )
+      },
+      () => this.opts.observer?.batchAdvanced?.(),
+    )
   }
 
   get state(): RunnerState {
@@ -144,41 +171,54 @@ export class Runner {
   }
 
   private async loop(): Promise<void> {
-    while (this.stateValue === 'active') {
-      const started = Date.now()
-      try {
-        await this.tick()
-        this.consecutiveErrors = 0
-      } catch (err) {
-        this.consecutiveErrors++
-        this.opts.observer?.tickError?.()
-        this.opts.logger.error(
-          {
-            err,
-            instance: this.instanceId,
-            consecutiveErrors: this.consecutiveErrors,
-            databaseUnavailable: isDbUnavailable(err),
-          },
-          'tick failed',
-        )
+    try {
+      while (this.stateValue === 'active') {
+        // A pass hands what it claimed to a flight; at most `batchesInFlight` at once.
+        await this.flights.slot()
+        if (this.stateValue !== 'active') break
+        await this.loopOnce()
       }
-      const elapsed = Date.now() - started
-      this.opts.observer?.tickDuration?.(elapsed)
-      if (this.stateValue !== 'active') break
-      const wait =
-        this.consecutiveErrors > 0
-          ? Math.min(
-              this.opts.tickMs * 2 ** this.consecutiveErrors,
-              Math.max(MAX_ERROR_BACKOFF_MS, this.opts.tickMs),
-            )
-          : Math.max(0, this.opts.tickMs - elapsed)
-      if (this.nudged && this.consecutiveErrors === 0) {
-        this.nudged = false
-        continue
-      }
-      await this.sleep(this.consecutiveErrors > 0 ? wait : await this.untilNextWake(wait))
-      this.nudged = false
+    } finally {
+      // Stopping: the steps in flight finish (or are cut short at the grace), no next one starts.
+      await this.flights.settle()
+      await this.materialising
     }
+  }
+
+  private async loopOnce(): Promise<void> {
+    const started = Date.now()
+    try {
+      await this.pass(true)
+      this.consecutiveErrors = 0
+    } catch (err) {
+      this.consecutiveErrors++
+      this.opts.observer?.tickError?.()
+      this.opts.logger.error(
+        {
+          err,
+          instance: this.instanceId,
+          consecutiveErrors: this.consecutiveErrors,
+          databaseUnavailable: isDbUnavailable(err),
+        },
+        'tick failed',
+      )
+    }
+    const elapsed = Date.now() - started
+    this.opts.observer?.tickDuration?.(elapsed)
+    if (this.stateValue !== 'active') return
+    const wait =
+      this.consecutiveErrors > 0
+        ? Math.min(
+            this.opts.tickMs * 2 ** this.consecutiveErrors,
+            Math.max(MAX_ERROR_BACKOFF_MS, this.opts.tickMs),
+          )
+        : Math.max(0, this.opts.tickMs - elapsed)
+    if (this.nudged && this.consecutiveErrors === 0) {
+      this.nudged = false
+      return
+    }
+    await this.sleep(this.consecutiveErrors > 0 ? wait : await this.untilNextWake(wait))
+    this.nudged = false
   }
 
   /**
@@ -200,10 +240,16 @@ export class Runner {
     const { db, clock } = this.opts
     try {
       const now = clock.now()
-      const next = await runs.nextWakeAfter(db, this.dueCheckedAt ?? now)
-      if (next === null) return tickWait
+      // Releases written from here on are told to wakeBy(); those before are in the read.
+      this.wakeHint = null
+      const read = await runs.nextWakeAfter(db, this.dueCheckedAt ?? now)
+      const next = Math.min(
+        read?.getTime() ?? Number.POSITIVE_INFINITY,
+        this.wakeHint ?? Number.POSITIVE_INFINITY,
+      )
+      if (next === Number.POSITIVE_INFINITY) return tickWait
       // +1 ms: a timer can fire a little early, and the due query is `wake_at <= now`.
-      const until = next.getTime() - clock.now().getTime() + 1
+      const until = next - clock.now().getTime() + 1
       return Math.max(0, Math.min(tickWait, until))
     } catch (err) {
       this.opts.logger.warn(
@@ -220,27 +266,59 @@ export class Runner {
     const controller = new AbortController()
     this.sleepAbort = controller
     await new Promise<void>((resolve) => {
-      const timer = setTimeout(resolve, ms)
-      controller.signal.addEventListener(
-        'abort',
-        () => {
-          clearTimeout(timer)
-          resolve()
-        },
-        { once: true },
-      )
+      const done = () => {
+        if (this.sleeping) clearTimeout(this.sleeping.timer)
+        this.sleeping = null
+        resolve()
+      }
+      this.sleeping = { untilMs: Date.now() + ms, timer: setTimeout(done, ms), done }
+      controller.signal.addEventListener('abort', done, { once: true })
     })
     this.sleepAbort = null
   }
 
-  /** One pass. Public so tests can drive the runner tick by tick with an injected clock. */
+  /**
+   * A flight let runs go with these wake times (a timer's end): a sleep aimed
+   * later ends at the soonest of them instead, so a wait that ends between
+   * two ticks ends on time even when its run was let go after the sleep was
+   * worked out.
+   */
+  private wakeBy(wakeAts: readonly Date[]): void {
+    let soonest = Number.POSITIVE_INFINITY
+    for (const d of wakeAts) soonest = Math.min(soonest, d.getTime())
+    this.wakeHint = Math.min(this.wakeHint ?? Number.POSITIVE_INFINITY, soonest)
+    const sleeping = this.sleeping
+    if (!sleeping) return
+    const inMs = Math.max(0, soonest - this.opts.clock.now().getTime() + 1)
+    if (Date.now() + inMs >= sleeping.untilMs) return
+    clearTimeout(sleeping.timer)
+    sleeping.untilMs = Date.now() + inMs
+    sleeping.timer = setTimeout(sleeping.done, inMs)
+  }
+
+  /**
+   * One pass, advancing everything it claimed before it returns. Public so
+   * tests can drive the runner tick by tick with an injected clock.
+   */
   async tick(): Promise<void> {
+    await this.pass(false)
+  }
+
+  /**
+   * One pass. `inFlight` (the running loop): the advance of what it claimed
+   * goes on as a flight (flights.ts) and the pass returns once its claims and
+   * sweeps are done, so the next pass can take what comes due meanwhile.
+   */
+  private async pass(inFlight: boolean): Promise<void> {
     const { db, clock } = this.opts
     // A definition changed: materialise first, its runs may be due now. The
     // periodic pass (and a dense schedule's refill) waits until the due runs
     // have started, so it never makes them late.
+    // A running loop materialises beside its passes (materialiseAside), so a
+    // definition's thousands of runs ahead never hold back the runs due now.
     const requested = this.housekeeping.materialiseRequestedNow
-    if (requested) await this.housekeeping.materialiseIfDue(clock.now())
+    if (requested && inFlight) this.materialiseAside()
+    else if (requested) await this.housekeeping.materialiseIfDue(clock.now())
     // Due key-less runs start first, then due in-flight runs are leased, both
     // before the sweeps: the sleep was aimed at their time, and every statement
     // ahead of a start makes it that much later (the start's lock stamps
@@ -255,7 +333,7 @@ export class Runner {
     const token = `${this.instanceId}:${++this.tickSeq}`
     // Every claim this pass takes is held here and given back in the finally,
     // at its run's answer or, for whatever was not answered (the pass failed
-    // part-way), due now.
+    // part-way), due now. A flight gives back its own when it settles.
     const held = new HeldClaims({
       db,
       owner: this.instanceId,
@@ -263,7 +341,10 @@ export class Runner {
       logger: this.opts.logger,
       observer: this.opts.observer,
       retryAfterMs: this.opts.tickMs,
+      released: (wakeAts) => this.wakeBy(wakeAts),
     })
+    // The advances this pass hands on; their claims are given back once they all settle.
+    const flying: Promise<{ err: unknown } | null>[] = []
     try {
       const started = await this.startDue(token, held)
       const claimed = await runs.claimTickBatch(
@@ -278,15 +359,44 @@ export class Runner {
       // A full claim means more in-flight runs are due (a burst of timers running
       // out together): tick again at once rather than after TICK_MS.
       if (claimed.length >= this.opts.batchSize && !this.windingDown) this.nudged = true
+      // What was started and leased goes on now, before the sweeps and the keyed
+      // claims: a resolved cue's run does not wait for them. Each part of the
+      // pass that claimed runs hands them on (flights.ts) or, for tick(), is
+      // advanced before the pass goes on.
+      const advanceNow = async (ready: ClaimedRun[], inPass = !inFlight) => {
+        if (ready.length === 0) return
+        // One path for every held run: the whole batch together, step by step,
+        // each run given back as soon as it is let go (advance.ts).
+        const advance = advanceBatch(this.engineDeps(), ready, (run, answer) => held.answer(run.id, answer))
+        if (inPass) return advance
+        // Its failure is taken at once, so it is never unhandled while the pass goes on.
+        flying.push(
+          advance.then(
+            () => null,
+            (err: unknown) => ({ err }),
+          ),
+        )
+      }
+      const firstReady = [...(await expandStartingRuns(this.engineDeps(), claimed)), ...started]
+      if (inFlight) await advanceNow(firstReady)
       // Lease expiry is judged on the database's clock (sql/leases.ts).
       await runs.reclaimStale(db)
       await steps.reclaimStale(db)
       this.keyed.forget(await this.housekeeping.markMissed(clock.now()))
-      await this.advanceDue(held, claimed, started, { claimFrom, now, leaseUntil })
+      const keyed = await this.claimKeyed(held, { claimFrom, now, leaseUntil })
+      // Keyed runs advance within the pass, as before: their keys are free
+      // again when it ends, so the next pass starts the next run of each key
+      // instead of finding it held and deferring it. tick(): everything still
+      // held advances together, as one batch.
+      const still = new Set(held.holding)
+      if (inFlight) await advanceNow(keyed, true)
+      else await advanceNow([...firstReady.filter((r) => still.has(r.id)), ...keyed])
     } finally {
-      await held.giveBack()
+      if (flying.length === 0) await held.giveBack()
+      else this.flights.launch(settleAll(flying).finally(() => held.giveBack()))
     }
-    if (!requested) {
+    if (!requested && inFlight) this.materialiseAside()
+    else if (!requested) {
       // Runs it made that are due already start on a pass at once; later ones are the sleep's aim.
       const made = await this.housekeeping.materialiseIfDue(clock.now())
       if (made > 0 && !this.windingDown) this.nudged = true
@@ -317,23 +427,19 @@ export class Runner {
   }
 
   /**
-   * Claim due keyed runs (one by one) and advance them with the in-flight runs
-   * leased and the runs the start handed over, all claimed since `claimFrom`
-   * and held by `held`, which gives each back as it is answered.
+   * Claim due keyed runs (one by one), held by `held`, and answer them ready
+   * to advance. When that took long, every claim of the pass is renewed
+   * first, and what is no longer ours is dropped.
    */
-  private async advanceDue(
+  private async claimKeyed(
     held: HeldClaims,
-    leased: RunRow[],
-    handedOver: ClaimedRun[],
     at: { claimFrom: number; now: Date; leaseUntil: Date },
-  ): Promise<void> {
+  ): Promise<ClaimedRun[]> {
     const { db, clock, batchSize } = this.opts
     const { claimFrom, now, leaseUntil } = at
     // Keyed runs and runs under an overlap policy, one by one (keyedStart.ts).
-    const keyed = await this.keyed.claimDue(now, leaseUntil, batchSize, (run) => held.hold([run]))
-    let started = handedOver
-    let claimed = [...leased, ...keyed]
-    if (claimed.length === 0 && started.length === 0) return
+    let keyed = await this.keyed.claimDue(now, leaseUntil, batchSize, (run) => held.hold([run]))
+    if (keyed.length === 0) return []
     // The keyed loop can be long (a transaction per due keyed run). Past a third
     // of the lease, the claims taken at its start may have expired and been
     // taken over by another instance: renew what is still ours and drop the
@@ -343,14 +449,33 @@ export class Runner {
       const renewedUntil = new Date(renewedFrom.getTime() + this.opts.leaseMs)
       const mine = await runs.renewClaims(db, held.holding, this.instanceId, renewedUntil, renewedFrom)
       held.drop(held.holding.filter((id) => !mine.has(id)))
-      claimed = claimed.filter((r) => mine.has(r.id))
-      started = started.filter((r) => mine.has(r.id))
+      keyed = keyed.filter((r) => mine.has(r.id))
     }
-    const engine = this.engineDeps()
-    const ready = [...(await expandStartingRuns(engine, claimed)), ...started]
-    // One path for every held run: the whole batch together, step by step,
-    // each run given back as soon as it is let go (advance.ts).
-    await advanceBatch(engine, ready, (run, answer) => held.answer(run.id, answer))
+    return expandStartingRuns(this.engineDeps(), keyed)
+  }
+
+  /**
+   * Materialise (when asked, or when the interval or a refill is due) beside
+   * the passes, one at a time: the runs it makes that are due now start at
+   * the pass its end nudges; a request made meanwhile is taken then too. A
+   * failure is logged and counted like a failed tick.
+   */
+  private materialiseAside(): void {
+    if (this.materialising) return
+    this.materialising = (async () => {
+      try {
+        const made = await this.housekeeping.materialiseIfDue(this.opts.clock.now())
+        if ((made > 0 || this.housekeeping.materialiseRequestedNow) && !this.windingDown) this.nudge()
+      } catch (err) {
+        this.opts.observer?.tickError?.()
+        this.opts.logger.error(
+          { err, instance: this.instanceId, databaseUnavailable: isDbUnavailable(err) },
+          'materialisation failed; tried again at the next pass',
+        )
+      } finally {
+        this.materialising = null
+      }
+    })()
   }
 
   private engineDeps(): EngineDeps {

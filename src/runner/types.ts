@@ -15,6 +15,8 @@ export interface RunnerObserver {
   stepFinished?(kind: string, outcome: 'completed' | 'retry' | 'failed' | 'sleep' | 'park' | 'skipped'): void
   claimConflict?(): void
   tickDuration?(ms: number): void
+  /** A batch a pass handed on (flights.ts) has been advanced: its runs' steps changed since the pass ended. */
+  batchAdvanced?(): void
   tickError?(): void
   /** How late this tick started against its schedule, in ms (0 when on time). */
   tickLag?(ms: number): void
