@@ -363,7 +363,7 @@ export async function run(): Promise<Record<string, BenchResult>> {
     console.table(rows)
     console.log(
       `showtime: correctness: ${f(loaded).completed}/${SHOWS} completed, ${f(loaded).answeredTwice} cues applied twice, ` +
-        `${f(loaded).secondAnswers} second answers (${f(loaded).secondAnswersApplied} wrongly applied), ` +
+        `${f(loaded).secondAnswers} second answers (${f(loaded).secondAnswersApplied} wrongly applied, ${f(loaded).secondAnswersRefused} refused busy or lost and sent again), ` +
         `${f(loaded).cuesNeverSeenByOwner} cues never seen by their owner, webhooks ${keys.length} (${distinctKeys} distinct keys) of ${webhooksExpected}`,
     )
     const settings = { WEBHOOK_ALLOW: 'the local receiver', SHOWRUNNER_TOKENS: 'admin, viewer, 10 operators' }

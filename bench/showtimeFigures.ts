@@ -66,9 +66,14 @@ export interface PhaseFigures {
   cuesNeverSeenByOwner: number
   resolveCueMs: Spread
   resolveCueErrors: number
-  /** The deliberate second answers, and how many of them wrongly applied. */
+  /**
+   * The deliberate second answers (sent after the owner's was applied), how
+   * many of them wrongly said `applied: true`, and how many were refused
+   * (BUSY, then sent again) or lost at the socket: neither of those applied.
+   */
   secondAnswers: number
   secondAnswersApplied: number
+  secondAnswersRefused: number
   /** Cues an answer applied to more than once (must be 0). */
   answeredTwice: number
   healthzMs: Spread
@@ -141,7 +146,8 @@ export function phaseFigures(
     resolveCueMs: spread(firsts.map((a: AnswerSample) => a.ms)),
     resolveCueErrors: firsts.filter((a) => a.error !== null).length,
     secondAnswers: seconds.length,
-    secondAnswersApplied: seconds.filter((a) => a.applied !== false).length,
+    secondAnswersApplied: seconds.filter((a) => a.applied === true).length,
+    secondAnswersRefused: seconds.filter((a) => a.applied !== true && a.applied !== false).length,
     answeredTwice: [...appliedPerCue.values()].filter((n) => n > 1).length,
     healthzMs: spread(health.map((h) => h.ms)),
     healthzFailed: health.filter((h) => !h.ok).length,
