@@ -144,6 +144,8 @@ describe('subscriptions per instance', () => {
     const refused = (await outcome(wsSubscribe(operator, INBOX, {}))) as Refusal
     expect(refused[0]?.extensions?.code).toBe('BUSY')
     expect(refused[0]?.message).toMatch(/SUBSCRIPTIONS_PER_INSTANCE/)
+    // Over graphql-ws the refusal carries its code, not yoga's HTTP hints.
+    expect(Object.keys(refused[0]?.extensions ?? {})).toEqual(['code'])
 
     const sse = await sseHead(s, INBOX, 'viewer')
     expect(sse.status).toBe(503)

@@ -86,14 +86,16 @@ function tooManyForPrincipal(limit: number): GraphQLError {
 }
 
 function instanceFull(limit: number): GraphQLError {
+  // Yoga reads `http` for SSE's status and Retry-After; graphql-ws would send
+  // it in the message as it is, so it is not enumerable (never serialized).
+  const extensions: Record<string, unknown> = { code: ERROR_CODES.BUSY }
+  Object.defineProperty(extensions, 'http', {
+    value: { status: 503, headers: { 'retry-after': String(BUSY_RETRY_AFTER_SECONDS) } },
+    enumerable: false,
+  })
   return new GraphQLError(
     `The server is busy: it holds as many subscriptions as it takes (${limit}, SUBSCRIPTIONS_PER_INSTANCE). Retry in a moment, or use another instance.`,
-    {
-      extensions: {
-        code: ERROR_CODES.BUSY,
-        http: { status: 503, headers: { 'retry-after': String(BUSY_RETRY_AFTER_SECONDS) } },
-      },
-    },
+    { extensions },
   )
 }
 

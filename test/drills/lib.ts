@@ -267,7 +267,8 @@ export async function probe(baseUrl: string, path: string, timeoutMs = 5000): Pr
  * fields"), always inside double quotes, so quoted spans of a message are
  * skipped; everything else in the error (its extensions included) is checked
  * whole, and extensions may carry nothing but `code`, a manifest's `problems`
- * (each a path and a message) and RATE_LIMITED's `retryAfterSeconds`.
+ * (each a path and a message), RATE_LIMITED's `retryAfterSeconds` and a
+ * CONFLICT's `reason` (one of a documented set of SCREAMING_SNAKE words).
  */
 export function leaks(a: GqlAnswer<unknown>): string[] {
   const found: string[] = []
@@ -287,7 +288,10 @@ export function leaks(a: GqlAnswer<unknown>): string[] {
     } = e as GqlError & { locations?: unknown }
     if (Object.keys(rest).length > 0)
       found.push(`unexpected error fields ${Object.keys(rest).join(',')}: ${full.slice(0, 400)}`)
-    const { code, problems, retryAfterSeconds, ...extra } = (extensions ?? {}) as Record<string, unknown>
+    const { code, problems, retryAfterSeconds, reason, ...extra } = (extensions ?? {}) as Record<
+      string,
+      unknown
+    >
     if (Object.keys(extra).length > 0)
       found.push(`unexpected extensions ${Object.keys(extra).join(',')}: ${full.slice(0, 400)}`)
     check('extensions', JSON.stringify({ code }), full)
@@ -302,6 +306,9 @@ export function leaks(a: GqlAnswer<unknown>): string[] {
           else check('problem', `${p.path} ${unquoted(p.message)}`, full)
         }
     }
+    // retryStepNow's CONFLICT names why (NOT_IN_BACKOFF, RUN_NOT_RUNNING): a fixed word, never input.
+    if (reason !== undefined && !(typeof reason === 'string' && /^[A-Z][A-Z_]{2,40}$/.test(reason)))
+      found.push(`reason not a fixed word: ${full.slice(0, 400)}`)
     // RATE_LIMITED says when to retry, in whole seconds.
     if (
       retryAfterSeconds !== undefined &&
