@@ -26,7 +26,7 @@ import { type RunPageFilter, type RunPageKey, runPage } from '../sql/runPage.ts'
 import { encodeCursor } from '../src/api/runFilter.ts'
 import { defineCueEvent, materialiseRuns } from './fixtures.ts'
 import { type BenchResult, benchDb, percentile, printResults, runMain, saveResult, sleep } from './lib.ts'
-import { BENCH_TOKENS, startBenchServer } from './server.ts'
+import { BENCH_TOKENS, BENCH_VIEWER_TOKENS, startBenchServer } from './server.ts'
 
 const TARGET_RUNS = Number(process.env.BENCH_CONSOLE_RUNS ?? 1_000_000)
 const INSERT_BUDGET_MS = Number(process.env.BENCH_CONSOLE_INSERT_S ?? 60) * 1000
@@ -100,7 +100,7 @@ export async function run(): Promise<Record<string, BenchResult>> {
       child.send({
         type: 'start',
         wsUrl: server.wsUrl,
-        token: BENCH_TOKENS.viewer,
+        tokens: BENCH_VIEWER_TOKENS,
         subscribers: SUBSCRIBERS,
         inboxSubscribers: INBOX_SUBSCRIBERS,
         // Three of four match the changes below; the fourth never does.

@@ -3,7 +3,7 @@
  * loop is its own: `runChanges` and `waitingSteps` subscribers over 20
  * graphql-ws connections. Started with fork() and driven over IPC:
  *
- *   parent → { type: 'start', wsUrl, token, subscribers, filters, inboxSubscribers }
+ *   parent → { type: 'start', wsUrl, tokens, subscribers, filters, inboxSubscribers }
  *   child  → { type: 'ready', subscribeMs } once every inbox subscriber has its first inbox
  *   parent → { type: 'finish' }
  *   child  → { type: 'report', deliveries, delays, errors } and exits
@@ -17,7 +17,8 @@ import WebSocket from 'ws'
 interface StartMessage {
   type: 'start'
   wsUrl: string
-  token: string
+  /** Viewer tokens, one per socket in turn (a caller may hold only so many subscriptions). */
+  tokens: readonly string[]
   subscribers: number
   inboxSubscribers: number
   filters: (Record<string, unknown> | null)[]
@@ -41,11 +42,11 @@ function main(start: StartMessage): void {
     if (firstErrors.length < 3) firstErrors.push(String(what).slice(0, 200))
   }
   const began = Date.now()
-  const clients = Array.from({ length: CONNECTIONS }, () =>
+  const clients = Array.from({ length: CONNECTIONS }, (_, c) =>
     createClient({
       url: start.wsUrl,
       webSocketImpl: WebSocket,
-      connectionParams: { authorization: `Bearer ${start.token}` },
+      connectionParams: { authorization: `Bearer ${start.tokens[c % start.tokens.length]}` },
       retryAttempts: 0,
       lazy: true,
     }),

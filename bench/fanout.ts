@@ -28,7 +28,7 @@ import {
   saveResult,
   sleep,
 } from './lib.ts'
-import { BENCH_TOKENS, startBenchServer } from './server.ts'
+import { BENCH_VIEWER_TOKENS, startBenchServer } from './server.ts'
 
 const RUNS = Number(process.env.BENCH_FANOUT_RUNS ?? 200)
 const SUBSCRIBERS = Number(process.env.BENCH_SUBSCRIBERS ?? 2000)
@@ -92,7 +92,7 @@ export async function run(): Promise<Record<string, BenchResult>> {
       child.send({
         type: 'start',
         wsUrl: server.wsUrl,
-        token: BENCH_TOKENS.viewer,
+        tokens: BENCH_VIEWER_TOKENS,
         runIds,
         perRun: Math.round(SUBSCRIBERS / RUNS),
       })
@@ -173,7 +173,7 @@ export async function run(): Promise<Record<string, BenchResult>> {
           firstErrors: report.firstErrors.join(' | '),
           delayP50Ms: p50,
           delayP99Ms: p99,
-          delayMaxMs: Math.max(...report.delays),
+          delayMaxMs: report.delays.reduce((a, b) => Math.max(a, b), Number.NEGATIVE_INFINITY),
           pollIntervalMs: POLL_MS,
           statusQueriesPerPollInterval: queriesPerInterval,
           serverStatementsInWindow: statements,

@@ -3,7 +3,7 @@
  * and RSS are its own: one graphql-ws connection per subscriber, each watching
  * one run's `runStatus`. Started with fork() and driven over IPC:
  *
- *   parent → { type: 'start', wsUrl, token, runIds, perRun }
+ *   parent → { type: 'start', wsUrl, tokens, runIds, perRun }
  *   child  → { type: 'ready', connectMs } once every subscriber has its first event
  *   parent → { type: 'finish' }
  *   child  → { type: 'report', ... } and exits
@@ -17,7 +17,8 @@ import WebSocket from 'ws'
 interface StartMessage {
   type: 'start'
   wsUrl: string
-  token: string
+  /** Viewer tokens, one per socket in turn (a caller may hold only so many subscriptions). */
+  tokens: readonly string[]
   runIds: number[]
   perRun: number
 }
@@ -55,7 +56,7 @@ async function main(start: StartMessage): Promise<void> {
       const client = createClient({
         url: start.wsUrl,
         webSocketImpl: WebSocket,
-        connectionParams: { authorization: `Bearer ${start.token}` },
+        connectionParams: { authorization: `Bearer ${start.tokens[clients.length % start.tokens.length]}` },
         retryAttempts: 0,
         lazy: true,
       })

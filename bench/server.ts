@@ -11,6 +11,16 @@ export const BENCH_TOKENS = {
   operator: 'bench-operator-token-0123456789',
 } as const
 
+/**
+ * Named viewers, for benchmarks that hold more subscriptions than one caller
+ * may (`SUBSCRIPTIONS_PER_PRINCIPAL`, 200): as a venue's screens each signed
+ * in on their own. Subscriber i uses `BENCH_VIEWER_TOKENS[i % 20]`.
+ */
+export const BENCH_VIEWER_TOKENS: readonly string[] = Array.from(
+  { length: 20 },
+  (_, i) => `bench-viewer-${i}-token-0123456789`,
+)
+
 export interface BenchServer {
   app: App
   graphqlUrl: string
@@ -26,9 +36,10 @@ export async function startBenchServer(
     PORT: '0',
     HOST: '127.0.0.1',
     DATABASE_URL: databaseUrl,
-    SHOWRUNNER_TOKENS: Object.entries(BENCH_TOKENS)
-      .map(([role, token]) => `${role}:${token}`)
-      .join(','),
+    SHOWRUNNER_TOKENS: [
+      ...Object.entries(BENCH_TOKENS).map(([role, token]) => `${role}:${token}`),
+      ...BENCH_VIEWER_TOKENS.map((token, i) => `viewer:screen-${i}=${token}`),
+    ].join(','),
     LOG_LEVEL: 'silent',
     INSTANCE_ID: `bench-server-${process.pid}`,
     ...env,
