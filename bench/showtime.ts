@@ -74,16 +74,24 @@ const OPERATOR_TOKENS = Array.from(
   { length: OPERATORS },
   (_, i) => `bench-operator-${i}-token-0123456789abcdef`,
 )
+/** Operator i signs in as `op-i` and is the assignee of the cues of definitions numbered i mod 10. */
+const operatorName = (i: number) => `op-${i}`
 const TOKENS = [
   `admin:${BENCH_ADMIN_TOKEN}`,
   `viewer:${BENCH_TOKENS.viewer}`,
-  ...OPERATOR_TOKENS.map((tok) => `operator:${tok}`),
+  ...OPERATOR_TOKENS.map((tok, i) => `operator:${operatorName(i)}=${tok}`),
 ].join(',')
+/**
+ * `mine` (the default): each operator subscribes to `waitingSteps(mine: true)`,
+ * its own cues, as a stage manager's console does; `all`: everybody's inbox
+ * (the oldest 500 cues, whoever they are for), as before cues had assignees.
+ */
+const INBOX = env.SHOWTIME_INBOX === 'all' ? 'all' : 'mine'
 const nodeFlags = process.execArgv.filter((a, i, all) => a !== '--import' && all[i - 1] !== '--import')
 
 const TARGET = { goP99: 100, overshootP99: 100, deliveredP99: 250, healthP99: 50, eldP99: 50 } as const
 
-function showProgram(url: string) {
+function showProgram(url: string, assignee: string) {
   const hook = (at: string) => ({
     kind: 'core.webhook',
     params: { url, method: 'POST', body: { room: '{{run.scope}}', at } },
@@ -97,9 +105,9 @@ function showProgram(url: string) {
       {
         name: 'show',
         steps: [
-          { kind: 'core.cue', params: { prompt: 'Curtain up in {{run.scope}}' } },
+          { kind: 'core.cue', params: { prompt: 'Curtain up in {{run.scope}}', assignee } },
           { kind: 'core.wait', params: { seconds: WAIT_MS / 1000 } },
-          { kind: 'core.cue', params: { prompt: 'Curtain down in {{run.scope}}' } },
+          { kind: 'core.cue', params: { prompt: 'Curtain down in {{run.scope}}', assignee } },
           hook('curtain'),
         ],
       },
@@ -164,6 +172,7 @@ export async function run(): Promise<Record<string, BenchResult>> {
         dashboards: DASHBOARDS,
         answersInFlight: ANSWERS_IN_FLIGHT,
         answerSlugPattern: '^(?:idle|show)-(\\d+)$',
+        inbox: INBOX,
       },
       'connected',
     )
@@ -182,7 +191,7 @@ export async function run(): Promise<Record<string, BenchResult>> {
         shows,
         perDefinition: SCOPES_PER_DEFINITION,
         schedule: cronAt(instant),
-        program: showProgram(receiverUrl),
+        program: (d: number) => showProgram(receiverUrl, operatorName(d % OPERATORS)),
       })
       await until(
         `${shows} runs materialised`,
@@ -366,7 +375,11 @@ export async function run(): Promise<Record<string, BenchResult>> {
         `${f(loaded).secondAnswers} second answers (${f(loaded).secondAnswersApplied} wrongly applied, ${f(loaded).secondAnswersRefused} refused busy or lost and sent again), ` +
         `${f(loaded).cuesNeverSeenByOwner} cues never seen by their owner, webhooks ${keys.length} (${distinctKeys} distinct keys) of ${webhooksExpected}`,
     )
-    const settings = { WEBHOOK_ALLOW: 'the local receiver', SHOWRUNNER_TOKENS: 'admin, viewer, 10 operators' }
+    const settings = {
+      WEBHOOK_ALLOW: 'the local receiver',
+      SHOWRUNNER_TOKENS: 'admin, viewer, 10 named operators (each the assignee of its shows’ cues)',
+      inbox: INBOX === 'mine' ? 'waitingSteps(mine: true)' : 'waitingSteps (everybody’s)',
+    }
     const scale = {
       shows: SHOWS,
       idleShows: IDLE_SHOWS,

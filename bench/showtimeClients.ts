@@ -30,6 +30,8 @@ export type Command =
       answersInFlight: number
       /** Operators answer only cues of definitions whose slug matches this; its group 1 is the show's number. */
       answerSlugPattern: string
+      /** `mine`: each operator's own cues (`waitingSteps(mine: true)`); `all`: everybody's inbox. */
+      inbox: 'mine' | 'all'
     }
   | { type: 'report' }
   | { type: 'health' }
@@ -140,7 +142,8 @@ function wsClient(url: string, token: string): ReturnType<typeof createClient> {
   })
 }
 
-const INBOX = `subscription Inbox { waitingSteps(limit: 500) { id startedAt run { id definition { slug } } } }`
+const inboxQuery = (mine: boolean) =>
+  `subscription Inbox { waitingSteps(limit: 500${mine ? ', mine: true' : ''}) { id startedAt run { id definition { slug } } } }`
 const DASHBOARD = `subscription Board { runChanges { id status currentPhase waitingSteps updatedAt definition { slug } } }`
 
 interface InboxStep {
@@ -231,7 +234,7 @@ async function connect(cmd: Extract<Command, { type: 'connect' }>): Promise<{ su
       new Promise<void>((ready) => {
         let first = true
         client.subscribe<{ waitingSteps: InboxStep[] }>(
-          { query: INBOX },
+          { query: inboxQuery(cmd.inbox === 'mine') },
           {
             next(result) {
               const at = Date.now()

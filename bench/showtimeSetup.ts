@@ -17,7 +17,14 @@ const CREATE = `mutation Create($input: CreateDefinitionInput!) { createDefiniti
 /** `shows` runs of `program` due at `instant` (or on `schedule`), `perDefinition` scopes a definition. */
 export async function createShows(
   server: BenchServer,
-  opts: { prefix: string; shows: number; perDefinition: number; schedule: string; program: unknown },
+  opts: {
+    prefix: string
+    shows: number
+    perDefinition: number
+    schedule: string
+    /** The program, or the program of definition number d. */
+    program: unknown | ((d: number) => unknown)
+  },
 ): Promise<{ from: number; to: number }> {
   const ids: number[] = []
   for (let d = 0, left = opts.shows; left > 0; d++, left -= opts.perDefinition) {
@@ -32,7 +39,7 @@ export async function createShows(
         ...(n > 1
           ? { scopes: Array.from({ length: n }, (_, i) => `room-${d * opts.perDefinition + i}`) }
           : {}),
-        program: opts.program,
+        program: typeof opts.program === 'function' ? opts.program(d) : opts.program,
       },
     })
     ids.push(Number(data.createDefinition.id))
