@@ -41,18 +41,14 @@ import { OidcVerifier } from './identity/oidc.ts'
 import { AUTH_PATHS, createSsoHandler } from './identity/ssoEndpoints.ts'
 import { createLogger, type Logger } from './log.ts'
 import { createMetrics, type Metrics } from './metrics.ts'
-import { issueAnswerLink } from './notify/answerLinks.ts'
 import { createAnswerPageHandler, isAnswerPath } from './notify/answerPage.ts'
-import { Dispatcher } from './notify/dispatcher.ts'
-import { emailSender } from './notify/email.ts'
-import { notifyHousekeeping } from './notify/housekeeping.ts'
 import { createProbes, PROBE_SNAPSHOT_MS } from './probes.ts'
 import { refusals } from './refusalSampler.ts'
 import { runCountsFor } from './runCounts.ts'
 import { type Clock, systemClock } from './runner/clock.ts'
-import { DbCueLadder } from './runner/cueLadder.ts'
-import { Runner } from './runner/runner.ts'
+import type { Runner } from './runner/runner.ts'
 import { createDefaultRegistry, type StepRegistry } from './runner/steps/registry.ts'
+import { hostRunner } from './runnerHost.ts'
 import { createRunQuota } from './runQuota.ts'
 
 // Callers (tests, the CLI) import these from the server.
@@ -204,69 +200,11 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
   })
   // Changes made by this process wake the live feeds at once (see changeSignal.ts).
   const changes = new ChangeSignal()
-  // A tick that finished a step changed a run; the feeds look after the tick.
-  let tickChangedRuns = false
-
-  const runner =
+  // The runner and the notification dispatcher, on instances that run the runner.
+  const { runner, dispatcher } =
     config.runner === 'on'
-      ? new Runner({
-          db: runnerDb as Db,
-          registry,
-          clock,
-          instanceId: config.instanceId,
-          tickMs: config.tickMs,
-          leaseMs: config.leaseMs,
-          batchSize: config.runnerBatchSize,
-          parallelism: config.runnerParallelism,
-          startConcurrency: config.runnerStartConcurrency,
-          horizonMs: config.materialiseHorizonHours * 3_600_000,
-          logRetentionMs: config.logRetentionDays * 86_400_000,
-          runRetentionMs: config.runRetentionDays * 86_400_000,
-          auditRetentionMs: config.auditRetentionDays * 86_400_000,
-          settings: { webhookAllow: config.webhookAllow, cueLadder: new DbCueLadder(runnerDb as Db) },
-          logger: logger.child({ component: 'runner' }),
-          observer: {
-            stepFinished: (kind, outcome) => {
-              metrics.steps.inc({ kind, outcome })
-              tickChangedRuns = true
-            },
-            claimConflict: () => metrics.claimConflicts.inc(),
-            tickDuration: (ms) => {
-              metrics.tickDuration.observe(ms / 1000)
-              if (tickChangedRuns) changes.notify()
-              tickChangedRuns = false
-            },
-            // A batch advanced in flight after its pass: its changes are told at once, not at the next pass.
-            batchAdvanced: () => {
-              if (tickChangedRuns) changes.notify()
-              tickChangedRuns = false
-            },
-            tickError: () => metrics.tickErrors.inc(),
-            tickLag: (ms) => metrics.tickLagMs.set(ms),
-            runsDeleted: (byStatus) => runCounts.adjustForDeletedRuns(byStatus),
-          },
-        })
-      : null
-
-  // Notifications out: sent by instances that run the runner (docs/notifications.md).
-  const dispatcher =
-    config.runner === 'on'
-      ? new Dispatcher({
-          db: runnerDb as Db,
-          owner: config.instanceId,
-          settings: { webhookAllow: config.webhookAllow, secrets: process.env },
-          publicUrl: config.publicUrl,
-          sendEmail: config.smtpUrl ? emailSender(config.smtpUrl, config.smtpFrom) : null,
-          intervalMs: config.notifyPollMs,
-          logger: logger.child({ component: 'notify' }),
-          afterPass: notifyHousekeeping(runnerDb as Db, {
-            retentionMs: config.notificationRetentionDays * 86_400_000,
-          }),
-          answerLink: config.publicUrl
-            ? (d, c) => issueAnswerLink(runnerDb as Db, config.publicUrl as string, d, c)
-            : undefined,
-        })
-      : null
+      ? hostRunner(config, { db: runnerDb as Db, registry, clock, logger, metrics, runCounts, changes })
+      : { runner: null, dispatcher: null }
 
   const poller = new StatusPoller({
     db,
