@@ -123,7 +123,9 @@ function filterKey(filter: RunFilter): string {
   return key
 }
 
-function fingerprintOf(row: RunChangeRow): string {
+function fingerprintOf(
+  row: Pick<RunChangeRow, 'status' | 'health' | 'currentPhase' | 'waitingSteps'>,
+): string {
   return `${row.status}|${row.health}|${row.currentPhase ?? ''}|${row.waitingSteps}`
 }
 
@@ -287,7 +289,7 @@ export class RunChangeFeed {
     this.seen.clear()
   }
 
-  private remember(row: RunChangeRow): void {
+  private remember(row: RunChangeRow | RunListRow): void {
     this.seen.delete(row.id)
     this.seen.set(row.id, {
       fingerprint: fingerprintOf(row),
@@ -402,6 +404,13 @@ export class RunChangeFeed {
       if (generation !== this.generation) return
     }
     runs.sort((a, b) => a.updatedAt.getTime() - b.updatedAt.getTime() || a.id - b.id)
+    // What is handed out is the run as read now, which may be newer than the
+    // change found above (a run answered and advanced in between): remember
+    // that, so the next poll does not report the same state a second time.
+    for (const run of runs) {
+      const before = this.seen.get(run.id)
+      if (!before || before.updatedAt <= run.updatedAt.getTime()) this.remember(run)
+    }
     const loaders = createLoaders(this.opts.db)
     loaders.rememberRuns(runs)
     let handed = 0
