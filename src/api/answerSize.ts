@@ -19,10 +19,10 @@
  * Both answer `extensions.code` ANSWER_TOO_LARGE with a message naming the
  * variable.
  */
-import { type ExecutionResult, GraphQLError } from 'graphql'
+import type { ExecutionResult, GraphQLError } from 'graphql'
 import type { Plugin } from 'graphql-yoga'
 import { RESPONSE_BODY_BYTES } from '../runner/steps/webhook.ts'
-import { API_CODES } from './errors.ts'
+import { API_CODES, refusalWithHttp } from './errors.ts'
 
 /** What an object's braces, a scalar or a field's key and punctuation weigh in the estimate. */
 export const OBJECT_BYTES = 2
@@ -66,10 +66,7 @@ export function estimateFieldBytes(coordinate: string, responseName: string, bou
 }
 
 function tooLarge(message: string, status?: number): GraphQLError {
-  const extensions: Record<string, unknown> = { code: API_CODES.ANSWER_TOO_LARGE }
-  // Read by yoga for the HTTP status, never serialised (graphql-ws would send it as is).
-  if (status) Object.defineProperty(extensions, 'http', { value: { status }, enumerable: false })
-  return new GraphQLError(message, { extensions })
+  return refusalWithHttp(message, API_CODES.ANSWER_TOO_LARGE, status ? { status } : undefined)
 }
 
 const mb = (bytes: number) => `${(bytes / 1024 / 1024).toFixed(1)} MB`

@@ -172,3 +172,19 @@ export function useValidationErrorCodes(): Plugin {
     },
   }
 }
+
+/**
+ * A refusal that also tells yoga its HTTP answer (`extensions.http`: status,
+ * headers). Over HTTP yoga reads it and leaves it out of the body; graphql-ws
+ * would send it in the message as it is, so it is not enumerable: read by
+ * yoga, never serialized.
+ */
+export function refusalWithHttp(
+  message: string,
+  code: string,
+  http?: { status: number; headers?: Record<string, string> },
+): GraphQLError {
+  const extensions: Record<string, unknown> = { code }
+  if (http) Object.defineProperty(extensions, 'http', { value: http, enumerable: false })
+  return new GraphQLError(message, { extensions })
+}

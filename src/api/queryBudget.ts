@@ -73,7 +73,7 @@ import {
   SCHEMA_INTROSPECTION_BYTES,
   TYPE_INTROSPECTION_BYTES,
 } from './answerSize.ts'
-import { API_CODES } from './errors.ts'
+import { API_CODES, refusalWithHttp } from './errors.ts'
 import { repeatedFields } from './repeatedFields.ts'
 
 /** Items a list without a size argument is assumed to hold, unless {@link LIST_BOUNDS} knows better. */
@@ -129,14 +129,10 @@ function refusal(message: string): GraphQLError {
 
 /**
  * A refusal at execution time. Yoga answers a result set before execution with
- * HTTP 200 unless an error's `extensions.http.status` asks for another; over
- * HTTP yoga reads it and leaves it out of the body, but graphql-ws would send
- * it as is, so it is not enumerable: read by yoga, never serialized.
+ * HTTP 200 unless an error's `extensions.http.status` asks for another.
  */
 function executionRefusal(message: string): GraphQLError {
-  const extensions: Record<string, unknown> = { code: API_CODES.GRAPHQL_VALIDATION_FAILED }
-  Object.defineProperty(extensions, 'http', { value: { status: 400 }, enumerable: false })
-  return new GraphQLError(message, { extensions })
+  return refusalWithHttp(message, API_CODES.GRAPHQL_VALIDATION_FAILED, { status: 400 })
 }
 
 interface Walk {

@@ -19,7 +19,7 @@ import type { Plugin } from 'graphql-yoga'
 import { ERROR_CODES } from '../errors.ts'
 import type { Logger } from '../log.ts'
 import type { ApiContext } from './context.ts'
-import { API_CODES, BUSY_RETRY_AFTER_SECONDS } from './errors.ts'
+import { API_CODES, BUSY_RETRY_AFTER_SECONDS, refusalWithHttp } from './errors.ts'
 
 export interface SubscriptionCapsOptions {
   /** Subscriptions one principal may hold open at once (SUBSCRIPTIONS_PER_PRINCIPAL). */
@@ -86,16 +86,11 @@ function tooManyForPrincipal(limit: number): GraphQLError {
 }
 
 function instanceFull(limit: number): GraphQLError {
-  // Yoga reads `http` for SSE's status and Retry-After; graphql-ws would send
-  // it in the message as it is, so it is not enumerable (never serialized).
-  const extensions: Record<string, unknown> = { code: ERROR_CODES.BUSY }
-  Object.defineProperty(extensions, 'http', {
-    value: { status: 503, headers: { 'retry-after': String(BUSY_RETRY_AFTER_SECONDS) } },
-    enumerable: false,
-  })
-  return new GraphQLError(
+  // SSE answers 503 with Retry-After; graphql-ws gets the code alone.
+  return refusalWithHttp(
     `The server is busy: it holds as many subscriptions as it takes (${limit}, SUBSCRIPTIONS_PER_INSTANCE). Retry in a moment, or use another instance.`,
-    { extensions },
+    ERROR_CODES.BUSY,
+    { status: 503, headers: { 'retry-after': String(BUSY_RETRY_AFTER_SECONDS) } },
   )
 }
 
