@@ -152,13 +152,10 @@ export class Housekeeping {
    */
   private async auditRetention(): Promise<void> {
     const { db, logger, auditRetentionMs } = this.deps
-    let deleted = 0
     if (auditRetentionMs > 0) {
-      for (let round = 0; round < 20 && !this.deps.stopping(); round++) {
-        const n = await audit.deleteOlderThan(db, auditRetentionMs, 1000)
-        deleted += n
-        if (n < 1000) break
-      }
+      const deleted = await this.deleteInBatches((limit) =>
+        audit.deleteOlderThan(db, auditRetentionMs, limit),
+      )
       if (deleted > 0)
         logger.info(
           { rows: deleted, olderThanDays: auditRetentionMs / 86_400_000 },
@@ -177,14 +174,24 @@ export class Housekeeping {
     const { db, logger, runRetentionMs } = this.deps
     if (runRetentionMs <= 0) return
     const cutoff = new Date(now.getTime() - runRetentionMs)
+    const deleted = await this.deleteInBatches((limit) => overrides.deleteBefore(db, cutoff, limit))
+    if (deleted > 0)
+      logger.info({ rows: deleted, before: cutoff }, 'override retention: forgot old skips and moves')
+  }
+
+  /**
+   * A delete of old rows, a batch of 1,000 per statement, at most 20 a sweep
+   * (what is left goes at the next one), stopping when the runner stops.
+   * Answers how many rows went.
+   */
+  private async deleteInBatches(deleteAtMost: (limit: number) => Promise<number>): Promise<number> {
     let deleted = 0
     for (let round = 0; round < 20 && !this.deps.stopping(); round++) {
-      const n = await overrides.deleteBefore(db, cutoff, 1000)
+      const n = await deleteAtMost(1000)
       deleted += n
       if (n < 1000) break
     }
-    if (deleted > 0)
-      logger.info({ rows: deleted, before: cutoff }, 'override retention: forgot old skips and moves')
+    return deleted
   }
 
   /** Say this instance is alive, and how late its tick was. */
