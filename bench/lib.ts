@@ -186,6 +186,13 @@ export function printTable(rows: Record<string, unknown>[]): void {
 
 export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
 
+/** The largest of `values`, NaN when empty; a loop, since `Math.max(...values)` overflows the stack past about 100,000. */
+export function maxOf(values: readonly number[]): number {
+  let max = Number.NaN
+  for (const v of values) if (!(v <= max)) max = v
+  return max
+}
+
 /** The median of `values` (the mean of the middle two for an even count); NaN when empty. */
 export function median(values: readonly number[]): number {
   if (values.length === 0) return Number.NaN

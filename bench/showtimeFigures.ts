@@ -4,7 +4,7 @@
  * held to. Kept apart from the driver so each file stays readable.
  */
 import type { Db } from '../sql/db.ts'
-import { percentile } from './lib.ts'
+import { maxOf, percentile } from './lib.ts'
 import type { AnswerSample, ClientsReport, HealthSample } from './showtimeClients.ts'
 
 /** The show's steps, by position: log, webhook, cue, wait 2 s, cue, webhook, ending log. */
@@ -48,8 +48,7 @@ export function spread(values: readonly number[]): Spread {
     n: finite.length,
     p50: Math.round(percentile(finite, 50)),
     p99: Math.round(percentile(finite, 99)),
-    // A loop, not Math.max(...): a loaded phase records more deliveries than a call's arguments may hold.
-    max: finite.length ? Math.round(finite.reduce((a, b) => Math.max(a, b), -Infinity)) : Number.NaN,
+    max: Math.round(maxOf(finite)),
   }
 }
 
