@@ -170,6 +170,21 @@ async function probeInChild(
 }
 
 /** Run `body` until `end` or MAX_PER_LOOP iterations, pausing `pauseMs` between. */
+/** A one-step show (`core.log` with `message`) titled as its slug; answers its id, or fails naming the answer. */
+async function createLogShow(url: string, slug: string, message: string): Promise<string> {
+  const created = await postGql<{ createDefinition: { id: string } }>(url, {
+    query:
+      'mutation ($s: String!, $p: JSON!) { createDefinition(input: { slug: $s, title: $s, program: $p }) { id } }',
+    variables: {
+      s: slug,
+      p: { phases: [{ name: 'main', steps: [{ kind: 'core.log', params: { message } }] }] },
+    },
+  })
+  const id = created.body?.data?.createDefinition.id
+  if (!id) throw new Error(`createDefinition ${slug} failed: ${JSON.stringify(created.body)}`)
+  return id
+}
+
 async function loop(end: number, pauseMs: number, body: (i: number) => Promise<void>): Promise<number> {
   let i = 0
   while (Date.now() < end && i < MAX_PER_LOOP) {
@@ -190,15 +205,7 @@ it(`${FLOOD_MS / 1000} s of hostile traffic: the server stays up, /healthz p99 <
   const s = server
   // The same probe with no flood, so the figures say what the machine itself adds.
   const quiet = (await probeInChild(`${s.url}/healthz`, 3000, 50)).latencies
-  const created = await postGql<{ createDefinition: { id: string } }>(s.url, {
-    query:
-      'mutation ($p: JSON!) { createDefinition(input: { slug: "hostile", title: "Hostile", program: $p }) { id } }',
-    variables: {
-      p: { phases: [{ name: 'main', steps: [{ kind: 'core.log', params: { message: 'on time' } }] }] },
-    },
-  })
-  const defId = created.body?.data?.createDefinition.id
-  expect(defId, JSON.stringify(created.body)).toBeTruthy()
+  const defId = await createLogShow(s.url, 'hostile', 'on time')
 
   // Book one run a second across the flood (startRun is idempotent on its time).
   const floodStart = Date.now() + 1000
@@ -540,14 +547,7 @@ it('2,000 concurrent viewer requests: each answered or BUSY at once, /healthz p9
       name: 'hostile-burst',
       env: { DATABASE_URL: db.url, SHOWRUNNER_TOKENS, INSTANCE_ID: 'drill-hostile-burst', RUNNER: 'on' },
     })
-    const created = await postGql<{ createDefinition: { id: string } }>(s.url, {
-      query:
-        'mutation ($p: JSON!) { createDefinition(input: { slug: "burst", title: "Burst", program: $p }) { id } }',
-      variables: {
-        p: { phases: [{ name: 'main', steps: [{ kind: 'core.log', params: { message: 'x' } }] }] },
-      },
-    })
-    const defId = created.body?.data?.createDefinition.id
+    const defId = await createLogShow(s.url, 'burst', 'x')
     for (let i = 0; i < 20; i++)
       await postGql(s.url, {
         query: `mutation { startRun(definitionId: "${defId}", at: "2030-01-01T00:${String(i).padStart(2, '0')}:00Z") { id } }`,
