@@ -102,13 +102,9 @@ export class Housekeeping {
     for (let round = 0; round < 20; round++) {
       const found = await runs.findMissed(db, now, 500)
       if (found.length === 0) break
-      // A run found here in another status kept a stamp it should have dropped
-      // when it left `scheduled`: clear it, so no tick reads it again.
-      await runs.clearMissedAt(
-        db,
-        found.filter((r) => r.status !== 'scheduled').map((r) => r.id),
-      )
-      const missed = found.filter((r) => r.status === 'scheduled')
+      // findMissed answers `scheduled` runs only; the transition is guarded on
+      // it too, so a run started meanwhile keeps its start.
+      const missed = found
       const ids = missed.map((r) => r.id)
       await runs.transitionMany(db, ids, 'scheduled', 'missed', {
         error: 'not started within its grace window',
