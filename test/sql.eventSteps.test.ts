@@ -8,6 +8,7 @@ import type { Db } from '../sql/db.ts'
 import * as runs from '../sql/eventRuns/index.ts'
 import type { StepRow } from '../sql/eventSteps/index.ts'
 import * as steps from '../sql/eventSteps/index.ts'
+import { listRuns } from '../sql/runPage.ts'
 import { useTestDb } from './helpers/db.ts'
 import {
   at,
@@ -548,7 +549,7 @@ describe('invariant 13: waiting counts parked cues only', () => {
 
     const expectCounts = async (c1: number, c2: number) => {
       const byId = new Map(
-        (await runs.list(db, { definitionId: fx.def.id })).map((r) => [r.id, r.waitingSteps]),
+        (await listRuns(db, { definitionId: fx.def.id })).map((r) => [r.id, r.waitingSteps]),
       )
       expect([byId.get(r1.run.id), byId.get(r2.run.id), byId.get(r3.run.id)]).toEqual([c1, c2, 0])
       expect((await runs.getById(db, r1.run.id))?.waitingSteps).toBe(c1)
