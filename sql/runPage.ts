@@ -17,7 +17,9 @@
  *   has (one range over `status IN (...)` would have to sort them all). A
  *   definition's runs with no status asked are every status's branch of
  *   (definition_id, status, scheduled_for): an index in list order by
- *   definition alone cost every new run an entry (migration 0021).
+ *   definition alone cost every new run an entry (migration 0021). A page of
+ *   every run is likewise the rehearsals' range and the other runs' of
+ *   (rehearsal, scheduled_for), merged (migration 0022).
  */
 
 import type { Queryable, SqlValue } from './db.ts'
@@ -57,8 +59,8 @@ function plan(filter: RunPageFilter, status: RunStatus | null): { index: string;
       : { index: 'idx_evrun_due', served: new Set(['status']) }
   }
   if (filter.scope != null) return { index: 'idx_evrun_scope_list', served: new Set(['scope']) }
-  if (filter.rehearsal != null) return { index: 'idx_evrun_rehearsal_list', served: new Set(['rehearsal']) }
-  return { index: 'idx_evrun_list', served: new Set() }
+  // With neither, pageKeys asks for each value of `rehearsal` in turn.
+  return { index: 'idx_evrun_rehearsal_list', served: new Set(['rehearsal']) }
 }
 
 /** One branch: a range of one index in list order, after `after`, at most `limit` keys. */
@@ -136,11 +138,18 @@ export async function pageKeys(
   // per status: no index keeps them in list order by definition alone
   // (migration 0021), so every status is a branch of its own.
   const statuses = asked === null && filter.definitionId != null ? [...RUN_STATUSES] : asked
-  if (statuses === null || statuses.length === 1) {
-    const { sql, args } = branch(filter, statuses?.[0] ?? null, after, n)
+  let parts: { sql: string; args: SqlValue[] }[]
+  if (statuses !== null) parts = statuses.map((status) => branch(filter, status, after, n))
+  else if (filter.scope == null && filter.rehearsal == null)
+    // Every run: the rehearsals' range of (rehearsal, scheduled_for) and the
+    // rest's, merged. An index of every run in list order cost each new run
+    // an entry for this read alone (migration 0022).
+    parts = [false, true].map((rehearsal) => branch({ ...filter, rehearsal }, null, after, n))
+  else parts = [branch(filter, null, after, n)]
+  if (parts.length === 1) {
+    const [{ sql, args }] = parts as [{ sql: string; args: SqlValue[] }]
     return (await db.query<Raw>(sql, args)).map(keyOf)
   }
-  const parts = statuses.map((status) => branch(filter, status, after, n))
   const rows = await db.query<Raw>(
     `SELECT id, scheduled_for FROM (${parts.map((p) => `(${p.sql})`).join(' UNION ALL ')}) merged
       ORDER BY scheduled_for DESC, id DESC LIMIT ${n}`,
