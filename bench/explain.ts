@@ -71,7 +71,7 @@ const NAMES: [RegExp, string][] = [
   ],
   [/STRAIGHT_JOIN event_run_steps/, 'reclaim expired step leases'],
   [/FROM event_definitions WHERE state = 'active'/, 'materialisation check: the definitions to look at'],
-  [/idx_evrun_missed\) WHERE r\.missed_at </, 'missed sweep'],
+  [/idx_evrun_due\) WHERE r\.status = 'scheduled' AND r\.scheduled_for </, 'missed sweep'],
   [/SET claimed_by = \?, claim_token = \?/, 'lease due in-flight runs'],
   [
     /idx_evrun_wake\) WHERE r\.wake_at = \? AND r\.claim_token = \?/,
@@ -139,7 +139,6 @@ async function main(): Promise<void> {
     await as('Runner: an idle tick', 'lease due in-flight runs: read what it leased', () =>
       runs.findLeased(rec, 'explain:none', new Date(now.getTime() + 30_000)),
     )
-    await as('Runner: an idle tick', 'missed sweep: clear a stray stamp', () => runs.clearMissedAt(rec, [0]))
     await as('Definitions', 'a grace change re-stamps the scheduled runs', () => runs.resetMissedAt(rec, 1))
 
     const counts = createRunCounts(rec, { advanceEveryMs: 0 })

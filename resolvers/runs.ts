@@ -3,7 +3,7 @@
 import { builder } from '../schema/builder.ts'
 import { RunStatusEnum } from '../schema/enums.ts'
 import { BackfillResultRef, EventRunRef, TransitionResultRef } from '../schema/refs.ts'
-import * as runs from '../sql/eventRuns/index.ts'
+import { listRuns } from '../sql/runPage.ts'
 import { parseId, parseOptionalId, withDefault } from '../src/api/args.ts'
 import { requires } from '../src/api/authz.ts'
 import { selectsField } from '../src/api/selection.ts'
@@ -22,7 +22,7 @@ builder.queryFields((t) => ({
       limit: t.arg.int({ defaultValue: 100 }),
     },
     resolve: async (_root, args, ctx, info) => {
-      const list = await runs.list(ctx.services.db, {
+      const list = await listRuns(ctx.services.db, {
         definitionId: parseOptionalId(args.definitionId, 'definitionId'),
         status: args.status ?? null,
         limit: withDefault(args.limit, 100),

@@ -166,7 +166,8 @@ export async function recordAnswer(tx: Queryable, stepId: number, a: CueAnswerRo
 /**
  * Steps parked on a person, oldest first; with `identities` (a caller's name
  * and `team:NAME` entries), only the cues assigned to one of them and the
- * cues assigned to nobody.
+ * cues assigned to nobody. A range of idx_evstep_waiting_since, which holds
+ * them and no other step as non-NULL (migration 0023).
  */
 export async function listWaiting(
   db: Queryable,
@@ -176,15 +177,15 @@ export async function listWaiting(
   const n = clampLimit(limit, 100)
   if (identities === null) {
     const rows = await db.execute<Raw>(
-      `${SELECT_STEP} WHERE s.parked = 1 AND s.status = 'running' ORDER BY s.started_at, s.id LIMIT ${n}`,
+      `${SELECT_STEP} WHERE s.waiting_since IS NOT NULL ORDER BY s.waiting_since, s.id LIMIT ${n}`,
     )
     return rows.map(hydrateStep)
   }
   const rows = await db.execute<Raw>(
     `${SELECT_STEP} LEFT JOIN cue_ladders l ON l.step_id = s.id
-      WHERE s.parked = 1 AND s.status = 'running'
+      WHERE s.waiting_since IS NOT NULL
         AND (l.step_id IS NULL OR JSON_LENGTH(l.assignees) = 0 OR JSON_OVERLAPS(l.assignees, ?))
-      ORDER BY s.started_at, s.id LIMIT ${n}`,
+      ORDER BY s.waiting_since, s.id LIMIT ${n}`,
     [toJson([...identities])],
   )
   return rows.map(hydrateStep)

@@ -14,13 +14,18 @@
  * - Several statuses are one branch per status, each a range of
  *   (status, scheduled_for) taking at most `limit` rows, merged and cut to
  *   `limit`: at most 9 × `limit` index entries, however many runs each status
- *   has (one range over `status IN (...)` would have to sort them all).
+ *   has (one range over `status IN (...)` would have to sort them all). A
+ *   definition's runs with no status asked are every status's branch of
+ *   (definition_id, status, scheduled_for): an index in list order by
+ *   definition alone cost every new run an entry (migration 0021). A page of
+ *   every run is likewise the rehearsals' range and the other runs' of
+ *   (rehearsal, scheduled_for), merged (migration 0022).
  */
 
 import type { Queryable, SqlValue } from './db.ts'
 import { getByIds, type RunListRow } from './eventRuns/index.ts'
 import { clampLimit, placeholders } from './json.ts'
-import type { RunHealth, RunStatus } from './states.ts'
+import { RUN_STATUSES, type RunHealth, type RunStatus } from './states.ts'
 
 /** What a page may be narrowed to; null or absent = no condition. */
 export interface RunPageFilter {
@@ -53,11 +58,9 @@ function plan(filter: RunPageFilter, status: RunStatus | null): { index: string;
       ? { index: 'idx_evrun_definition_status_list', served: new Set(['definitionId', 'status']) }
       : { index: 'idx_evrun_due', served: new Set(['status']) }
   }
-  if (filter.definitionId != null)
-    return { index: 'idx_evrun_definition_list', served: new Set(['definitionId']) }
   if (filter.scope != null) return { index: 'idx_evrun_scope_list', served: new Set(['scope']) }
-  if (filter.rehearsal != null) return { index: 'idx_evrun_rehearsal_list', served: new Set(['rehearsal']) }
-  return { index: 'idx_evrun_list', served: new Set() }
+  // With neither, pageKeys asks for each value of `rehearsal` in turn.
+  return { index: 'idx_evrun_rehearsal_list', served: new Set(['rehearsal']) }
 }
 
 /** One branch: a range of one index in list order, after `after`, at most `limit` keys. */
@@ -129,13 +132,24 @@ export async function pageKeys(
   after: RunPageKey | null,
 ): Promise<RunPageKey[]> {
   const n = clampLimit(limit, 1, 1, MAX_PAGE_SIZE + 1)
-  const statuses = filter.statuses == null ? null : [...new Set(filter.statuses)]
-  if (statuses !== null && statuses.length === 0) return []
-  if (statuses === null || statuses.length === 1) {
-    const { sql, args } = branch(filter, statuses?.[0] ?? null, after, n)
+  const asked = filter.statuses == null ? null : [...new Set(filter.statuses)]
+  if (asked !== null && asked.length === 0) return []
+  // A definition's runs are a range of (definition_id, status, scheduled_for)
+  // per status: no index keeps them in list order by definition alone
+  // (migration 0021), so every status is a branch of its own.
+  const statuses = asked === null && filter.definitionId != null ? [...RUN_STATUSES] : asked
+  let parts: { sql: string; args: SqlValue[] }[]
+  if (statuses !== null) parts = statuses.map((status) => branch(filter, status, after, n))
+  else if (filter.scope == null && filter.rehearsal == null)
+    // Every run: the rehearsals' range of (rehearsal, scheduled_for) and the
+    // rest's, merged. An index of every run in list order cost each new run
+    // an entry for this read alone (migration 0022).
+    parts = [false, true].map((rehearsal) => branch({ ...filter, rehearsal }, null, after, n))
+  else parts = [branch(filter, null, after, n)]
+  if (parts.length === 1) {
+    const [{ sql, args }] = parts as [{ sql: string; args: SqlValue[] }]
     return (await db.query<Raw>(sql, args)).map(keyOf)
   }
-  const parts = statuses.map((status) => branch(filter, status, after, n))
   const rows = await db.query<Raw>(
     `SELECT id, scheduled_for FROM (${parts.map((p) => `(${p.sql})`).join(' UNION ALL ')}) merged
       ORDER BY scheduled_for DESC, id DESC LIMIT ${n}`,
@@ -182,6 +196,28 @@ export async function runPage(
     if (run) runs.push(run)
   }
   return { runs, hasNextPage }
+}
+
+/** Filters of the `runs` query ({@link listRuns}). */
+export interface ListRunsOptions {
+  definitionId?: number | null
+  status?: RunStatus | null
+  /** Clamped to 1..500. @default 100 */
+  limit?: number
+}
+
+/**
+ * The `runs` query (the admin run list): newest occurrence first
+ * (`scheduled_for DESC, id DESC`), the first page of {@link runPage}, so it
+ * walks the same index ranges (no index of its own to keep in order).
+ */
+export async function listRuns(db: Queryable, opts: ListRunsOptions = {}): Promise<RunListRow[]> {
+  const n = clampLimit(opts.limit ?? 100, 100)
+  const filter: RunPageFilter = {
+    definitionId: opts.definitionId ?? null,
+    statuses: opts.status != null ? [opts.status] : null,
+  }
+  return (await runPage(db, filter, n, null)).runs
 }
 
 // ---------------------------------------------------------------------------

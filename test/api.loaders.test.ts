@@ -7,6 +7,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import * as logs from '../sql/eventRunLogs.ts'
 import * as runs from '../sql/eventRuns/index.ts'
 import * as steps from '../sql/eventSteps/index.ts'
+import { listRuns } from '../sql/runPage.ts'
 import { makeDefinition, newRun, stepSpecs } from './helpers/fixtures.ts'
 import { startTestServer, type TestServer } from './helpers/server.ts'
 
@@ -29,7 +30,7 @@ beforeAll(async () => {
       rows.push(newRun(fx, { scheduledFor: new Date(Date.UTC(2030, 0, 1, 0, d, i)) }))
   }
   await runs.materialiseMany(db, rows)
-  const all = await runs.list(db, { limit: 500 })
+  const all = await listRuns(db, { limit: 500 })
   expect(all).toHaveLength(RUNS)
   await steps.expand(
     db,
@@ -104,14 +105,14 @@ describe('DataLoaders', () => {
   })
 
   it('a run list reads its definitions and versions up front only when they are selected, fragments included', async () => {
-    // list page + waiting counts = 2; + 1 per selected parent kind.
+    // the page's keys + its runs by key + waiting counts = 3; + 1 per selected parent kind.
     const cases: [string, number][] = [
-      ['{ runs(limit: 500) { id } }', 2],
-      ['{ runs(limit: 500) { id definition { id } } }', 3],
-      ['{ runs(limit: 500) { ... on EventRun { version { id } } } }', 3],
+      ['{ runs(limit: 500) { id } }', 3],
+      ['{ runs(limit: 500) { id definition { id } } }', 4],
+      ['{ runs(limit: 500) { ... on EventRun { version { id } } } }', 4],
       [
         '{ runs(limit: 500) { ...R } } fragment R on EventRun { definition { slug } ...V } fragment V on EventRun { version { version } }',
-        4,
+        5,
       ],
     ]
     for (const [query, expected] of cases) {
@@ -120,18 +121,18 @@ describe('DataLoaders', () => {
     }
     // @skip/@include are applied as execution applies them, variables included.
     const directiveCases: [string, Record<string, unknown>, number][] = [
-      ['{ runs(limit: 500) { id definition @skip(if: true) { id } } }', {}, 2],
-      ['query($d: Boolean!) { runs(limit: 500) { id definition @include(if: $d) { id } } }', { d: false }, 2],
-      ['query($d: Boolean!) { runs(limit: 500) { id definition @include(if: $d) { id } } }', { d: true }, 3],
+      ['{ runs(limit: 500) { id definition @skip(if: true) { id } } }', {}, 3],
+      ['query($d: Boolean!) { runs(limit: 500) { id definition @include(if: $d) { id } } }', { d: false }, 3],
+      ['query($d: Boolean!) { runs(limit: 500) { id definition @include(if: $d) { id } } }', { d: true }, 4],
       [
         'query($s: Boolean!) { runs(limit: 500) { id ... @skip(if: $s) { version { id } } } }',
         { s: true },
-        2,
+        3,
       ],
       [
         'query($s: Boolean!) { runs(limit: 500) { id ...V @skip(if: $s) } } fragment V on EventRun { version { id } }',
         { s: false },
-        3,
+        4,
       ],
     ]
     for (const [query, variables, expected] of directiveCases) {
@@ -142,7 +143,7 @@ describe('DataLoaders', () => {
     const { body } = await statementsFor('{ runs(limit: 500) { id definition { id } version { id } } }')
     const list = (body as { runs: { id: string; definition: { id: string }; version: { id: string } }[] })
       .runs
-    const truth = new Map((await runs.list(s.t.db, { limit: 500 })).map((r) => [String(r.id), r]))
+    const truth = new Map((await listRuns(s.t.db, { limit: 500 })).map((r) => [String(r.id), r]))
     expect(list).toHaveLength(500)
     for (const r of list) {
       expect(r.definition.id).toBe(String(truth.get(r.id)?.definitionId))

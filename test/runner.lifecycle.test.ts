@@ -4,8 +4,8 @@
  * pause or cancel from inside a batch, and the per-step timeout.
  */
 import { describe, expect, it } from 'vitest'
-import * as runsSql from '../sql/eventRuns/index.ts'
 import * as stepsSql from '../sql/eventSteps/index.ts'
+import { listRuns } from '../sql/runPage.ts'
 import { cancelRun, pauseRun, resolveCue, resumeRun, startRun } from '../src/operations/runControls.ts'
 import { Runner } from '../src/runner/runner.ts'
 import type { AnyStepKind } from '../src/runner/steps/registry.ts'
@@ -135,7 +135,7 @@ describe('a run walks its program', () => {
     })
     const run = await startRun(controlDeps(env), { definitionId: def.id, scope: 'hall', actor: 'op#1' })
     expect(run).toMatchObject({ status: 'scheduled', currentPhase: null })
-    const listed = async () => (await runsSql.list(t.db, { definitionId: def.id }))[0]!
+    const listed = async () => (await listRuns(t.db, { definitionId: def.id }))[0]!
     const seen: string[] = []
     const observe = async () => {
       const r = await runOf(t.db, run.id)

@@ -7,6 +7,7 @@
 import { beforeEach, describe, expect, it } from 'vitest'
 import * as runsSql from '../sql/eventRuns/index.ts'
 import * as versionsSql from '../sql/eventVersions.ts'
+import { listRuns } from '../sql/runPage.ts'
 import { cancelRun, pauseRun, resumeRun, startRun } from '../src/operations/runControls.ts'
 import { Runner } from '../src/runner/runner.ts'
 import { startKeylessBatch } from '../src/runner/start.ts'
@@ -462,7 +463,7 @@ describe('a backlog', () => {
       gate.open()
     }
     await tick
-    const all = await runsSql.list(t.db, { limit: 10 })
+    const all = await listRuns(t.db, { limit: 10 })
     expect(all.map((r) => r.status)).toEqual(['completed', 'completed', 'completed', 'completed'])
   })
 })

@@ -7,6 +7,7 @@
 import { expect, it } from 'vitest'
 import type { NewRun } from '../sql/eventRuns/index.ts'
 import * as runsSql from '../sql/eventRuns/index.ts'
+import { listRuns } from '../sql/runPage.ts'
 import { resolveCue, startRun } from '../src/operations/runControls.ts'
 import { Runner } from '../src/runner/runner.ts'
 import { useTestDb } from './helpers/db.ts'
@@ -77,7 +78,7 @@ it(`a due run starts within two ticks while ${PARKED} runs are parked on cues an
     `INSERT INTO concurrency_locks (lock_key, run_id) SELECT concurrency_key, id FROM event_runs WHERE definition_id = ?`,
     [parkedDef.id],
   )
-  const waiting = await runsSql.list(t.db, { definitionId: parkedDef.id, limit: 1 })
+  const waiting = await listRuns(t.db, { definitionId: parkedDef.id, limit: 1 })
   expect(waiting[0]?.waitingSteps).toBe(1)
   console.log(`starvation: ${PARKED + SLEEPING} idle runs set up in ${Date.now() - setupStarted} ms`)
 

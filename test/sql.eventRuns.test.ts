@@ -10,6 +10,7 @@ import type { NewRun, RunRow } from '../sql/eventRuns/index.ts'
 import * as runs from '../sql/eventRuns/index.ts'
 import * as steps from '../sql/eventSteps/index.ts'
 import * as versions from '../sql/eventVersions.ts'
+import { listRuns } from '../sql/runPage.ts'
 import type { RunStatus } from '../sql/states.ts'
 import { useTestDb } from './helpers/db.ts'
 import {
@@ -853,21 +854,21 @@ describe('invariant 14: lists', () => {
     const expected = [...made].sort(
       (p, q) => q.scheduledFor.getTime() - p.scheduledFor.getTime() || q.id - p.id,
     )
-    const listed = await runs.list(db)
+    const listed = await listRuns(db)
     expect(ids(listed)).toEqual(ids(expected))
     // The three ties come out highest id first.
     const tieIds = listed.filter((r) => r.scheduledFor.getTime() === tie.getTime()).map((r) => r.id)
     expect(tieIds).toEqual([...tieIds].sort((x, y) => y - x))
     expect(tieIds).toHaveLength(3)
 
-    expect(ids(await runs.list(db, { definitionId: b.def.id }))).toEqual(
+    expect(ids(await listRuns(db, { definitionId: b.def.id }))).toEqual(
       ids(expected.filter((r) => r.definitionId === b.def.id)),
     )
     const claimed = made[1] as RunRow
     expect((await runs.claimStart(db, claimed, 'w', LEASE(), at(0, claimed.scheduledFor))).claimed).toBe(true)
-    expect(ids(await runs.list(db, { status: 'starting' }))).toEqual([claimed.id])
-    expect(ids(await runs.list(db, { status: 'starting', definitionId: b.def.id }))).toEqual([])
-    expect(await runs.list(db, { status: 'completed' })).toEqual([])
+    expect(ids(await listRuns(db, { status: 'starting' }))).toEqual([claimed.id])
+    expect(ids(await listRuns(db, { status: 'starting', definitionId: b.def.id }))).toEqual([])
+    expect(await listRuns(db, { status: 'completed' })).toEqual([])
     const first = listed[0]
     expect(first).toMatchObject({
       definitionSlug: expect.any(String),
@@ -883,14 +884,14 @@ describe('invariant 14: lists', () => {
       newRun(fx, { scope: '', scheduledFor: at(i * 1000, base) }),
     )
     expect(await runs.materialiseMany(db, batch)).toBe(600)
-    expect(await runs.list(db, { limit: 0 })).toHaveLength(1)
-    expect(await runs.list(db, { limit: -5 })).toHaveLength(1)
-    expect(await runs.list(db, { limit: 10_000 })).toHaveLength(500)
-    expect(await runs.list(db, { limit: Number.NaN })).toHaveLength(100)
-    expect(await runs.list(db, { limit: Number.POSITIVE_INFINITY })).toHaveLength(100)
-    expect(await runs.list(db, {})).toHaveLength(100)
-    expect(await runs.list(db, { limit: 7.9 })).toHaveLength(7)
-    expect(await runs.list(db, { limit: '3; DROP TABLE event_runs' as unknown as number })).toHaveLength(100)
+    expect(await listRuns(db, { limit: 0 })).toHaveLength(1)
+    expect(await listRuns(db, { limit: -5 })).toHaveLength(1)
+    expect(await listRuns(db, { limit: 10_000 })).toHaveLength(500)
+    expect(await listRuns(db, { limit: Number.NaN })).toHaveLength(100)
+    expect(await listRuns(db, { limit: Number.POSITIVE_INFINITY })).toHaveLength(100)
+    expect(await listRuns(db, {})).toHaveLength(100)
+    expect(await listRuns(db, { limit: 7.9 })).toHaveLength(7)
+    expect(await listRuns(db, { limit: '3; DROP TABLE event_runs' as unknown as number })).toHaveLength(100)
     expect(await runs.findDue(db, new Date(), 0)).toHaveLength(1)
     expect(await runs.findDue(db, new Date(), 10_000)).toHaveLength(500)
     expect(await runs.findMissed(db, at(86_400_000), -1)).toHaveLength(1)
@@ -900,11 +901,11 @@ describe('invariant 14: lists', () => {
   it('binds hostile status and definitionId values (no injection; the table survives)', async () => {
     const run = await makeRun(db)
     const hostile = "'; DROP TABLE event_runs; --"
-    expect(await runs.list(db, { status: hostile as RunStatus })).toEqual([])
-    expect(await runs.list(db, { status: "scheduled' OR '1'='1" as RunStatus })).toEqual([])
-    expect(await runs.list(db, { definitionId: '0 OR 1=1' as unknown as number })).toEqual([])
-    expect(await runs.list(db, { definitionId: hostile as unknown as number })).toEqual([])
-    expect(ids(await runs.list(db))).toEqual([run.id])
+    expect(await listRuns(db, { status: hostile as RunStatus })).toEqual([])
+    expect(await listRuns(db, { status: "scheduled' OR '1'='1" as RunStatus })).toEqual([])
+    expect(await listRuns(db, { definitionId: '0 OR 1=1' as unknown as number })).toEqual([])
+    expect(await listRuns(db, { definitionId: hostile as unknown as number })).toEqual([])
+    expect(ids(await listRuns(db))).toEqual([run.id])
     expect(await countRows(db, 'event_runs')).toBe(1)
   })
 })

@@ -8,6 +8,7 @@ import type { Db } from '../sql/db.ts'
 import * as runs from '../sql/eventRuns/index.ts'
 import type { StepRow } from '../sql/eventSteps/index.ts'
 import * as steps from '../sql/eventSteps/index.ts'
+import { listRuns } from '../sql/runPage.ts'
 import { useTestDb } from './helpers/db.ts'
 import {
   at,
@@ -548,7 +549,7 @@ describe('invariant 13: waiting counts parked cues only', () => {
 
     const expectCounts = async (c1: number, c2: number) => {
       const byId = new Map(
-        (await runs.list(db, { definitionId: fx.def.id })).map((r) => [r.id, r.waitingSteps]),
+        (await listRuns(db, { definitionId: fx.def.id })).map((r) => [r.id, r.waitingSteps]),
       )
       expect([byId.get(r1.run.id), byId.get(r2.run.id), byId.get(r3.run.id)]).toEqual([c1, c2, 0])
       expect((await runs.getById(db, r1.run.id))?.waitingSteps).toBe(c1)
@@ -574,5 +575,25 @@ describe('invariant 13: waiting counts parked cues only', () => {
     await expectCounts(0, 1)
     expect((await steps.listWaiting(db)).map((s) => s.id)).toEqual([cue2.id])
     expect(await runs.statusesOf(db, [])).toEqual([])
+
+    // The waiting index holds the parked cue and no other step as non-NULL
+    // (migration 0023), so a begin or an end of any other step leaves its entry.
+    const nonNull = await db.query<{ id: number }>(
+      `SELECT id FROM event_run_steps FORCE INDEX (idx_evstep_waiting_since) WHERE waiting_since IS NOT NULL`,
+    )
+    expect(nonNull.map((r) => Number(r.id))).toEqual([cue2.id])
+    const cols = await db.query<{ COLUMN_NAME: string }>(
+      `SELECT COLUMN_NAME FROM information_schema.STATISTICS
+        WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'event_run_steps' AND INDEX_NAME LIKE 'idx_evstep_waiting%'`,
+    )
+    expect(cols.map((c) => c.COLUMN_NAME)).toEqual(['waiting_since'])
+    for (const sql of [
+      `EXPLAIN SELECT COUNT(*), MIN(waiting_since) FROM event_run_steps WHERE waiting_since IS NOT NULL`,
+      `EXPLAIN SELECT s.id FROM event_run_steps s WHERE s.waiting_since IS NOT NULL ORDER BY s.waiting_since, s.id LIMIT 100`,
+    ]) {
+      const [plan] = await db.query<{ key: string; Extra: string }>(sql)
+      expect(plan?.key, sql).toBe('idx_evstep_waiting_since')
+      expect(plan?.Extra ?? '', sql).not.toMatch(/filesort/)
+    }
   })
 })

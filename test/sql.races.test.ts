@@ -11,6 +11,7 @@ import { performance } from 'node:perf_hooks'
 import { beforeAll, beforeEach, describe, expect, it } from 'vitest'
 import { DB_ERRNO, type Db, isDbErrno, type Queryable } from '../sql/db.ts'
 import * as runs from '../sql/eventRuns/index.ts'
+import { listRuns } from '../sql/runPage.ts'
 import { useTestDb } from './helpers/db.ts'
 import {
   at,
@@ -43,7 +44,7 @@ async function dueRuns(n: number, keyOf: (i: number) => string | null = () => nu
     newRun(fx, { scope: '', scheduledFor: at(-60_000 + i, T), concurrencyKey: keyOf(i) }),
   )
   expect(await runs.materialiseMany(db, batch)).toBe(n)
-  const listed = await runs.list(db, { definitionId: fx.def.id, limit: 500 })
+  const listed = await listRuns(db, { definitionId: fx.def.id, limit: 500 })
   expect(listed).toHaveLength(n)
   return listed.map((r) => r.id).sort((a, b) => a - b)
 }
@@ -171,7 +172,7 @@ describe('race (b): concurrency keys hold across instances', () => {
     const keyOf = (i: number) => `world-${i % KEYS}`
     const ids = await dueRuns(50, keyOf)
     const keyById = new Map(
-      (await runs.list(db, { definitionId: fx.def.id, limit: 500 })).map((r) => [r.id, r.concurrencyKey]),
+      (await listRuns(db, { definitionId: fx.def.id, limit: 500 })).map((r) => [r.id, r.concurrencyKey]),
     )
     const pools = instances(4, 2)
     const sampler = t.open({ connectionLimit: 1 })

@@ -11,6 +11,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { Db } from '../sql/db.ts'
 import * as logs from '../sql/eventRunLogs.ts'
 import * as runs from '../sql/eventRuns/index.ts'
+import { listRuns } from '../sql/runPage.ts'
 import { createTestDb, type TestDb } from './helpers/db.ts'
 import { makeDefinition, newRun } from './helpers/fixtures.ts'
 
@@ -32,7 +33,7 @@ beforeAll(async () => {
       newRun(fx, { scheduledFor: new Date(base + i * 1000), params: { pad: 'x'.repeat(300) } }),
     ),
   )
-  runIds = (await runs.list(t.db, { limit: 500 })).map((r) => r.id)
+  runIds = (await listRuns(t.db, { limit: 500 })).map((r) => r.id)
   for (let k = 0; k < LINES; k++)
     await logs.appendMany(
       t.db,
@@ -55,10 +56,10 @@ async function diskTempTables(read: () => Promise<unknown>): Promise<number> {
 
 describe('no on-disk temporary table', () => {
   it('the run list, plain and filtered by status or definition', async () => {
-    expect(await diskTempTables(() => runs.list(one, { limit: 500 }))).toBe(0)
-    expect(await diskTempTables(() => runs.list(one, { limit: 100, status: 'scheduled' }))).toBe(0)
-    const [first] = await runs.list(one, { limit: 1 })
-    expect(await diskTempTables(() => runs.list(one, { definitionId: first?.definitionId }))).toBe(0)
+    expect(await diskTempTables(() => listRuns(one, { limit: 500 }))).toBe(0)
+    expect(await diskTempTables(() => listRuns(one, { limit: 100, status: 'scheduled' }))).toBe(0)
+    const [first] = await listRuns(one, { limit: 1 })
+    expect(await diskTempTables(() => listRuns(one, { definitionId: first?.definitionId }))).toBe(0)
   })
 
   it('the missed sweep', async () => {

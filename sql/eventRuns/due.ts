@@ -80,33 +80,28 @@ export async function findDueKeyed(db: Queryable, now: Date, limit = 50): Promis
  * that reached `starting` has begun, and "began then stalled" is a different
  * fact from "never began".
  *
- * It reads the range `missed_at < now` of idx_evrun_missed, oldest first, and
- * answers every row it read: `missed_at` is set only while a run is
- * `scheduled`, so the range holds the runs to mark and nothing else, however
- * many runs finished or wait ahead. A row answered with another status is a
- * stray stamp the caller clears ({@link clearMissedAt}), so it is read once.
+ * It reads the scheduled runs of idx_evrun_due (status, scheduled_for), oldest
+ * first, up to now minus the smallest grace of any definition (idx_evdef_grace
+ * answers it from one entry, and the optimiser folds it into the range before
+ * reading a run), and checks `missed_at` on the rows. No run is missed earlier
+ * than that, so runs ahead and runs within the smallest grace are outside the
+ * range; what it reads and does not answer are runs past the smallest grace
+ * but within a larger one of their own, and grace-exempt runs (missed_at NULL)
+ * held past their time. There is no index of its own to write (migration
+ * 0020): a new run and its start each wrote one.
  */
 export async function findMissed(db: Queryable, now: Date, limit = 100): Promise<RunRow[]> {
   const n = clampLimit(limit, 100)
   const rows = await db.execute<Raw>(
-    `${SELECT_RUN} FORCE INDEX (idx_evrun_missed)
-      WHERE r.missed_at < ?
-      ORDER BY r.missed_at, r.id
+    `${SELECT_RUN} FORCE INDEX (idx_evrun_due)
+      WHERE r.status = 'scheduled'
+        AND r.scheduled_for < ? - INTERVAL (SELECT MIN(d.grace_seconds) FROM event_definitions d) SECOND
+        AND r.missed_at < ?
+      ORDER BY r.scheduled_for, r.id
       LIMIT ${n}`,
-    [now],
+    [now, now],
   )
   return rows.map(hydrate)
-}
-
-/** Drop the missed sweep's stamp from runs that are no longer `scheduled`. */
-export async function clearMissedAt(db: Queryable, ids: readonly number[]): Promise<number> {
-  if (ids.length === 0) return 0
-  const res = await db.runQuery(
-    `UPDATE event_runs SET missed_at = NULL
-      WHERE id IN (${placeholders(ids.length)}) AND status <> 'scheduled' AND missed_at IS NOT NULL`,
-    [...ids],
-  )
-  return res.affectedRows
 }
 
 // A start claim also requires the run to be inside its grace window, so a run

@@ -80,14 +80,15 @@ export async function materialiseMany(db: Queryable, runs: readonly NewRun[]): P
 
 /**
  * Re-stamp when a definition's scheduled runs become missed, from its grace as
- * stored now: called after the grace changed. It walks the missed sweep's
- * index, which holds only runs waiting to start, not the definition's history.
+ * stored now: called after the grace changed (a rare, operator's write). It
+ * walks the scheduled runs of idx_evrun_due, every definition's runs waiting
+ * to start and none of the history, and rewrites this definition's.
  */
 export async function resetMissedAt(db: Queryable, definitionId: number): Promise<number> {
   const res = await db.run(
-    `UPDATE event_runs FORCE INDEX (idx_evrun_missed)
+    `UPDATE event_runs FORCE INDEX (idx_evrun_due)
         SET missed_at = scheduled_for + INTERVAL (SELECT d.grace_seconds FROM event_definitions d WHERE d.id = ?) SECOND
-      WHERE missed_at IS NOT NULL AND definition_id = ? AND status = 'scheduled'`,
+      WHERE status = 'scheduled' AND missed_at IS NOT NULL AND definition_id = ?`,
     [definitionId, definitionId],
   )
   return res.affectedRows

@@ -6,64 +6,11 @@
  * only as a clamped integer, every other value is a bound parameter.
  */
 
-import type { Queryable, SqlValue } from '../db.ts'
-import { clampLimit, placeholders } from '../json.ts'
+import type { Queryable } from '../db.ts'
+import { placeholders } from '../json.ts'
 import type { RunHealth, RunStatus } from '../states.ts'
 import { KEY_HOLDING, NON_TERMINAL } from '../states.ts'
-import {
-  LIST_COLUMNS,
-  type Raw,
-  type RunListRow,
-  SELECT_LIST,
-  sortRows,
-  WAITING_SUBQUERY,
-  withWaiting,
-} from './rows.ts'
-
-/** Filters for {@link list}. */
-export interface ListRunsOptions {
-  definitionId?: number | null
-  status?: RunStatus | null
-  /** Clamped to 1..500. @default 100 */
-  limit?: number
-}
-
-/**
- * The admin run list: newest occurrence first (`scheduled_for DESC, id DESC`).
- * `limit` reaches SQL only as a clamped integer; MariaDB takes no placeholder in
- * LIMIT on a prepared statement.
- */
-export async function list(db: Queryable, opts: ListRunsOptions = {}): Promise<RunListRow[]> {
-  const where: string[] = []
-  const args: SqlValue[] = []
-  if (opts.definitionId != null) {
-    where.push('r.definition_id = ?')
-    args.push(opts.definitionId)
-  }
-  if (opts.status != null) {
-    where.push('r.status = ?')
-    args.push(opts.status)
-  }
-  const clause = where.length ? `WHERE ${where.join(' AND ')}` : ''
-  const n = clampLimit(opts.limit ?? 100, 100)
-  // The page is chosen from event_runs alone, walking an index in list order,
-  // then joined. Sorting the joined rows instead made MariaDB drive the join
-  // from the definitions, read every run into a temporary table (on disk: the
-  // rows carry JSON) and sort it, for every page; under concurrent load that
-  // path failed a list with "Error on delete of '/tmp/#sql-temptable…'" (the
-  // fuzz drill), and it costs a scan of all runs however small the page.
-  // findMissed uses the same shape for the same reason.
-  const rows = await db.execute<Raw>(
-    `SELECT ${LIST_COLUMNS}
-       FROM (SELECT r.id FROM event_runs r ${clause} ORDER BY r.scheduled_for DESC, r.id DESC LIMIT ${n}) page
-       JOIN event_runs r ON r.id = page.id
-       JOIN event_definitions d ON d.id = r.definition_id
-       JOIN event_versions    v ON v.id = r.version_id`,
-    args,
-  )
-  // The join does not keep the page's order; at most 500 rows are put back in it here.
-  return withWaiting(db, sortRows(rows, 'newest first'))
-}
+import { type Raw, type RunListRow, SELECT_LIST, sortRows, WAITING_SUBQUERY, withWaiting } from './rows.ts'
 
 export async function getById(db: Queryable, id: number): Promise<RunListRow | null> {
   const rows = await db.execute<Raw>(`${SELECT_LIST} WHERE r.id = ?`, [id])

@@ -46,8 +46,8 @@ export const DROP_CLAIM = 'claimed_by = NULL, claim_expires_at = NULL, claim_tok
 export function transitionSets(to: RunStatus, opts: TransitionOptions): { sets: string[]; args: SqlValue[] } {
   // Every status move hands back the row's start reserve (migration 0003): the
   // first one, out of `scheduled`, is the one that grows the row. It also
-  // leaves the missed sweep's index (`missed_at`, set only while `scheduled`):
-  // NULL again on every later move, which rewrites no index entry.
+  // drops `missed_at`, the grace deadline, which only a `scheduled` run has
+  // (no index holds it since migration 0020, so this writes no index entry).
   const sets = ['status = ?', 'start_reserve = NULL', 'missed_at = NULL']
   const args: SqlValue[] = [to]
   if (opts.phase !== undefined) {

@@ -57,11 +57,15 @@ export async function nextSteps(db: Queryable, runIds: readonly number[]): Promi
   return out
 }
 
-/** Steps parked on a person, oldest first (the one waiting longest is most urgent). */
+/**
+ * Steps parked on a person, oldest first (the one waiting longest is most
+ * urgent). `waiting_since` is non-NULL exactly for them (migration 0023), so
+ * this is a range of its index in its own order.
+ */
 export async function listWaiting(db: Queryable, limit = 100): Promise<StepRow[]> {
   const n = clampLimit(limit, 100)
   const rows = await db.execute<Raw>(
-    `${SELECT_STEP} WHERE s.parked = 1 AND s.status = 'running' ORDER BY s.started_at, s.id LIMIT ${n}`,
+    `${SELECT_STEP} WHERE s.waiting_since IS NOT NULL ORDER BY s.waiting_since, s.id LIMIT ${n}`,
   )
   return rows.map(hydrate)
 }
@@ -69,7 +73,7 @@ export async function listWaiting(db: Queryable, limit = 100): Promise<StepRow[]
 /** How many steps are parked on a person, and since when the oldest has waited. */
 export async function waitingSummary(db: Queryable): Promise<{ count: number; oldestAt: Date | null }> {
   const [row] = await db.execute<Raw>(
-    `SELECT COUNT(*) AS n, MIN(started_at) AS oldest FROM event_run_steps WHERE parked = 1 AND status = 'running'`,
+    `SELECT COUNT(*) AS n, MIN(waiting_since) AS oldest FROM event_run_steps WHERE waiting_since IS NOT NULL`,
   )
   return { count: Number(row?.n ?? 0), oldestAt: (row?.oldest as Date | null) ?? null }
 }

@@ -100,15 +100,10 @@ export class Housekeeping {
     const { db } = this.deps
     const marked: number[] = []
     for (let round = 0; round < 20; round++) {
-      const found = await runs.findMissed(db, now, 500)
-      if (found.length === 0) break
-      // A run found here in another status kept a stamp it should have dropped
-      // when it left `scheduled`: clear it, so no tick reads it again.
-      await runs.clearMissedAt(
-        db,
-        found.filter((r) => r.status !== 'scheduled').map((r) => r.id),
-      )
-      const missed = found.filter((r) => r.status === 'scheduled')
+      // findMissed answers `scheduled` runs only; the transition is guarded on
+      // it too, so a run started meanwhile keeps its start.
+      const missed = await runs.findMissed(db, now, 500)
+      if (missed.length === 0) break
       const ids = missed.map((r) => r.id)
       await runs.transitionMany(db, ids, 'scheduled', 'missed', {
         error: 'not started within its grace window',
@@ -129,7 +124,7 @@ export class Housekeeping {
       )
       await logs.appendMany(db, entries)
       marked.push(...ids)
-      if (found.length < 500) break
+      if (missed.length < 500) break
     }
     return marked
   }

@@ -1,0 +1,13 @@
+-- idx_evrun_definition_list (definition_id, scheduled_for) goes: a page of one
+-- definition's runs is read as one range of idx_evrun_definition_status_list
+-- (definition_id, status, scheduled_for) per status, each at most a page long,
+-- merged (sql/runPage.ts), as a page of several statuses already was. Every
+-- new run wrote an entry of it (1 of the 29 index entries a single-step run
+-- cost, bench/writesPerRun.ts); it changed at no transition, so that was all
+-- it cost, and all it saves.
+--
+-- The foreign key on definition_id keeps its index: the unique occurrence
+-- key (definition_id, scope, scheduled_for, rehearsal) begins with it.
+--
+-- Guarded (IF EXISTS), so a migrator killed halfway can run the file again.
+ALTER TABLE event_runs DROP INDEX IF EXISTS idx_evrun_definition_list

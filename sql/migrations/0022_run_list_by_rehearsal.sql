@@ -1,0 +1,11 @@
+-- idx_evrun_list (scheduled_for, id) goes: a page of every run is read as the
+-- two ranges of idx_evrun_rehearsal_list (rehearsal, scheduled_for), the
+-- rehearsals' and the other runs', each at most a page long, merged
+-- (sql/runPage.ts). Every new run wrote an entry of it (1 of the 28 index
+-- entries a single-step run cost, bench/writesPerRun.ts); it changed at no
+-- transition, so that is what it saves. Run retention's search (status IN the
+-- terminal ones AND scheduled_for < ?) reads the terminal ranges of
+-- idx_evrun_due, which its bound was written for.
+--
+-- Guarded (IF EXISTS), so a migrator killed halfway can run the file again.
+ALTER TABLE event_runs DROP INDEX IF EXISTS idx_evrun_list

@@ -1,0 +1,126 @@
+/**
+ * Migrations 0020–0023 (fewer index writes per run) on a database that was at
+ * 0018 and holds runs and steps: they apply, keep every row, and the reads
+ * they moved to other indexes answer what they answered before. A fresh
+ * database is covered by migrate.test.ts.
+ */
+import { copyFile, mkdtemp, readdir, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import * as runs from '../sql/eventRuns/index.ts'
+import * as steps from '../sql/eventSteps/index.ts'
+import { loadMigrations, MIGRATIONS_DIR, migrate } from '../sql/migrate.ts'
+import { listRuns, pageKeys } from '../sql/runPage.ts'
+import { createTestDb, type TestDb } from './helpers/db.ts'
+import { makeDefinition, makeRun, makeRunWithSteps } from './helpers/fixtures.ts'
+
+const NEW = [
+  '0020_missed_sweep_by_status.sql',
+  '0021_definition_list_by_status.sql',
+  '0022_run_list_by_rehearsal.sql',
+  '0023_waiting_steps_only.sql',
+]
+
+let t: TestDb
+let dir: string
+beforeAll(async () => {
+  t = await createTestDb({ migrate: false })
+  dir = await mkdtemp(join(tmpdir(), 'sr-mig18-'))
+  for (const f of await readdir(MIGRATIONS_DIR))
+    if (f <= '0018_~') await copyFile(join(MIGRATIONS_DIR, f), join(dir, f))
+})
+afterAll(async () => {
+  await t.drop()
+  await rm(dir, { recursive: true, force: true })
+})
+
+async function indexesOf(table: string): Promise<string[]> {
+  const rows = await t.db.query<{ INDEX_NAME: string }>(
+    `SELECT DISTINCT INDEX_NAME FROM information_schema.STATISTICS
+      WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?`,
+    [table],
+  )
+  return rows.map((r) => r.INDEX_NAME).sort()
+}
+
+describe('from 0018 with data', () => {
+  it('applies 0020–0023, keeps the rows, and the moved reads answer as before', async () => {
+    const at18 = await migrate(t.db, { dir })
+    expect(at18.applied.at(-1)).toBe('0018_claim_token_unindexed.sql')
+    expect(await indexesOf('event_runs')).toContain('idx_evrun_missed')
+
+    const now = Date.now()
+    const fx = await makeDefinition(t.db, { graceSeconds: 60 })
+    const other = await makeDefinition(t.db, { graceSeconds: 3600 })
+    const late = await makeRun(t.db, { definition: fx, scope: 'late', scheduledFor: new Date(now - 600_000) })
+    const within = await makeRun(t.db, {
+      definition: other,
+      scope: 'w',
+      scheduledFor: new Date(now - 600_000),
+    })
+    const ahead = await makeRun(t.db, {
+      definition: fx,
+      scope: 'ahead',
+      scheduledFor: new Date(now + 600_000),
+    })
+    const rehearsal = await makeRun(t.db, {
+      definition: fx,
+      scope: 'r',
+      scheduledFor: new Date(now - 1_000),
+      rehearsal: true,
+    })
+    const done = await makeRun(t.db, {
+      definition: other,
+      scope: 'done',
+      scheduledFor: new Date(now - 7_200_000),
+    })
+    expect(await runs.transition(t.db, done.id, 'scheduled', 'completed')).toBe(true)
+    const parked = await makeRunWithSteps(t.db, 2, {
+      definition: fx,
+      scope: 'cue',
+      scheduledFor: new Date(now - 2_000),
+    })
+    expect(await runs.transition(t.db, parked.run.id, 'scheduled', 'running')).toBe(true)
+    const [cue] = parked.steps
+    expect(await steps.begin(t.db, cue?.id as number, 'w', new Date(now + 30_000), new Date(now))).toBe(true)
+    expect(await steps.park(t.db, cue?.id as number, null)).toBe(true)
+    const before = await t.db.query<{ n: number }>(
+      'SELECT (SELECT COUNT(*) FROM event_runs) + (SELECT COUNT(*) FROM event_run_steps) AS n',
+    )
+
+    const rest = await migrate(t.db)
+    expect(rest.applied).toEqual(NEW)
+    expect(await migrate(t.db)).toMatchObject({ applied: [] })
+    const after = await t.db.query<{ n: number }>(
+      'SELECT (SELECT COUNT(*) FROM event_runs) + (SELECT COUNT(*) FROM event_run_steps) AS n',
+    )
+    expect(Number(after[0]?.n)).toBe(Number(before[0]?.n))
+
+    const runIndexes = await indexesOf('event_runs')
+    for (const gone of ['idx_evrun_missed', 'idx_evrun_definition_list', 'idx_evrun_list'])
+      expect(runIndexes).not.toContain(gone)
+    expect(runIndexes).toHaveLength(11) // PRIMARY and 10 secondary
+    expect(await indexesOf('event_run_steps')).toEqual([
+      'PRIMARY',
+      'idx_evstep_waiting_since',
+      'uq_evstep_run_seq',
+    ])
+    expect(await indexesOf('event_definitions')).toContain('idx_evdef_grace')
+
+    // The missed sweep: the late run, not the one within its longer grace, nor the one ahead.
+    expect((await runs.findMissed(t.db, new Date(now), 500)).map((r) => r.id)).toEqual([late.id])
+    // The cue parked before the migration is waiting after it (the virtual column is computed for old rows).
+    expect((await steps.listWaiting(t.db)).map((s) => s.id)).toEqual([cue?.id])
+    expect((await steps.waitingSummary(t.db)).count).toBe(1)
+    // Every run's list, and one definition's, newest first (ties by id, newest first), from the indexes that remain.
+    const all = [ahead, rehearsal, parked.run, within, late, done].map((r) => r.id)
+    expect((await listRuns(t.db, { limit: 500 })).map((r) => r.id)).toEqual(all)
+    const ofFx = [ahead, rehearsal, parked.run, late].map((r) => r.id)
+    expect((await pageKeys(t.db, { definitionId: fx.def.id }, 100, null)).map((k) => k.id)).toEqual(ofFx)
+
+    // Each new file runs again without error (a migrator killed halfway repeats it).
+    for (const m of (await loadMigrations()).filter((x) => NEW.includes(x.name)))
+      for (const sql of m.statements) await t.db.run(sql)
+  })
+})
