@@ -69,6 +69,8 @@ export function hostRunner(
         if (tickChangedRuns) changes.notify()
         tickChangedRuns = false
       },
+      // A round parked cues: their owners' inboxes look now, mid-batch, not after the batch.
+      cuesParked: () => changes.notify(),
       tickError: () => metrics.tickErrors.inc(),
       tickLag: (ms) => metrics.tickLagMs.set(ms),
       runsDeleted: (byStatus) => runCounts.adjustForDeletedRuns(byStatus),

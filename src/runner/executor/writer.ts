@@ -93,6 +93,8 @@ export class BufferedWriter implements StepWriter {
   constructor(
     private readonly db: Queryable,
     private readonly hardStop: AbortSignal,
+    /** Told once a flush has parked steps on a person (written, so readers see them now). */
+    private readonly parked: () => void = () => {},
   ) {}
 
   async movePhase(runId: number, move: PhaseMove): Promise<void> {
@@ -167,6 +169,9 @@ export class BufferedWriter implements StepWriter {
         await steps.setAsideMany(db, setAside)
         await steps.failAttempts(db, failed)
       })
+    // A parked cue is news to its owner's inbox now, not when the whole batch
+    // (its other runs' rounds, its stragglers) is done.
+    if (setAside.some((r) => r.parked)) this.parked()
     // The runs' health follows what their steps' rows now say.
     await runs.degradeForSteps(
       db,
@@ -200,8 +205,9 @@ export class GroupWriter {
   constructor(
     private readonly db: Queryable,
     private readonly hardStop: AbortSignal,
+    private readonly parked: () => void = () => {},
   ) {
-    this.buffer = new BufferedWriter(db, hardStop)
+    this.buffer = new BufferedWriter(db, hardStop, parked)
   }
 
   /** Collect writes for the next flush (BufferedWriter's methods collect at once), and start it unless one is under way. */
@@ -214,7 +220,7 @@ export class GroupWriter {
     try {
       while (!this.buffer.isEmpty()) {
         const batch = this.buffer
-        this.buffer = new BufferedWriter(this.db, this.hardStop)
+        this.buffer = new BufferedWriter(this.db, this.hardStop, this.parked)
         await batch.flush()
       }
     } catch (err) {
