@@ -194,7 +194,8 @@ export class BufferedWriter implements StepWriter {
  * made set-wise as they come, like a database's group commit: while one flush
  * is under way, whatever arrives is collected and written by the next. Under
  * load each flush carries many rows; when it is quiet, an outcome is written
- * as soon as it is known. Either way a step's outcome is not held back until
+ * at the end of the turn it is known in, with whatever else settled in that
+ * turn. Either way a step's outcome is not held back until
  * the slowest step of its round answers (a crash then would run it again).
  */
 export class GroupWriter {
@@ -217,6 +218,10 @@ export class GroupWriter {
   }
 
   private async drain(): Promise<void> {
+    // Begin after this turn of the event loop: the steps of a round that settle
+    // together (a round of cues, answered at once by their ladders) are written
+    // by one flush, not the first alone and the rest after it.
+    await new Promise<void>((resolve) => setImmediate(resolve))
     try {
       while (!this.buffer.isEmpty()) {
         const batch = this.buffer
