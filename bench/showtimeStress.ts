@@ -30,8 +30,14 @@ const EVERY_SECOND = {
   phases: [{ name: 'main', steps: [{ kind: 'core.log', params: { message: 'tick' } }] }],
 }
 
+/** A phase asked to be left out (its count set to 0, for a quicker profile of the show alone). */
+function skipped(what: string): BenchResult {
+  return { value: 0, unit: `skipped (${what} = 0)`, baseline: null, ratio: null, target: '—', met: true }
+}
+
 /** Every parked cue answered twice, all at once, each on its own connection. */
 export async function burstPhase(s: BenchServer, clients: ClientsProcess): Promise<BenchResult> {
+  if (BURST_ANSWERS <= 0) return skipped('SHOWTIME_BURST_ANSWERS')
   const cues = Math.ceil(BURST_ANSWERS / 2)
   const instant = instantAhead(Math.max(5000, cues * 3))
   const defs = await createShows(s, {
@@ -118,6 +124,7 @@ export async function burstPhase(s: BenchServer, clients: ClientsProcess): Promi
 
 /** Per-second schedules, without and then with a hostile viewer's runChanges subscriptions. */
 export async function hostilePhase(s: BenchServer, clients: ClientsProcess): Promise<BenchResult> {
+  if (HOSTILE_SECONDS <= 0 || TICKERS <= 0) return skipped('SHOWTIME_HOSTILE_SECONDS or SHOWTIME_TICKERS')
   const defs = await createShows(s, {
     prefix: 'tick-',
     shows: TICKERS,

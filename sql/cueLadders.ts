@@ -5,7 +5,13 @@
  * same rung or two answers cannot both apply.
  */
 import type { Queryable, SqlValue } from './db.ts'
-import { hydrate as hydrateStep, type Raw, SELECT_STEP, type StepRow } from './eventSteps/rows.ts'
+import {
+  hydrate as hydrateStep,
+  type Raw,
+  SELECT_STEP,
+  STEP_COLUMNS,
+  type StepRow,
+} from './eventSteps/rows.ts'
 import { chunkRows, clampLimit, parseJson, placeholders, toJson } from './json.ts'
 
 export type CueOutcome = 'resolved' | 'skipped' | 'timedOut'
@@ -189,4 +195,39 @@ export async function listWaiting(
     [toJson([...identities])],
   )
   return rows.map(hydrateStep)
+}
+
+/** Callers' inboxes read by one statement of {@link listWaitingForEach}: bounds its text and its rows (each up to 500). */
+const INBOXES_PER_STATEMENT = 16
+
+/**
+ * {@link listWaiting} for many callers at once (`asks[i]`: a limit and a
+ * caller's identities), answered in the order asked: one statement per 16
+ * callers, each caller's part filtered before its own limit, so no caller's
+ * cues wait behind others' older ones. The live inbox polls every distinct
+ * caller together this way instead of a round trip each, one after another.
+ */
+export async function listWaitingForEach(
+  db: Queryable,
+  asks: readonly { limit: number; identities: readonly string[] }[],
+): Promise<StepRow[][]> {
+  const out: StepRow[][] = asks.map(() => [])
+  for (let from = 0; from < asks.length; from += INBOXES_PER_STATEMENT) {
+    const chunk = asks.slice(from, from + INBOXES_PER_STATEMENT)
+    const parts = chunk.map(
+      (a, i) => `(SELECT ${STEP_COLUMNS}, s.waiting_since AS waiting_since, ${from + i} AS ask
+        FROM event_run_steps s LEFT JOIN cue_ladders l ON l.step_id = s.id
+        WHERE s.waiting_since IS NOT NULL
+          AND (l.step_id IS NULL OR JSON_LENGTH(l.assignees) = 0 OR JSON_OVERLAPS(l.assignees, ?))
+        ORDER BY s.waiting_since, s.id LIMIT ${clampLimit(a.limit, 100)})`,
+    )
+    // A union's order is its outer ORDER BY's alone: each caller's part comes back oldest first.
+    // Each part is a range of idx_evstep_waiting_since (migration 0023), like listWaiting's.
+    const rows = await db.query<Raw>(
+      `${parts.join(' UNION ALL ')} ORDER BY ask, waiting_since, id`,
+      chunk.map((a) => toJson([...a.identities])),
+    )
+    for (const r of rows) out[Number(r.ask)]?.push(hydrateStep(r))
+  }
+  return out
 }

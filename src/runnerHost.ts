@@ -28,11 +28,13 @@ export interface RunnerHostDeps {
   metrics: Metrics
   runCounts: RunCountsReader
   changes: ChangeSignal
+  /** Raised when a round's write parked cues: wakes the cue inbox alone (the runs change when released, told as before). */
+  cuesParked: ChangeSignal
 }
 
 export function hostRunner(
   config: Config,
-  { db, registry, clock, logger, metrics, runCounts, changes }: RunnerHostDeps,
+  { db, registry, clock, logger, metrics, runCounts, changes, cuesParked }: RunnerHostDeps,
 ): { runner: Runner; dispatcher: Dispatcher } {
   // A tick that finished a step changed a run; the feeds look after the tick.
   let tickChangedRuns = false
@@ -69,6 +71,8 @@ export function hostRunner(
         if (tickChangedRuns) changes.notify()
         tickChangedRuns = false
       },
+      // A round parked cues: their owners' inboxes look now, mid-batch, not after the batch.
+      cuesParked: () => cuesParked.notify(),
       tickError: () => metrics.tickErrors.inc(),
       tickLag: (ms) => metrics.tickLagMs.set(ms),
       runsDeleted: (byStatus) => runCounts.adjustForDeletedRuns(byStatus),

@@ -200,10 +200,21 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
   })
   // Changes made by this process wake the live feeds at once (see changeSignal.ts).
   const changes = new ChangeSignal()
+  // A round's write that parked cues: only the inbox needs to look at once.
+  const cuesParked = new ChangeSignal()
   // The runner and the notification dispatcher, on instances that run the runner.
   const { runner, dispatcher } =
     config.runner === 'on'
-      ? hostRunner(config, { db: runnerDb as Db, registry, clock, logger, metrics, runCounts, changes })
+      ? hostRunner(config, {
+          db: runnerDb as Db,
+          registry,
+          clock,
+          logger,
+          metrics,
+          runCounts,
+          changes,
+          cuesParked,
+        })
       : { runner: null, dispatcher: null }
 
   const poller = new StatusPoller({
@@ -223,6 +234,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
   const inbox = new InboxFeed(feedOptions)
   changes.on(() => runChanges.wake())
   changes.on(() => inbox.wake())
+  cuesParked.on(() => inbox.wake())
   changes.on(() => dispatcher?.nudge())
 
   // API keys are read through the API's pool; revocations are polled at the live feeds' pace.

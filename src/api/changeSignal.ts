@@ -2,7 +2,11 @@
  * "Something changed in this process": the in-process notice that lets the
  * live feeds push a change made here at once instead of at their next poll.
  * Every mutation raises it once it has run ({@link useChangeSignalAfterMutations}),
- * and the co-hosted runner after a tick that advanced a run. Changes made by other
+ * and the co-hosted runner after a tick that advanced a run and after each
+ * batch it advanced in flight. A round's write that parked cues raises a
+ * signal of its own that wakes the cue inbox alone (src/server.ts): the owners
+ * should not wait for the rest of the batch, and the runs themselves change
+ * for `runChanges` when they are released, told as before. Changes made by other
  * instances are not signalled; the feeds find them at their next poll.
  */
 import { getOperationAST, OperationTypeNode } from 'graphql'

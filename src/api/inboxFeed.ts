@@ -4,14 +4,17 @@
  *
  * A poll is one read of the inbox, oldest cue first, as long as the longest
  * `limit` any subscriber asked for (at most 500): a range of the waiting-steps
- * index, so its cost follows the inbox, not the history. Each subscriber gets
- * its first `limit` cues again whenever they differ from what it got last (a
- * cue parked, answered, skipped or timed out). The runs of the cues are read
- * once per change for everybody, so `run { … }` in 2,000 subscriptions costs
- * one statement, not 2,000. Nobody listening costs nothing.
+ * index, so its cost follows the inbox, not the history. `mine` subscribers
+ * are grouped by who they are; every group's own inbox (filtered before its
+ * limit) is read by the same statement, beside everybody's. Each subscriber
+ * gets its first `limit` cues again whenever they differ from what it got last
+ * (a cue parked, answered, skipped or timed out). The runs of the changed
+ * inboxes are read once per poll for all of them, so `run { … }` in 2,000
+ * subscriptions, or in ten operators' inboxes, costs one read, not one each.
+ * Nobody listening costs nothing.
  */
 import { Repeater, SlidingBuffer } from 'graphql-yoga'
-import { listWaiting } from '../../sql/cueLadders.ts'
+import { listWaiting, listWaitingForEach } from '../../sql/cueLadders.ts'
 import type { Queryable } from '../../sql/db.ts'
 import { getByIds } from '../../sql/eventRuns/index.ts'
 import type { StepRow } from '../../sql/eventSteps/index.ts'
@@ -50,6 +53,13 @@ export interface InboxFeedOptions {
   logger?: Pick<Logger, 'warn'>
   /** Called when a subscriber starts (+1) and ends (−1): the open-subscriptions gauge. */
   onWatchersChange?: (delta: 1 | -1) => void
+}
+
+/** One limit's cut of an inbox as a poll read it: its cues, their fingerprint, and the event sent for them. */
+interface View {
+  steps: StepRow[]
+  sent: string
+  inbox?: Inbox
 }
 
 /** Identifies the inbox's content: which cues, each as of its last change. */
@@ -183,36 +193,60 @@ export class InboxFeed {
       if (group) group.push(l)
       else groups.set(key, [l])
     }
-    for (const listeners of groups.values()) await this.pollGroup(listeners)
+    const everybody = groups.get('')
+    const mine = [...groups.values()].filter((g) => g !== everybody)
+    const longest = (listeners: InboxListener[]) => Math.max(...listeners.map((l) => l.limit))
+    // Every caller's inbox in one statement (per 16 callers), beside everybody's:
+    // read one after another, ten operators' inboxes were ten round trips on a
+    // loaded pool, and the last operator's new cue waited for all of them.
+    const [everybodySteps, mineSteps] = await Promise.all([
+      everybody ? listWaiting(this.opts.db, longest(everybody), null) : [],
+      listWaitingForEach(
+        this.opts.db,
+        mine.map((g) => ({ limit: longest(g), identities: g[0]?.identities ?? [] })),
+      ),
+    ])
+    const read: { listeners: InboxListener[]; steps: StepRow[] }[] = mine.map((listeners, i) => ({
+      listeners,
+      steps: mineSteps[i] ?? [],
+    }))
+    if (everybody) read.push({ listeners: everybody, steps: everybodySteps })
+    const changed = read
+      .map((r) => ({ ...r, due: this.dueOf(r.listeners, r.steps) }))
+      .filter((r) => r.due.length > 0)
+    if (changed.length === 0) return
+    // The runs of every changed inbox in one read, and one set of loaders for
+    // all of them, so `run { definition { … } }` is one statement per poll too.
+    const loaders = await this.loadersFor(changed.flatMap((r) => r.steps))
+    for (const { due } of changed) {
+      for (const { listener, view } of due) {
+        listener.sent = view.sent
+        // One inbox object per limit: subscribers of equal selections share its
+        // execution (sharedSubscribe.ts), which is keyed by the event object.
+        view.inbox ??= { steps: view.steps, loaders }
+        try {
+          listener.onInbox(view.inbox)
+        } catch (err) {
+          this.opts.logger?.warn({ err }, 'a waitingSteps listener failed')
+        }
+      }
+    }
   }
 
-  private async pollGroup(listeners: InboxListener[]): Promise<void> {
-    const longest = Math.max(...listeners.map((l) => l.limit))
-    const steps = await listWaiting(this.opts.db, longest, listeners[0]?.identities ?? null)
-    const due: { listener: InboxListener; view: { steps: StepRow[]; sent: string; inbox?: Inbox } }[] = []
+  /** The listeners of one inbox whose first `limit` cues differ from what they got last, each with its view. */
+  private dueOf(listeners: InboxListener[], steps: StepRow[]): { listener: InboxListener; view: View }[] {
+    const due: { listener: InboxListener; view: View }[] = []
     // Subscribers ask for a few distinct limits: each slice is cut and identified once.
-    const byLimit = new Map<number, { steps: StepRow[]; sent: string; inbox?: Inbox }>()
+    const byLimit = new Map<number, View>()
     for (const listener of listeners) {
       let view = byLimit.get(listener.limit)
       if (!view) {
-        const mine = steps.slice(0, listener.limit)
-        view = { steps: mine, sent: fingerprintOf(mine) }
+        const slice = steps.slice(0, listener.limit)
+        view = { steps: slice, sent: fingerprintOf(slice) }
         byLimit.set(listener.limit, view)
       }
       if (view.sent !== listener.sent) due.push({ listener, view })
     }
-    if (due.length === 0) return
-    const loaders = await this.loadersFor(steps)
-    for (const { listener, view } of due) {
-      listener.sent = view.sent
-      // One inbox object per limit: subscribers of equal selections share its
-      // execution (sharedSubscribe.ts), which is keyed by the event object.
-      view.inbox ??= { steps: view.steps, loaders }
-      try {
-        listener.onInbox(view.inbox)
-      } catch (err) {
-        this.opts.logger?.warn({ err }, 'a waitingSteps listener failed')
-      }
-    }
+    return due
   }
 }

@@ -301,7 +301,7 @@ class Recording {
   private readonly finished: { kind: string; how: 'completed' | 'sleep' | 'park' | 'retry' | 'failed' }[] = []
 
   constructor(private readonly deps: EngineDeps) {
-    this.writer = new GroupWriter(deps.db, deps.hardStop)
+    this.writer = new GroupWriter(deps.db, deps.hardStop, () => deps.observer?.cuesParked?.())
   }
 
   record(e: Entry, result: AttemptResult): void {

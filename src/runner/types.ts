@@ -17,6 +17,8 @@ export interface RunnerObserver {
   tickDuration?(ms: number): void
   /** A batch a pass handed on (flights.ts) has been advanced: its runs' steps changed since the pass ended. */
   batchAdvanced?(): void
+  /** Steps were parked on a person and the write is made: the cue inbox can show them now. */
+  cuesParked?(): void
   tickError?(): void
   /** How late this tick started against its schedule, in ms (0 when on time). */
   tickLag?(ms: number): void

@@ -93,6 +93,8 @@ export class BufferedWriter implements StepWriter {
   constructor(
     private readonly db: Queryable,
     private readonly hardStop: AbortSignal,
+    /** Told once a flush has parked steps on a person (written, so readers see them now). */
+    private readonly parked: () => void = () => {},
   ) {}
 
   async movePhase(runId: number, move: PhaseMove): Promise<void> {
@@ -167,6 +169,9 @@ export class BufferedWriter implements StepWriter {
         await steps.setAsideMany(db, setAside)
         await steps.failAttempts(db, failed)
       })
+    // A parked cue is news to its owner's inbox now, not when the whole batch
+    // (its other runs' rounds, its stragglers) is done.
+    if (setAside.some((r) => r.parked)) this.parked()
     // The runs' health follows what their steps' rows now say.
     await runs.degradeForSteps(
       db,
@@ -189,7 +194,8 @@ export class BufferedWriter implements StepWriter {
  * made set-wise as they come, like a database's group commit: while one flush
  * is under way, whatever arrives is collected and written by the next. Under
  * load each flush carries many rows; when it is quiet, an outcome is written
- * as soon as it is known. Either way a step's outcome is not held back until
+ * at the end of the turn it is known in, with whatever else settled in that
+ * turn. Either way a step's outcome is not held back until
  * the slowest step of its round answers (a crash then would run it again).
  */
 export class GroupWriter {
@@ -200,8 +206,9 @@ export class GroupWriter {
   constructor(
     private readonly db: Queryable,
     private readonly hardStop: AbortSignal,
+    private readonly parked: () => void = () => {},
   ) {
-    this.buffer = new BufferedWriter(db, hardStop)
+    this.buffer = new BufferedWriter(db, hardStop, parked)
   }
 
   /** Collect writes for the next flush (BufferedWriter's methods collect at once), and start it unless one is under way. */
@@ -211,10 +218,14 @@ export class GroupWriter {
   }
 
   private async drain(): Promise<void> {
+    // Begin after this turn of the event loop: the steps of a round that settle
+    // together (a round of cues, answered at once by their ladders) are written
+    // by one flush, not the first alone and the rest after it.
+    await new Promise<void>((resolve) => setImmediate(resolve))
     try {
       while (!this.buffer.isEmpty()) {
         const batch = this.buffer
-        this.buffer = new BufferedWriter(this.db, this.hardStop)
+        this.buffer = new BufferedWriter(this.db, this.hardStop, this.parked)
         await batch.flush()
       }
     } catch (err) {
