@@ -83,6 +83,7 @@ const NAMES: [RegExp, string][] = [
   [/DELETE FROM runner_heartbeats/, 'heartbeat prune'],
   [/AND ended_at < \?$/, 'log retention: which runs of old lines ended before the cutoff'],
   [/^DELETE FROM event_run_logs/, 'log retention: delete the lines of those runs'],
+  [/^DELETE l FROM event_run_logs l LEFT JOIN event_runs/, 'log retention: old lines of deleted runs'],
   [/INSERT INTO runner_heartbeats/, 'heartbeat'],
   [/MAX\(id\), 0\) AS id FROM event_runs WHERE created_at/, 'the id mark'],
   [/SUM\(id <= \?\)/, 'the count up to the marks'],

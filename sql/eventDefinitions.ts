@@ -5,6 +5,7 @@
  */
 
 import type { Db, Queryable, SqlValue } from './db.ts'
+import { deleteRunChildren } from './eventRuns/children.ts'
 import { transitionSets } from './eventRuns/transitions.ts'
 import { parseJson, placeholders, toJson } from './json.ts'
 import type { DefinitionState, OverlapPolicy } from './states.ts'
@@ -255,6 +256,9 @@ export async function setState(
   return db.transaction((tx) => setStateIn(tx, id, state, archivedReason), { retryable: true })
 }
 
+/** Runs withdrawn per statement when a definition is paused or archived. */
+const WITHDRAW_BATCH = 1000
+
 /** {@link setState} inside the caller's transaction (applyDefinitions changes a definition in one). */
 export async function setStateIn(
   tx: Queryable,
@@ -280,11 +284,24 @@ export async function setStateIn(
   let withdrawn = 0
   let cancelled = 0
   if (state !== 'active') {
-    const gone = await tx.run(
-      `DELETE FROM event_runs WHERE definition_id = ? AND status = 'scheduled' AND started_by <=> 'schedule'`,
+    // The runs first (locked: the run guard above keeps new ones out), then
+    // their log lines before them, a batch at a time: no foreign key cascades
+    // (migration 0024), and the transaction makes the batches one change.
+    const doomed = await tx.execute<Raw>(
+      `SELECT id FROM event_runs
+        WHERE definition_id = ? AND status = 'scheduled' AND started_by <=> 'schedule' FOR UPDATE`,
       [id],
     )
-    withdrawn = gone.affectedRows
+    const ids = doomed.map((r) => Number(r.id))
+    for (let from = 0; from < ids.length; from += WITHDRAW_BATCH) {
+      const batch = ids.slice(from, from + WITHDRAW_BATCH)
+      await deleteRunChildren(tx, { ids: batch })
+      const gone = await tx.runQuery(
+        `DELETE FROM event_runs WHERE id IN (${placeholders(batch.length)}) AND status = 'scheduled'`,
+        batch,
+      )
+      withdrawn += gone.affectedRows
+    }
   }
   if (state === 'archived') {
     const { sets, args } = transitionSets('cancelled', { error: archivedReason })

@@ -182,6 +182,23 @@ export async function deleteForRuns(db: Queryable, runIds: readonly number[]): P
 }
 
 /**
+ * Delete the lines of these runs that no longer exist. No foreign key refuses
+ * a line for a run deleted a moment before (migration 0024: e.g. a held run's
+ * note written as its definition is paused); the log retention sweep passes
+ * the old lines' runs it did not find ended, so no such line outlives it.
+ * Answers how many lines went.
+ */
+export async function deleteOrphaned(db: Queryable, runIds: readonly number[]): Promise<number> {
+  if (runIds.length === 0) return 0
+  const res = await db.runQuery(
+    `DELETE l FROM event_run_logs l LEFT JOIN event_runs r ON r.id = l.run_id
+      WHERE l.run_id IN (${placeholders(runIds.length)}) AND r.id IS NULL`,
+    [...runIds],
+  )
+  return res.affectedRows
+}
+
+/**
  * {@link listForRun} for several runs in one statement: each run's newest
  * `limit` lines (clamped to 1..500), newest first per run.
  */

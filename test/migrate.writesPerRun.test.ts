@@ -90,7 +90,8 @@ describe('from 0018 with data', () => {
     )
 
     const rest = await migrate(t.db)
-    expect(rest.applied).toEqual(NEW)
+    // Later migrations (0024 on) apply after these and have their own tests.
+    expect(rest.applied.slice(0, NEW.length)).toEqual(NEW)
     expect(await migrate(t.db)).toMatchObject({ applied: [] })
     const after = await t.db.query<{ n: number }>(
       'SELECT (SELECT COUNT(*) FROM event_runs) + (SELECT COUNT(*) FROM event_run_steps) AS n',

@@ -7,6 +7,7 @@
  */
 import type { Queryable, SqlValue } from '../db.ts'
 import { placeholders, toJson } from '../json.ts'
+import { deleteRunChildren } from './children.ts'
 
 /** What {@link materialise} needs to insert one occurrence. */
 export interface NewRun {
@@ -96,11 +97,15 @@ export async function resetMissedAt(db: Queryable, definitionId: number): Promis
 
 /**
  * Withdraw never-started runs (delete them: a run the schedule made and
- * nothing started is a projection, not history). Guarded on `scheduled`, so a
- * run that started meanwhile stays. Answers how many went.
+ * nothing started is a projection, not history), their log lines first (a
+ * run held by a concurrency key logs why; no foreign key cascades, migration
+ * 0024). Guarded on `scheduled`, so a run that started meanwhile stays; inside
+ * a transaction the guard's read of the runs holds them until it commits.
+ * Answers how many went.
  */
 export async function withdrawScheduled(db: Queryable, ids: readonly number[]): Promise<number> {
   if (ids.length === 0) return 0
+  await deleteRunChildren(db, { ids, guard: { sql: "r.status = 'scheduled'", args: [] } })
   const res = await db.runQuery(
     `DELETE FROM event_runs WHERE id IN (${placeholders(ids.length)}) AND status = 'scheduled'`,
     [...ids],

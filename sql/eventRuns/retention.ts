@@ -8,6 +8,7 @@
 import type { Queryable } from '../db.ts'
 import { clampLimit, placeholders } from '../json.ts'
 import { TERMINAL, type TerminalStatus } from '../states.ts'
+import { deleteRunChildren } from './children.ts'
 import type { Raw } from './rows.ts'
 
 /**
@@ -33,10 +34,11 @@ export async function expiredRuns(
 }
 
 /**
- * Delete these terminal runs with their steps and log lines, one short
- * statement per table (and per status for the runs, so the answer is exact
- * per status even when another instance deletes some of them first). Answers
- * how many runs of each status this call deleted.
+ * Delete these terminal runs with their steps (and the steps' ladders and
+ * links), log lines and bulk memberships, one short statement per table (and
+ * per status for the runs, so the answer is exact per status even when another
+ * instance deletes some of them first). Answers how many runs of each status
+ * this call deleted.
  */
 export async function deleteTerminalRuns(
   db: Queryable,
@@ -45,13 +47,13 @@ export async function deleteTerminalRuns(
   const deleted: Partial<Record<TerminalStatus, number>> = {}
   if (runs.length === 0) return deleted
   const ids = runs.map((r) => r.id)
-  const inIds = `IN (${placeholders(ids.length)})`
-  const terminal = `(SELECT id FROM event_runs WHERE id ${inIds} AND status IN (${placeholders(TERMINAL.length)}))`
-  // Children first, each only for runs that are (still) terminal, so the
-  // run delete itself cascades over nothing and stays short.
-  await db.runQuery(`DELETE FROM event_run_logs WHERE run_id IN ${terminal}`, [...ids, ...TERMINAL])
-  await db.runQuery(`DELETE FROM event_run_steps WHERE run_id IN ${terminal}`, [...ids, ...TERMINAL])
-  await db.runQuery(`DELETE FROM bulk_action_runs WHERE run_id IN ${terminal}`, [...ids, ...TERMINAL])
+  // Children first, each only for runs that are (still) terminal: no foreign
+  // key cascades (migration 0024), and a sweep stopped between statements
+  // leaves terminal runs with fewer rows, which the next sweep deletes.
+  await deleteRunChildren(db, {
+    ids,
+    guard: { sql: `r.status IN (${placeholders(TERMINAL.length)})`, args: TERMINAL },
+  })
   for (const status of TERMINAL) {
     const mine = runs.filter((r) => r.status === status).map((r) => r.id)
     if (mine.length === 0) continue

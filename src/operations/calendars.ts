@@ -170,7 +170,12 @@ async function replanDefinition(deps: CalendarDeps, definitionId: number): Promi
       .filter((r) => !movedHere.has(`${r.scope}|${r.scheduledFor.getTime()}`))
       .filter((r) => blackoutOf(observed, r.scheduledFor) !== null)
       .map((r) => r.id)
-    withdrawn = await runs.withdrawScheduled(deps.db, dark)
+    // A transaction per batch: its log lines and the run go together, and a
+    // run that starts meanwhile keeps both (sql/eventRuns/children.ts).
+    for (let from = 0; from < dark.length; from += 500) {
+      const batch = dark.slice(from, from + 500)
+      withdrawn += await deps.db.transaction((tx) => runs.withdrawScheduled(tx, batch), { retryable: true })
+    }
   }
   await definitions.replan(deps.db, definitionId)
   deps.nudgeMaterialise?.()

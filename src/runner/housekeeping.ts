@@ -251,6 +251,14 @@ export class Housekeeping {
         const deleted = await logs.deleteForRuns(db, ended)
         logger.info({ runs: ended.length, lines: deleted }, 'log retention: deleted logs of finished runs')
       }
+      // Old lines of runs not found ended: running still, or gone (a line
+      // written as its run was deleted; no foreign key refuses it).
+      const endedSet = new Set(ended)
+      const orphaned = await logs.deleteOrphaned(
+        db,
+        [...new Set(old.map((l) => l.runId))].filter((id) => !endedSet.has(id)),
+      )
+      if (orphaned > 0) logger.info({ lines: orphaned }, 'log retention: deleted lines of deleted runs')
       const last = lines.at(-1)
       if (last === undefined || old.length < lines.length || lines.length < RETENTION_PAGE) break
       after = last.id

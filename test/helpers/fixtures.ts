@@ -140,6 +140,9 @@ export async function makeRunWithSteps(
  */
 export async function resetRuns(db: Queryable): Promise<void> {
   await db.run('DELETE FROM concurrency_locks')
+  // No foreign key cascades from a run to its rows (migration 0024).
+  await db.run('DELETE FROM cue_links')
+  await db.run('DELETE FROM cue_ladders')
   await db.run('DELETE FROM event_run_logs')
   await db.run('DELETE FROM event_run_steps')
   await db.run('DELETE FROM event_runs')
