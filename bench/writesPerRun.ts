@@ -13,7 +13,10 @@
  * - `Handler_write`, `Handler_update`, `Handler_delete`: rows the SQL layer
  *   asked the engine to insert, change or delete;
  * - `Handler_read_key`, `Handler_read_next`: index lookups and the rows read
- *   on from them (the lock read, foreign key checks, the unique checks);
+ *   on from them by the SQL layer (the lock read, the unique checks);
+ * - `Innodb_buffer_pool_read_requests`: pages looked at, InnoDB's own reads
+ *   included (a foreign key's parent check is one, and no `Handler_*`
+ *   counts it);
  * - `Innodb_buffer_pool_write_requests`: page modifications (MariaDB 10.11
  *   no longer has `Innodb_rows_*`);
  * - redo bytes: the move of `Innodb_lsn_current` (InnoDB's log sequence
@@ -55,6 +58,7 @@ const COUNTERS = [
   'Handler_delete',
   'Handler_read_key',
   'Handler_read_next',
+  'Innodb_buffer_pool_read_requests',
   'Innodb_buffer_pool_write_requests',
   'Innodb_lsn_current',
 ] as const
@@ -250,8 +254,8 @@ async function main(): Promise<void> {
 
     const fmt = (n: number, d = 2) => (Number.isInteger(n) ? String(n) : n.toFixed(d))
     const out: string[] = [
-      `| per run (${RUNS} runs, start batches of ${BATCH}) | statements | Handler_write | Handler_update | Handler_delete | Handler_read_key | Handler_read_next | buffer pool page writes | index entries written | redo bytes |`,
-      '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |',
+      `| per run (${RUNS} runs, start batches of ${BATCH}) | statements | Handler_write | Handler_update | Handler_delete | Handler_read_key | Handler_read_next | buffer pool page reads | buffer pool page writes | index entries written | redo bytes |`,
+      '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |',
     ]
     let total = zero()
     let totalEntries = 0
@@ -261,7 +265,7 @@ async function main(): Promise<void> {
       const c = row.counts
       const e = entries[row.what]
       out.push(
-        `| ${row.what} | ${fmt(row.statements / per, 4)} | ${fmt(c.Handler_write / per)} | ${fmt(c.Handler_update / per)} | ${fmt(c.Handler_delete / per)} | ${fmt(c.Handler_read_key / per)} | ${fmt(c.Handler_read_next / per)} | ${fmt(c.Innodb_buffer_pool_write_requests / per)} | ${e === undefined ? '' : fmt(e)} | ${fmt(c.Innodb_lsn_current / per, 0)} |`,
+        `| ${row.what} | ${fmt(row.statements / per, 4)} | ${fmt(c.Handler_write / per)} | ${fmt(c.Handler_update / per)} | ${fmt(c.Handler_delete / per)} | ${fmt(c.Handler_read_key / per)} | ${fmt(c.Handler_read_next / per)} | ${fmt(c.Innodb_buffer_pool_read_requests / per)} | ${fmt(c.Innodb_buffer_pool_write_requests / per)} | ${e === undefined ? '' : fmt(e)} | ${fmt(c.Innodb_lsn_current / per, 0)} |`,
       )
       if (!/per tick/.test(row.what)) {
         total = plus(total, c)
@@ -270,7 +274,7 @@ async function main(): Promise<void> {
       }
     }
     out.push(
-      `| **a run, materialise to completed** | ${fmt(totalStatements / RUNS, 4)} | ${fmt(total.Handler_write / RUNS)} | ${fmt(total.Handler_update / RUNS)} | ${fmt(total.Handler_delete / RUNS)} | ${fmt(total.Handler_read_key / RUNS)} | ${fmt(total.Handler_read_next / RUNS)} | ${fmt(total.Innodb_buffer_pool_write_requests / RUNS)} | ${fmt(totalEntries)} | ${fmt(total.Innodb_lsn_current / RUNS, 0)} |`,
+      `| **a run, materialise to completed** | ${fmt(totalStatements / RUNS, 4)} | ${fmt(total.Handler_write / RUNS)} | ${fmt(total.Handler_update / RUNS)} | ${fmt(total.Handler_delete / RUNS)} | ${fmt(total.Handler_read_key / RUNS)} | ${fmt(total.Handler_read_next / RUNS)} | ${fmt(total.Innodb_buffer_pool_read_requests / RUNS)} | ${fmt(total.Innodb_buffer_pool_write_requests / RUNS)} | ${fmt(totalEntries)} | ${fmt(total.Innodb_lsn_current / RUNS, 0)} |`,
     )
     console.log(out.join('\n'))
     console.log(
@@ -293,6 +297,7 @@ async function main(): Promise<void> {
         runs: RUNS,
         batch: BATCH,
         redoBytesPerRun: Math.round(total.Innodb_lsn_current / RUNS),
+        pageReadsPerRun: total.Innodb_buffer_pool_read_requests / RUNS,
         pageWritesPerRun: total.Innodb_buffer_pool_write_requests / RUNS,
         statementsPerRun: totalStatements / RUNS,
         eventRunsSecondaryIndexes: runsIndexes.size,
