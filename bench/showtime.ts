@@ -50,6 +50,8 @@
  * Questions delta (inflated by any other client of a shared MariaDB).
  */
 import { monitorEventLoopDelay } from 'node:perf_hooks'
+import { setFlagsFromString } from 'node:v8'
+import { runInNewContext } from 'node:vm'
 import { type BenchResult, benchDb, globalStatus, printResults, runMain, saveResult, sleep } from './lib.ts'
 import { serverStatements } from './scheduled.ts'
 import { BENCH_TOKENS, type BenchServer, startBenchServer } from './server.ts'
@@ -238,7 +240,17 @@ async function single(): Promise<{ results: Record<string, BenchResult>; loaded:
     console.log(`showtime: loaded phase done (${SHOWS} shows); RSS after in ${AFTER_MS / 1000} s`)
     await sleep(AFTER_MS)
     const rssAfter = process.memoryUsage().rss
-    const memory = { idle: splitIdle, peak: splitAtPeak, after: memorySplit() }
+    const memory: Record<string, ReturnType<typeof memorySplit>> = {
+      idle: splitIdle,
+      peak: splitAtPeak,
+      after: memorySplit(),
+    }
+    // A diagnosis, not a figure: what a full collection leaves tells live memory (ours) from a grown heap (V8's).
+    if (env.SHOWTIME_GC_PROBE) {
+      setFlagsFromString('--expose-gc')
+      ;(runInNewContext('gc') as () => void)()
+      memory.afterFullGc = memorySplit()
+    }
     console.log(`showtime: memory (MB) ${JSON.stringify(memory)}`)
     const clientsReport = await clients.ask<ClientsReport>({ type: 'report' }, 'report')
     const keys = clientsReport.receiverKeys

@@ -43,6 +43,7 @@ import { createLogger, type Logger } from './log.ts'
 import { createMetrics, type Metrics } from './metrics.ts'
 import { createAnswerPageHandler, isAnswerPath } from './notify/answerPage.ts'
 import { createProbes, PROBE_SNAPSHOT_MS } from './probes.ts'
+import { startQuietCollect } from './quietCollect.ts'
 import { refusals } from './refusalSampler.ts'
 import { runCountsFor } from './runCounts.ts'
 import { type Clock, systemClock } from './runner/clock.ts'
@@ -374,6 +375,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
   let ws: WsTransport | null = null
   let started: StartedApp | null = null
   let stopping = false
+  let quiet: { stop(): void } | null = null
   let stopPromise: Promise<void> | null = null
 
   async function start(): Promise<StartedApp> {
@@ -409,6 +411,17 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     started = { host, port: address.port, url: `http://${urlHost(host)}:${address.port}` }
     runner?.start()
     dispatcher?.start()
+    quiet = startQuietCollect({
+      asleepForMs: () => (runner ? runner.asleepForMs : null),
+      onCollected: ({ pauseMs, usedBefore, usedAfter }) =>
+        logger.info(
+          {
+            pauseMs: Math.round(pauseMs),
+            heapUsedMb: [usedBefore, usedAfter].map((b) => Math.round(b / 2 ** 20)),
+          },
+          'the busy spell is over: its garbage collected',
+        ),
+    })
     if (generatedToken) {
       const where = deps.adminToken
         ? `this admin token is kept in ${deps.adminToken.file} and stays the same across restarts`
@@ -424,6 +437,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
 
   async function doStop(): Promise<void> {
     stopping = true
+    quiet?.stop()
     const closed = new Promise<void>((resolve) => {
       if (!httpServer.listening) return resolve()
       httpServer.close(() => resolve())

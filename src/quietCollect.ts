@@ -1,0 +1,70 @@
+/**
+ * Gives a busy spell's garbage back once the instance is quiet again.
+ *
+ * `npm start` runs node with V8's memory reducer off (`--no-memory-reducer`,
+ * docs/performance.md): its compacting collections after a busy spell paused
+ * the process 19–25 ms at a random moment, inside a pass, at a start. Without
+ * it V8 collects only when allocation fills the heap, and an idle server
+ * allocates little: after a show of 1,000 runs the heap held 237 MB, of which
+ * a full collection left 56 (the idle level). Nothing of ours was retained;
+ * the garbage was never collected, so neither the heap nor RSS came down.
+ *
+ * Here one full collection replaces the reducer's, at a moment chosen not to
+ * land on a start: the used heap has grown `growthBytes` past what the last
+ * collection left, the event loop was less than `quietUtilisation` busy over
+ * the last check's interval, and the runner (if any) sleeps at least
+ * `freeAheadMs` more. An idle instance allocates next to nothing, so it never
+ * collects; a check is one heap-statistics read, no statement.
+ */
+import { performance } from 'node:perf_hooks'
+import { getHeapStatistics, setFlagsFromString } from 'node:v8'
+import { runInNewContext } from 'node:vm'
+
+export interface QuietCollectOptions {
+  /** How long the runner sleeps on (ms), or null without a runner. */
+  asleepForMs: () => number | null
+  /** @default 5000 */
+  everyMs?: number
+  /** @default 64 MiB */
+  growthBytes?: number
+  /** @default 0.1 */
+  quietUtilisation?: number
+  /** @default 250 */
+  freeAheadMs?: number
+  /** A full collection. @default V8's `gc` (exposed to a fresh context only, not to the program) */
+  collect?: () => void
+  /** After each collection: its pause and the used heap before and after. */
+  onCollected?: (c: { pauseMs: number; usedBefore: number; usedAfter: number }) => void
+}
+
+/** V8's `gc`, reached through a context of its own so no global `gc` appears in the program. */
+function v8Collect(): () => void {
+  setFlagsFromString('--expose-gc')
+  return runInNewContext('gc') as () => void
+}
+
+export function startQuietCollect(opts: QuietCollectOptions): { stop(): void } {
+  const collect = opts.collect ?? v8Collect()
+  const growth = opts.growthBytes ?? 64 * 2 ** 20
+  const quiet = opts.quietUtilisation ?? 0.1
+  const freeAhead = opts.freeAheadMs ?? 250
+  let floor = getHeapStatistics().used_heap_size
+  let elu = performance.eventLoopUtilization()
+  const timer = setInterval(() => {
+    const busy = performance.eventLoopUtilization(elu).utilization
+    elu = performance.eventLoopUtilization()
+    const used = getHeapStatistics().used_heap_size
+    // The heap shrank by itself (V8 collected under allocation): that is the new floor.
+    if (used < floor) floor = used
+    if (used - floor < growth || busy >= quiet) return
+    const asleep = opts.asleepForMs()
+    if (asleep !== null && asleep < freeAhead) return
+    const t0 = performance.now()
+    collect()
+    const pauseMs = performance.now() - t0
+    floor = getHeapStatistics().used_heap_size
+    opts.onCollected?.({ pauseMs, usedBefore: used, usedAfter: floor })
+  }, opts.everyMs ?? 5000)
+  timer.unref()
+  return { stop: () => clearInterval(timer) }
+}
