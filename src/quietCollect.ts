@@ -10,12 +10,14 @@
  * the garbage was never collected, so neither the heap nor RSS came down.
  *
  * Here one full collection replaces the reducer's, at a moment chosen not to
- * land on a start: the used heap has grown `growthBytes` past what the last
- * collection left, the event loop was less than `quietUtilisation` busy over
- * the last check's interval, and the runner (if any) sleeps at least
- * `freeAheadMs` more (its sleep is at most TICK_MS, aimed at the next due
- * run: a 212 MB heap took 299 ms to collect on the loaded 2-core machine, 62
- * ms for 146 MB in the test, so 250 ms was too little). An idle instance allocates next to nothing, so it never
+ * land on a start: the used heap has grown `growthBytes` past what our last
+ * collection (or the start) left, the event loop was less than
+ * `quietUtilisation` busy over the last check's interval, and the runner (if
+ * any) sleeps at least `freeAheadMs` more; if it does not, the collection
+ * waits for the runner's next sleep. The runner sleeps at most TICK_MS, aimed
+ * at the next due run; a 212 MB heap took 299 ms to collect on the loaded
+ * 2-core machine (146 MB: 31–62 ms in the test), so 250 ms was too little.
+ * An instance with nobody calling it allocates next to nothing and never
  * collects; a check is one heap-statistics read, no statement.
  */
 import { performance } from 'node:perf_hooks'
@@ -38,6 +40,12 @@ export interface QuietCollectOptions {
   freeAheadMs?: number
   /** A full collection. @default V8's `gc` (exposed to a fresh context only, not to the program) */
   collect?: () => void
+  /**
+   * Collect once now, so the floor is the live heap rather than start-up's
+   * garbage; the server does it before its runner starts, where a pause
+   * delays no start. @default false
+   */
+  collectAtStart?: boolean
   /** After each collection: its pause and the used heap before and after. */
   onCollected?: (c: { pauseMs: number; usedBefore: number; usedAfter: number }) => void
 }
@@ -54,24 +62,51 @@ export function startQuietCollect(opts: QuietCollectOptions): { stop(): void } {
   const quiet = opts.quietUtilisation ?? 0.1
   const freeAhead = opts.freeAheadMs ?? 800
   let lastPauseMs = 0
+  // What the heap held after the last collection of ours (or at start). Not
+  // lowered by V8's own collections: one under load leaves the load's live
+  // data, which is garbage a minute later, and would hide it.
+  if (opts.collectAtStart) collect()
   let floor = getHeapStatistics().used_heap_size
   let elu = performance.eventLoopUtilization()
-  const timer = setInterval(() => {
-    const busy = performance.eventLoopUtilization(elu).utilization
-    elu = performance.eventLoopUtilization()
-    const used = getHeapStatistics().used_heap_size
-    // The heap shrank by itself (V8 collected under allocation): that is the new floor.
-    if (used < floor) floor = used
-    if (used - floor < growth || busy >= quiet) return
+  let waiting: ReturnType<typeof setTimeout> | null = null
+  let stopped = false
+
+  /** Collect when the runner has just gone to sleep; until then look again shortly (at most ~2 s). */
+  const collectInAWindow = (triesLeft: number) => {
+    waiting = null
+    if (stopped) return
     const asleep = opts.asleepForMs()
-    if (asleep !== null && asleep < Math.max(freeAhead, 2 * lastPauseMs)) return
+    if (asleep !== null && asleep < Math.max(freeAhead, 2 * lastPauseMs)) {
+      if (triesLeft > 0) {
+        // Its sleep ends in `asleep` ms; the pass after it is short when quiet.
+        waiting = setTimeout(() => collectInAWindow(triesLeft - 1), Math.max(20, asleep + 20))
+        waiting.unref()
+      }
+      return
+    }
+    const usedBefore = getHeapStatistics().used_heap_size
     const t0 = performance.now()
     collect()
     const pauseMs = performance.now() - t0
     lastPauseMs = pauseMs
     floor = getHeapStatistics().used_heap_size
-    opts.onCollected?.({ pauseMs, usedBefore: used, usedAfter: floor })
+    opts.onCollected?.({ pauseMs, usedBefore, usedAfter: floor })
+  }
+
+  const timer = setInterval(() => {
+    const busy = performance.eventLoopUtilization(elu).utilization
+    elu = performance.eventLoopUtilization()
+    if (waiting) return
+    const used = getHeapStatistics().used_heap_size
+    if (used - floor < growth || busy >= quiet) return
+    collectInAWindow(20)
   }, opts.everyMs ?? 5000)
   timer.unref()
-  return { stop: () => clearInterval(timer) }
+  return {
+    stop() {
+      stopped = true
+      clearInterval(timer)
+      if (waiting) clearTimeout(waiting)
+    },
+  }
 }

@@ -409,9 +409,9 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     })
     const address = httpServer.address() as AddressInfo
     started = { host, port: address.port, url: `http://${urlHost(host)}:${address.port}` }
-    runner?.start()
-    dispatcher?.start()
+    // Start-up's garbage is collected here, before the runner starts; a busy spell's once quiet.
     quiet = startQuietCollect({
+      collectAtStart: true,
       asleepForMs: () => (runner ? runner.asleepForMs : null),
       onCollected: ({ pauseMs, usedBefore, usedAfter }) =>
         logger.info(
@@ -422,6 +422,8 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
           'the busy spell is over: its garbage collected',
         ),
     })
+    runner?.start()
+    dispatcher?.start()
     if (generatedToken) {
       const where = deps.adminToken
         ? `this admin token is kept in ${deps.adminToken.file} and stays the same across restarts`
