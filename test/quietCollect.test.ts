@@ -73,6 +73,18 @@ describe('the quiet collection after a busy spell', () => {
     }
   })
 
+  it("collects start-up's garbage at start, so a spell is measured from the live heap", async () => {
+    await makeOldGarbage(150)
+    const before = getHeapStatistics().used_heap_size
+    const q = startQuietCollect({ asleepForMs: () => null, everyMs: 60_000, collectAtStart: true })
+    try {
+      // Had the floor been taken over that garbage, a later spell's would read as 150 MB less grown.
+      expect(before - getHeapStatistics().used_heap_size).toBeGreaterThan(100 * MB)
+    } finally {
+      q.stop()
+    }
+  })
+
   it('leaves an idle instance alone', async () => {
     let collections = 0
     const q = startQuietCollect({ asleepForMs: () => null, everyMs: 50, collect: () => collections++ })
