@@ -10,8 +10,8 @@
  * the garbage was never collected, so neither the heap nor RSS came down.
  *
  * Here one full collection replaces the reducer's, at a moment chosen not to
- * land on a start: the used heap has grown `growthBytes` past what our last
- * collection (or the start) left, the event loop was less than
+ * land on a start: the heap V8 holds has grown `growthBytes` past what our
+ * last collection (or the start) left, the event loop was less than
  * `quietUtilisation` busy over the last check's interval, and the runner (if
  * any) sleeps at least `freeAheadMs` more; if it does not, the collection
  * waits for the runner's next sleep. The runner sleeps at most TICK_MS, aimed
@@ -89,16 +89,15 @@ export function startQuietCollect(opts: QuietCollectOptions): { stop(): void } {
     collect()
     const pauseMs = performance.now() - t0
     lastPauseMs = pauseMs
-    floor = getHeapStatistics().used_heap_size
-    opts.onCollected?.({ pauseMs, usedBefore, usedAfter: floor })
+    floor = getHeapStatistics().total_heap_size
+    opts.onCollected?.({ pauseMs, usedBefore, usedAfter: getHeapStatistics().used_heap_size })
   }
 
   const timer = setInterval(() => {
     const busy = performance.eventLoopUtilization(elu).utilization
     elu = performance.eventLoopUtilization()
     if (waiting) return
-    const used = getHeapStatistics().used_heap_size
-    if (used - floor < growth || busy >= quiet) return
+    if (getHeapStatistics().total_heap_size - floor < growth || busy >= quiet) return
     collectInAWindow(20)
   }, opts.everyMs ?? 5000)
   timer.unref()
