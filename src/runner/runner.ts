@@ -119,6 +119,11 @@ export class Runner {
     return this.lastTickAt
   }
 
+  /** How long the loop's sleep has left (ms); 0 while it passes. A pause now delays nothing it knows of. */
+  get asleepForMs(): number {
+    return this.sleeping ? Math.max(0, this.sleeping.untilMs - Date.now()) : 0
+  }
+
   /** Begin ticking. Calling it twice is an error: a runner is started once. */
   start(): void {
     if (this.stateValue !== 'created')
