@@ -30,8 +30,20 @@ const EVERY_SECOND = {
   phases: [{ name: 'main', steps: [{ kind: 'core.log', params: { message: 'tick' } }] }],
 }
 
+/** A phase set to zero (SHOWTIME_BURST_ANSWERS=0, SHOWTIME_HOSTILE_SECONDS=0) is not run: quicker runs of the show alone. */
+const skipped = (what: string): BenchResult => ({
+  value: 0,
+  unit: `${what} skipped (set to 0)`,
+  baseline: null,
+  ratio: null,
+  target: 'not run',
+  met: true,
+  detail: { skipped: true },
+})
+
 /** Every parked cue answered twice, all at once, each on its own connection. */
 export async function burstPhase(s: BenchServer, clients: ClientsProcess): Promise<BenchResult> {
+  if (BURST_ANSWERS <= 0) return skipped('SHOWTIME_BURST_ANSWERS')
   const cues = Math.ceil(BURST_ANSWERS / 2)
   const instant = instantAhead(Math.max(5000, cues * 3))
   const defs = await createShows(s, {
@@ -118,6 +130,7 @@ export async function burstPhase(s: BenchServer, clients: ClientsProcess): Promi
 
 /** Per-second schedules, without and then with a hostile viewer's runChanges subscriptions. */
 export async function hostilePhase(s: BenchServer, clients: ClientsProcess): Promise<BenchResult> {
+  if (HOSTILE_SECONDS <= 0) return skipped('SHOWTIME_HOSTILE_SECONDS')
   const defs = await createShows(s, {
     prefix: 'tick-',
     shows: TICKERS,
