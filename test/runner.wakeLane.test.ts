@@ -85,9 +85,13 @@ it('while the only batch in flight is stuck in slow webhooks, a GO and a 2 s wai
     async () => (await stepsOf(t.db, timerRun)).find((st) => st.kind === 'core.wait' && st.startedAt),
     { timeoutMs: 10_000 },
   )
+  // The slow runs are due at one instant a little ahead, so one pass starts
+  // them all as one batch; the wait's end falls about a second into it.
+  const instant = new Date(Date.now() + 800)
   const slowRuns: number[] = []
   for (let i = 0; i < SLOW_RUNS; i++)
-    slowRuns.push((await makeRun(t.db, { definition: slow, scope: `s${i}`, scheduledFor: new Date() })).id)
+    slowRuns.push((await makeRun(t.db, { definition: slow, scope: `s${i}`, scheduledFor: instant })).id)
+  expect(Date.now()).toBeLessThan(instant.getTime())
   runner.nudge()
   await waitFor(() => receiver.calls.length >= SLOW_RUNS || null, { timeoutMs: 10_000 })
   const claimedBefore = runner.lane.claimedRuns
