@@ -12,6 +12,7 @@ import { afterAll, beforeAll, expect, it } from 'vitest'
 import type { StepRow } from '../sql/eventSteps/index.ts'
 import { resolveCueAs } from '../src/operations/cueAnswers.ts'
 import { systemClock } from '../src/runner/clock.ts'
+import { resolveOptions } from '../src/runner/options.ts'
 import { Runner } from '../src/runner/runner.ts'
 import { createDefaultRegistry } from '../src/runner/steps/registry.ts'
 import { useTestDb } from './helpers/db.ts'
@@ -145,3 +146,10 @@ it('while the only batch in flight is stuck in slow webhooks, a GO and a 2 s wai
   expect(overshoot).toBeGreaterThanOrEqual(0)
   expect(overshoot).toBeLessThan(BOUND_MS)
 }, 90_000)
+
+it("the lane has batch slots of its own, four times the passes' by default", () => {
+  const base = { db: t.db, registry: createDefaultRegistry() }
+  expect(resolveOptions(base)).toMatchObject({ batchesInFlight: 4, wakeBatchesInFlight: 16 })
+  expect(resolveOptions({ ...base, batchesInFlight: 1 }).wakeBatchesInFlight).toBe(4)
+  expect(resolveOptions({ ...base, wakeBatchesInFlight: 2 }).wakeBatchesInFlight).toBe(2)
+})

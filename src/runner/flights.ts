@@ -63,12 +63,13 @@ export async function settleAll(advances: Promise<{ err: unknown } | null>[]): P
 
 /** The runner's batches in flight (a pass's, the wake lane's): a failed one is counted and logged like a failed tick. */
 export function loggedFlights(
-  opts: Pick<ResolvedOptions, 'batchesInFlight' | 'logger' | 'observer'>,
+  limit: number,
+  opts: Pick<ResolvedOptions, 'logger' | 'observer'>,
   instance: string,
   message: string,
 ): Flights {
   return new Flights(
-    opts.batchesInFlight,
+    limit,
     (err) => {
       opts.observer?.tickError?.()
       opts.logger.error({ err, instance, databaseUnavailable: isDbUnavailable(err) }, message)

@@ -94,6 +94,7 @@ export class Runner {
     this.housekeeping = new Housekeeping({ ...this.opts, instanceId: this.instanceId, stopping })
     this.keyed = new KeyedStarter({ ...this.opts, instanceId: this.instanceId, stopping })
     this.flights = loggedFlights(
+      this.opts.batchesInFlight,
       this.opts,
       this.instanceId,
       'advancing a batch failed; its runs are given back and tried again',

@@ -15,8 +15,10 @@
  * behind the passes' batches of slow webhooks.
  *
  * Bounded: one claim at a time (answers that arrive meanwhile are taken
- * together by the next one, like a group commit), at most `limit` batches of
- * its own in flight, and it claims only while the runner is active. A
+ * together by the next one, like a group commit), at most
+ * `wakeBatchesInFlight` batches of its own in flight (4 × `batchesInFlight`
+ * by default: its batches are small and many), and it claims only while the
+ * runner is active. A
  * stopping runner waits for `settle()`: the claim under way, then every
  * batch of the lane, each giving its claims back.
  */
@@ -56,6 +58,7 @@ export class WakeLane {
   constructor(private readonly deps: WakeLaneDeps) {
     const { opts, instanceId } = deps
     this.flights = loggedFlights(
+      opts.wakeBatchesInFlight,
       opts,
       instanceId,
       'advancing a woken batch failed; its runs are given back and tried again',
