@@ -152,4 +152,6 @@ it("the lane has batch slots of its own, four times the passes' by default", () 
   expect(resolveOptions(base)).toMatchObject({ batchesInFlight: 4, wakeBatchesInFlight: 16 })
   expect(resolveOptions({ ...base, batchesInFlight: 1 }).wakeBatchesInFlight).toBe(4)
   expect(resolveOptions({ ...base, wakeBatchesInFlight: 2 }).wakeBatchesInFlight).toBe(2)
+  // 0 (RUNNER_WAKE_BATCHES=0): no lane, woken runs wait for the passes as before.
+  expect(resolveOptions({ ...base, wakeBatchesInFlight: 0 }).wakeBatchesInFlight).toBe(0)
 })

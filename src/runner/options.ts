@@ -80,7 +80,8 @@ export interface RunnerOptions {
    * small and many (a few answers each) and each lives for its runs' rounds,
    * so at 4 a loaded lane waited for a slot (p90 232 ms, p99 1.2 s at 600
    * shows, docs/performance.md); the pool still bounds what reaches the
-   * database. @default 4 × batchesInFlight
+   * database. 0: no lane, woken runs are claimed by the passes (as before
+   * the lane). @default 4 × batchesInFlight
    */
   wakeBatchesInFlight?: number
   /** Steps per run per claim before it is given back. @default 25 */
@@ -116,7 +117,7 @@ export function resolveOptions(options: RunnerOptions): ResolvedOptions {
     parallelism: options.parallelism ?? 8,
     startConcurrency: Math.max(1, options.startConcurrency ?? 2),
     batchesInFlight,
-    wakeBatchesInFlight: Math.max(1, options.wakeBatchesInFlight ?? 4 * batchesInFlight),
+    wakeBatchesInFlight: Math.max(0, options.wakeBatchesInFlight ?? 4 * batchesInFlight),
     maxStepsPerClaim: options.maxStepsPerClaim ?? 25,
     settings: options.settings ?? { webhookAllow: [] },
     clock: options.clock ?? systemClock,

@@ -47,6 +47,8 @@ export interface WakeLaneDeps {
 
 export class WakeLane {
   readonly flights: Flights
+  /** `wakeBatchesInFlight` 0: no lane, the passes claim woken runs. */
+  private readonly off: boolean
   private requested = false
   private draining: Promise<void> | null = null
   /** Timer ends ahead (Date.now() ms, ascending), the soonest armed. */
@@ -57,8 +59,9 @@ export class WakeLane {
 
   constructor(private readonly deps: WakeLaneDeps) {
     const { opts, instanceId } = deps
+    this.off = opts.wakeBatchesInFlight === 0
     this.flights = loggedFlights(
-      opts.wakeBatchesInFlight,
+      Math.max(1, opts.wakeBatchesInFlight),
       opts,
       instanceId,
       'advancing a woken batch failed; its runs are given back and tried again',
@@ -67,14 +70,14 @@ export class WakeLane {
 
   /** A run in flight was made due now: claim what is due as soon as the claim under way (if any) ends. */
   wake(): void {
-    if (!this.deps.active()) return
+    if (this.off || !this.deps.active()) return
     this.requested = true
     this.draining ??= this.drain()
   }
 
   /** Runs were let go to be due at these times (runner's clock): claim at the soonest. */
   wakeAt(wakeAts: readonly Date[]): void {
-    if (!this.deps.active()) return
+    if (this.off || !this.deps.active()) return
     const skew = Date.now() - this.deps.opts.clock.now().getTime()
     for (const d of wakeAts) {
       // +1 ms: a timer can fire a little early, and the due query is `wake_at <= now`.
