@@ -17,10 +17,9 @@
  * cluster of test/galera/cluster.sh). bench/README.md says what each measures.
  */
 import { spawn } from 'node:child_process'
-import { readFileSync } from 'node:fs'
 import { rm } from 'node:fs/promises'
 import { fileURLToPath } from 'node:url'
-import { printResults, RESULTS_FILE, readResults } from './lib.ts'
+import { printResults, RESULTS_FILE, readResults, startScriptNodeFlags } from './lib.ts'
 
 const BENCHMARKS = [
   'writesPerRun',
@@ -37,15 +36,6 @@ const BENCHMARKS = [
   'history',
   'galera',
 ] as const
-
-/** The node options `npm start` runs the server with: the flags before `--import tsx` in its script. */
-function startScriptNodeFlags(): string[] {
-  const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8'))
-  const script = String(pkg.scripts?.start ?? '')
-  const m = /\bnode((?:\s+--[\w-]+(?:=\S+)?)*)\s+--import tsx\b/.exec(script)
-  if (!m) throw new Error(`cannot read node's flags from the start script: ${script}`)
-  return (m[1] ?? '').split(/\s+/).filter(Boolean)
-}
 
 function runOne(name: string, nodeFlags: readonly string[]): Promise<number> {
   const file = fileURLToPath(new URL(`./${name}.ts`, import.meta.url))

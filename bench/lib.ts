@@ -211,6 +211,15 @@ export function percentile(values: readonly number[], p: number): number {
   return sorted[rank - 1] as number
 }
 
+/** The node options `npm start` runs the server with: the flags before `--import tsx` in its script. */
+export function startScriptNodeFlags(): string[] {
+  const pkg = JSON.parse(readFileSync(new URL('../package.json', import.meta.url), 'utf8'))
+  const script = String(pkg.scripts?.start ?? '')
+  const m = /\bnode((?:\s+--[\w-]+(?:=\S+)?)*)\s+--import tsx\b/.exec(script)
+  if (!m) throw new Error(`cannot read node's flags from the start script: ${script}`)
+  return (m[1] ?? '').split(/\s+/).filter(Boolean)
+}
+
 /** A MariaDB global status counter (e.g. `Com_select`) on the bench server. */
 export async function globalStatus(name: string): Promise<number> {
   const c = await mysql.createConnection({ uri: BENCH_SERVER })

@@ -21,9 +21,14 @@ import { resolveCue } from './showtimeHttp.ts'
 export type Command =
   | {
       type: 'connect'
-      wsUrl: string
-      graphqlUrl: string
-      healthUrl: string
+      /**
+       * The instances the clients use, spread evenly: operator i and dashboard
+       * i go to instance i mod n (answers too, to the operator's instance).
+       */
+      wsUrls: string[]
+      graphqlUrls: string[]
+      /** One `/healthz` prober per URL (every instance, API-only or not); samples name their index. */
+      healthUrls: string[]
       operatorTokens: string[]
       viewerToken: string
       dashboards: number
@@ -44,6 +49,8 @@ export interface HealthSample {
   at: number
   ms: number
   ok: boolean
+  /** Which of the connect command's `healthUrls` was probed. */
+  instance: number
 }
 
 export interface AnswerSample {
@@ -159,7 +166,8 @@ function ownerOf(slug: string, pattern: RegExp, operators: number): number | nul
 }
 
 async function connect(cmd: Extract<Command, { type: 'connect' }>): Promise<{ subscribed: number }> {
-  const graphqlUrl = new URL(cmd.graphqlUrl)
+  const graphqlUrls = cmd.graphqlUrls.map((u) => new URL(u))
+  const instanceOf = <T>(xs: readonly T[], i: number) => xs[i % xs.length] as T
   const pattern = new RegExp(cmd.answerSlugPattern)
   const operators = cmd.operatorTokens.length
   let subscribed = 0
@@ -181,7 +189,7 @@ async function connect(cmd: Extract<Command, { type: 'connect' }>): Promise<{ su
         const t0 = performance.now()
         const who = job.second ? (op + 1) % operators : op
         resolveCue(
-          graphqlUrl,
+          instanceOf(graphqlUrls, who),
           cmd.operatorTokens[who] as string,
           job.stepId,
           job.second ? (seconds[who] as HttpAgent) : agent,
@@ -228,7 +236,7 @@ async function connect(cmd: Extract<Command, { type: 'connect' }>): Promise<{ su
           })
       }
     }
-    const client = wsClient(cmd.wsUrl, token)
+    const client = wsClient(instanceOf(cmd.wsUrls, op), token)
     clients.push(client)
     opened.push(
       new Promise<void>((ready) => {
@@ -280,7 +288,7 @@ async function connect(cmd: Extract<Command, { type: 'connect' }>): Promise<{ su
     )
   }
   for (let d = 0; d < cmd.dashboards; d++) {
-    const client = wsClient(cmd.wsUrl, cmd.viewerToken)
+    const client = wsClient(instanceOf(cmd.wsUrls, d), cmd.viewerToken)
     clients.push(client)
     client.subscribe<{ runChanges: { updatedAt: string } }>(
       { query: DASHBOARD },
@@ -302,31 +310,32 @@ async function connect(cmd: Extract<Command, { type: 'connect' }>): Promise<{ su
   }
   await Promise.race([Promise.all(opened), new Promise((r) => setTimeout(r, 30_000))])
 
-  // The prober: one GET /healthz every 100 ms on a kept-alive socket, as a load balancer does.
-  const healthUrl = new URL(cmd.healthUrl)
-  const healthAgent = new HttpAgent({ keepAlive: true, maxSockets: 1 })
-  void (async () => {
-    while (!stopped && health.length < MAX_HEALTH_PROBES) {
-      const at = Date.now()
-      const t0 = performance.now()
-      const ok = await new Promise<boolean>((resolve) => {
-        const req = request(
-          { host: healthUrl.hostname, port: healthUrl.port, path: healthUrl.pathname, agent: healthAgent },
-          (res) => {
-            res.resume()
-            res.on('end', () => resolve(res.statusCode === 200))
-          },
-        )
-        req.setTimeout(5000, () => req.destroy(new Error('timeout')))
-        req.on('error', () => resolve(false))
-        req.end()
-      })
-      const ms = performance.now() - t0
-      health.push({ at, ms, ok })
-      if (ms < HEALTH_EVERY_MS) await new Promise((r) => setTimeout(r, HEALTH_EVERY_MS - ms))
-    }
-  })()
+  // The probers: one GET /healthz every 100 ms on a kept-alive socket per instance, as a load balancer does.
+  cmd.healthUrls.forEach((u, instance) => void probe(new URL(u), instance))
   return { subscribed }
+}
+
+async function probe(healthUrl: URL, instance: number): Promise<void> {
+  const healthAgent = new HttpAgent({ keepAlive: true, maxSockets: 1 })
+  while (!stopped && health.length < MAX_HEALTH_PROBES) {
+    const at = Date.now()
+    const t0 = performance.now()
+    const ok = await new Promise<boolean>((resolve) => {
+      const req = request(
+        { host: healthUrl.hostname, port: healthUrl.port, path: healthUrl.pathname, agent: healthAgent },
+        (res) => {
+          res.resume()
+          res.on('end', () => resolve(res.statusCode === 200))
+        },
+      )
+      req.setTimeout(5000, () => req.destroy(new Error('timeout')))
+      req.on('error', () => resolve(false))
+      req.end()
+    })
+    const ms = performance.now() - t0
+    health.push({ at, ms, ok, instance })
+    if (ms < HEALTH_EVERY_MS) await new Promise((r) => setTimeout(r, HEALTH_EVERY_MS - ms))
+  }
 }
 
 /**
@@ -434,13 +443,13 @@ process.on('message', (cmd: Command) => {
       }
       case 'burst': {
         if (!connected) throw new Error('burst before connect')
-        const r = await burst(cmd, new URL(connected.graphqlUrl), connected.operatorTokens)
+        const r = await burst(cmd, new URL(connected.graphqlUrls[0] as string), connected.operatorTokens)
         send({ type: 'burstDone', ...r } satisfies BurstReport)
         return
       }
       case 'hostile': {
         if (!connected) throw new Error('hostile before connect')
-        const subscribed = await hostile(cmd, connected.wsUrl, connected.viewerToken)
+        const subscribed = await hostile(cmd, connected.wsUrls[0] as string, connected.viewerToken)
         send({ type: 'hostileReady', subscribed })
         return
       }

@@ -82,6 +82,17 @@ export interface PhaseFigures {
   dashboardDelayMs: Spread
   /** The instant → the last run's ended_at. */
   lastCompletedMs: number
+  /**
+   * Per run, the time its two cues waited on the person: for each cue, from
+   * the first delivery to its owner's inbox to the owner's first send of the
+   * answer (the operator's own queue of answers included; a BUSY refusal and
+   * its resend are the server's time, so not in it).
+   */
+  answeringMs: Spread
+  /** Per run, its ended_at − the instant − its answering time: what the system took. */
+  beyondAnsweringMs: Spread
+  /** Runs whose answering time is unknown (a cue never seen by its owner, or never answered). */
+  runsWithoutAnsweringTime: number
 }
 
 const t = (d: Date | null) => (d ? d.getTime() : Number.NaN)
@@ -100,18 +111,22 @@ export function phaseFigures(
   const go: number[] = []
   const overshoot: number[] = []
   const cueParkedAt = new Map<string, number>()
+  const runCues: { ended: number; cues: string[] }[] = []
   let completed = 0
   let lastEnded = Number.NaN
   for (const list of byRun.values()) {
     const first = list[0]
     if (first?.run_status === 'completed') completed++
     lastEnded = Math.max(Number.isNaN(lastEnded) ? 0 : lastEnded, t(first?.run_ended ?? null))
+    const cues: string[] = []
     for (const seq of [SEQ.firstCue, SEQ.secondCue]) {
       const cue = list[seq]
       const next = list[seq + 1]
       if (cue && next) go.push(t(next.started_at) - t(cue.ended_at))
       if (cue?.started_at) cueParkedAt.set(String(cue.id), t(cue.started_at))
+      if (cue) cues.push(String(cue.id))
     }
+    runCues.push({ ended: t(first?.run_ended ?? null), cues })
     const wait = list[SEQ.wait]
     if (wait) overshoot.push(t(wait.ended_at) - (t(wait.started_at) + WAIT_MS))
   }
@@ -131,6 +146,19 @@ export function phaseFigures(
   const appliedPerCue = new Map<string, number>()
   for (const a of mine)
     if (a.applied === true) appliedPerCue.set(a.stepId, (appliedPerCue.get(a.stepId) ?? 0) + 1)
+  // The owner's first send of each cue's answer (a resend after BUSY is not the person's time).
+  const firstSent = new Map<string, number>()
+  for (const a of firsts) firstSent.set(a.stepId, Math.min(firstSent.get(a.stepId) ?? a.sentAt, a.sentAt))
+  const answering: number[] = []
+  const beyond: number[] = []
+  for (const r of runCues) {
+    const waits = r.cues.map(
+      (id) => (firstSent.get(id) ?? Number.NaN) - (seen.get(id)?.firstOwnerAt ?? Number.NaN),
+    )
+    const total = waits.length === 2 ? waits.reduce((x, y) => x + y, 0) : Number.NaN
+    answering.push(total)
+    beyond.push(r.ended - window.from - total)
+  }
   const inWindow = <T extends { at: number }>(xs: readonly T[]) =>
     xs.filter((x) => x.at >= window.from && x.at <= window.to)
   const health: HealthSample[] = inWindow(clients.health)
@@ -154,6 +182,9 @@ export function phaseFigures(
     dashboardDeliveries: deliveries.length,
     dashboardDelayMs: spread(deliveries.map((d) => d.delayMs)),
     lastCompletedMs: lastEnded - window.from,
+    answeringMs: spread(answering),
+    beyondAnsweringMs: spread(beyond),
+    runsWithoutAnsweringTime: beyond.filter((x) => !Number.isFinite(x)).length,
   }
 }
 
@@ -182,4 +213,72 @@ export function targetRow(
     target: target ?? (limit === null ? 'reported' : `<= ${limit}`),
     met: limit === null ? '—' : Number.isFinite(loaded) && loaded <= limit,
   }
+}
+
+export const TARGET = { goP99: 100, overshootP99: 100, deliveredP99: 250, healthP99: 50, eldP99: 50 } as const
+/** The show's own length: the 2 s wait and the two webhooks' answers; the cues are the person's. */
+export const PROGRAM_MS = WAIT_MS + 2 * RECEIVER_MS
+/** Each run's time beyond its answering is held to 1.1 × the program's own length. */
+export const BEYOND_ANSWERING_LIMIT_MS = Math.round(1.1 * PROGRAM_MS)
+
+/** A figure of a phase, its limit (null: reported) and how the limit reads. */
+export interface ShowFigure {
+  figure: string
+  of: (f: PhaseFigures) => number
+  limit: number | null
+  target?: string
+}
+
+/** What a step waits for: GO, the timer, the cue reaching its owner. */
+export const TIMING_FIGURES: readonly ShowFigure[] = [
+  { figure: 'GO → next step p50 (ms)', of: (f) => f.goToNextMs.p50, limit: null },
+  { figure: 'GO → next step p99 (ms)', of: (f) => f.goToNextMs.p99, limit: TARGET.goP99 },
+  { figure: '2 s wait overshoot p50 (ms)', of: (f) => f.waitOvershootMs.p50, limit: null },
+  { figure: '2 s wait overshoot p99 (ms)', of: (f) => f.waitOvershootMs.p99, limit: TARGET.overshootP99 },
+  { figure: '2 s wait overshoot max (ms)', of: (f) => f.waitOvershootMs.max, limit: null },
+  { figure: 'cue parked → its owner p50 (ms)', of: (f) => f.parkedToOwnerMs.p50, limit: null },
+  {
+    figure: 'cue parked → its owner p99 (ms)',
+    of: (f) => f.parkedToOwnerMs.p99,
+    limit: TARGET.deliveredP99,
+  },
+  { figure: 'cue parked → any operator p99 (ms)', of: (f) => f.parkedToAnyMs.p99, limit: null },
+]
+
+/** What the API's clients wait for. */
+export const SERVING_FIGURES: readonly ShowFigure[] = [
+  { figure: '/healthz p99 (ms)', of: (f) => f.healthzMs.p99, limit: TARGET.healthP99 },
+  { figure: '/healthz max (ms)', of: (f) => f.healthzMs.max, limit: null },
+  { figure: 'resolveCue p50 (ms)', of: (f) => f.resolveCueMs.p50, limit: null },
+  { figure: 'resolveCue p99 (ms)', of: (f) => f.resolveCueMs.p99, limit: null },
+]
+
+/**
+ * How long the show took: raw, and per run without the time its cues waited
+ * on the person (docs/performance.md, "Scale-out and memory").
+ */
+export const COMPLETION_FIGURES: readonly ShowFigure[] = [
+  { figure: 'instant → last completed (ms)', of: (f) => f.lastCompletedMs, limit: null },
+  { figure: 'per run: answering time p50 (ms)', of: (f) => f.answeringMs.p50, limit: null },
+  { figure: 'per run: answering time p99 (ms)', of: (f) => f.answeringMs.p99, limit: null },
+  {
+    figure: 'per run: end − instant − answering p99 (ms)',
+    of: (f) => f.beyondAnsweringMs.p99,
+    limit: BEYOND_ANSWERING_LIMIT_MS,
+    target: `<= 1.1 x program ${PROGRAM_MS} = ${BEYOND_ANSWERING_LIMIT_MS}`,
+  },
+  {
+    figure: 'per run: end − instant − answering max (ms)',
+    of: (f) => f.beyondAnsweringMs.max,
+    limit: BEYOND_ANSWERING_LIMIT_MS,
+    target: `<= 1.1 x program ${PROGRAM_MS} = ${BEYOND_ANSWERING_LIMIT_MS}`,
+  },
+]
+
+export function figureRows(
+  list: readonly ShowFigure[],
+  idle: PhaseFigures,
+  loaded: PhaseFigures,
+): TargetRow[] {
+  return list.map((x) => targetRow(x.figure, x.of(idle), x.of(loaded), x.limit, x.target))
 }

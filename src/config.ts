@@ -74,6 +74,8 @@ export interface Config {
   runnerParallelism: number
   /** Start transactions in flight at once while a backlog of due runs drains. @default 2 */
   runnerStartConcurrency: number
+  /** Batches the runner's wake lane (answered cues, timers run out) advances at once; 0: no lane. @default 16 */
+  runnerWakeBatches: number
   /** This process's name in claims and heartbeats. @default `${hostname}-${pid}-${4 hex}` */
   instanceId: string
   // Notifications (docs/notifications.md).
@@ -346,6 +348,13 @@ const envSchema = z
       64,
       'a whole number from 1 to 64',
     ),
+    RUNNER_WAKE_BATCHES: wholeNumber(
+      'RUNNER_WAKE_BATCHES',
+      16,
+      0,
+      256,
+      'a whole number from 0 (no wake lane) to 256',
+    ),
   })
   .superRefine((env, ctx) => {
     // A lease that can expire before its holder's next tick lets another instance
@@ -412,6 +421,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     runnerBatchSize: e.RUNNER_BATCH_SIZE,
     runnerParallelism: e.RUNNER_PARALLELISM,
     runnerStartConcurrency: e.RUNNER_START_CONCURRENCY,
+    runnerWakeBatches: e.RUNNER_WAKE_BATCHES,
     instanceId: e.INSTANCE_ID ?? defaultInstanceId(),
     publicUrl: e.PUBLIC_URL?.replace(/\/+$/, '') ?? null,
     smtpUrl: e.SMTP_URL ?? null,

@@ -49,6 +49,7 @@ export function hostRunner(
     batchSize: config.runnerBatchSize,
     parallelism: config.runnerParallelism,
     startConcurrency: config.runnerStartConcurrency,
+    wakeBatchesInFlight: config.runnerWakeBatches,
     horizonMs: config.materialiseHorizonHours * 3_600_000,
     logRetentionMs: config.logRetentionDays * 86_400_000,
     runRetentionMs: config.runRetentionDays * 86_400_000,

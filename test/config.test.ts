@@ -140,6 +140,11 @@ describe('loadConfig', () => {
     )
     expect(problemsOf({ RUNNER_PARALLELISM: 'many' })[0]).toMatch(/^RUNNER_PARALLELISM .*'many'/)
     expect(problemsOf({ RUNNER_START_CONCURRENCY: '65' })[0]).toMatch(/^RUNNER_START_CONCURRENCY /)
+    expect(problemsOf({ RUNNER_WAKE_BATCHES: '257' })[0]).toMatch(/^RUNNER_WAKE_BATCHES /)
+    expect([
+      loadConfig({}).runnerWakeBatches,
+      loadConfig({ RUNNER_WAKE_BATCHES: '0' }).runnerWakeBatches,
+    ]).toEqual([16, 0])
     expect(problemsOf({ DB_POOL_SIZE: '0' })[0]).toMatch(/^DB_POOL_SIZE /)
   })
 

@@ -164,3 +164,18 @@ it('starts a run that came due while a pass was busy right after that pass, not 
   expect(lateMs).toBeGreaterThanOrEqual(0)
   expect(lateMs).toBeLessThan(650)
 })
+
+it('says how long its sleep has left, aimed at the next due run (the quiet collection waits on it)', async () => {
+  const { registry, def } = await oneStepDefinition('punctual-asleep')
+  const runner = await runnerPastFirstTick(registry, 1000)
+  await scheduledRun(def, 'room-1', new Date(Date.now() + 400))
+  runner.nudge()
+  // Past the nudged pass, asleep until the run 400 ms ahead: never more than that.
+  let asleep = 0
+  for (let i = 0; i < 100 && asleep === 0; i++) {
+    await sleep(5)
+    asleep = runner.asleepForMs
+  }
+  expect(asleep).toBeGreaterThan(0)
+  expect(asleep).toBeLessThanOrEqual(400)
+})

@@ -21,7 +21,7 @@ import type { Queryable } from '../db.ts'
 import { caseOf, chunkCase, clampLimit, idSet, placeholders } from '../json.ts'
 import { LEASE_EXPIRY, leaseFree, leaseMicros } from '../leases.ts'
 import { IN_FLIGHT } from '../states.ts'
-import { hydrate, type Raw, RUN_COLUMNS, type RunRow, SELECT_RUN } from './rows.ts'
+import { hydrate, type Raw, RUN_COLUMNS, type RunRow } from './rows.ts'
 import { DROP_CLAIM, transitionSets } from './transitions.ts'
 
 /**
@@ -157,7 +157,7 @@ export async function claimTickBatch(
   leaseUntil: Date,
   now: Date,
   limit: number,
-): Promise<RunRow[]> {
+): Promise<LeasedRun[]> {
   const n = clampLimit(limit, 100, 1, 5000)
   const res = await db.run(
     `UPDATE event_runs
@@ -175,9 +175,14 @@ export async function claimTickBatch(
   return findLeased(db, token, leaseUntil, '<=')
 }
 
+/** A run as {@link claimTickBatch} read it: with its definition's title and slug, which the steps' templates use. */
+export type LeasedRun = RunRow & { definitionTitle: string; definitionSlug: string }
+
 /**
  * Runs leased with one batch token (the second half of "lease many, read what
- * you leased"). The lease set every one's `wake_at` to `leaseUntil`, so they
+ * you leased"), with their definitions' titles: the runner advances them as
+ * read, with no second read for the titles (one statement fewer between a
+ * cue's answer and its run's next step). The lease set every one's `wake_at` to `leaseUntil`, so they
  * are the range `wake_at = leaseUntil` of idx_evrun_wake, the token picking
  * them out of any other run due at that same instant: claim_token has no index
  * (migration 0018), so claiming and giving back rewrite none. Should a run be
@@ -191,12 +196,19 @@ export async function findLeased(
   token: string,
   leaseUntil: Date,
   by: '=' | '<=' = '=',
-): Promise<RunRow[]> {
+): Promise<LeasedRun[]> {
   const rows = await db.execute<Raw>(
-    `${SELECT_RUN} FORCE INDEX (idx_evrun_wake) WHERE r.wake_at ${by} ? AND r.claim_token = ? ORDER BY r.id`,
+    `SELECT ${RUN_COLUMNS}, d.title AS definition_title, d.slug AS definition_slug
+       FROM event_runs r FORCE INDEX (idx_evrun_wake) JOIN event_definitions d ON d.id = r.definition_id
+      WHERE r.wake_at ${by} ? AND r.claim_token = ? ORDER BY r.id`,
     [leaseUntil, token],
   )
-  return rows.map(hydrate)
+  return rows.map((row) => {
+    const run = hydrate(row) as LeasedRun
+    run.definitionTitle = String(row.definition_title)
+    run.definitionSlug = String(row.definition_slug)
+    return run
+  })
 }
 
 /** Push this caller's lease further out (before a long step); false if it lost the lease. */

@@ -71,6 +71,7 @@ export async function advanceBatch(
   deps: EngineDeps,
   claimed: readonly ClaimedRun[],
   onAnswer: OnAnswer,
+  how: { fresh?: boolean } = {},
 ): Promise<void> {
   const answered = new Set<number>()
   const held: Held = {
@@ -84,7 +85,7 @@ export async function advanceBatch(
   }
   let failure: { err: unknown } | null = null
   try {
-    await rounds(deps, claimed, held, undefined)
+    await rounds(deps, claimed, held, undefined, how.fresh === true)
   } catch (err) {
     failure = { err }
     // Nothing more of this batch is advanced now: what no straggler holds is
@@ -118,6 +119,7 @@ async function rounds(
   claimed: readonly ClaimedRun[],
   held: Held,
   knownLeaseEnds: number | undefined,
+  fresh = false,
 ): Promise<void> {
   const onAnswer = held.tell
   const { db, registry } = deps
@@ -131,7 +133,12 @@ async function rounds(
     if (deps.stopping()) break
     // Let go once the round's writes that concern them are made.
     const leaving: [ClaimedRun, RunAnswer][] = []
-    const snapshots = await runs.statusesOf(db, active)
+    // `fresh`: the runs as their claim read them a moment ago (a woken batch,
+    // wakeLane.ts), so the first round does not read their statuses again.
+    const snapshots =
+      round === 0 && fresh
+        ? active.map((id) => snapshotOf(byId.get(id) as ClaimedRun))
+        : await runs.statusesOf(db, active)
     const live = new Map(snapshots.filter((s) => isAdvancing(s.status)).map((s) => [s.id, s]))
     for (const id of active) if (!live.has(id)) leaving.push([byId.get(id) as ClaimedRun, { stop: true }])
     const next = live.size > 0 ? await steps.nextSteps(db, [...live.keys()]) : new Map<number, StepRow>()
@@ -405,4 +412,11 @@ function executingRow(step: StepRow, how: 'begin' | 'resume', now: Date): StepRo
   // As beginMany wrote it: a first start is stamped with the round's `now`, so
   // a `core.wait {seconds}` counts from the same instant for the whole batch.
   return { ...step, status: 'running', attempts: step.attempts + 1, startedAt: step.startedAt ?? now }
+}
+
+/** A claimed run's status as its claim read it. */
+function snapshotOf(
+  run: ClaimedRun,
+): Pick<runs.RunStatusSnapshot, 'id' | 'status' | 'health' | 'currentPhase'> {
+  return { id: run.id, status: run.status, health: run.health, currentPhase: run.currentPhase }
 }

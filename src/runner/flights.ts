@@ -13,6 +13,9 @@
  * bound. A flight that fails is logged and counted like a failed tick; its
  * claims are given back by its own `finally`.
  */
+import { isDbUnavailable } from '../../sql/db.ts'
+import type { ResolvedOptions } from './options.ts'
+
 export class Flights {
   private readonly flying = new Set<Promise<void>>()
 
@@ -56,4 +59,21 @@ export class Flights {
 export async function settleAll(advances: Promise<{ err: unknown } | null>[]): Promise<void> {
   const failed = (await Promise.all(advances)).find((r) => r !== null)
   if (failed) throw failed.err
+}
+
+/** The runner's batches in flight (a pass's, the wake lane's): a failed one is counted and logged like a failed tick. */
+export function loggedFlights(
+  limit: number,
+  opts: Pick<ResolvedOptions, 'logger' | 'observer'>,
+  instance: string,
+  message: string,
+): Flights {
+  return new Flights(
+    limit,
+    (err) => {
+      opts.observer?.tickError?.()
+      opts.logger.error({ err, instance, databaseUnavailable: isDbUnavailable(err) }, message)
+    },
+    () => opts.observer?.batchAdvanced?.(),
+  )
 }

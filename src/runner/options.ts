@@ -74,6 +74,16 @@ export interface RunnerOptions {
    * behind a slow batch. A pass waits for a free slot. @default 4
    */
   batchesInFlight?: number
+  /**
+   * Batches the wake lane (wakeLane.ts: answered cues, timers that ran out)
+   * advances at once, beside the passes' `batchesInFlight`. Its batches are
+   * small and many (a few answers each) and each lives for its runs' rounds,
+   * so at 4 a loaded lane waited for a slot (p90 232 ms, p99 1.2 s at 600
+   * shows, docs/performance.md); the pool still bounds what reaches the
+   * database. 0: no lane, woken runs are claimed by the passes (as before
+   * the lane). @default 4 × batchesInFlight
+   */
+  wakeBatchesInFlight?: number
   /** Steps per run per claim before it is given back. @default 25 */
   maxStepsPerClaim?: number
   settings?: StepSettings
@@ -90,6 +100,7 @@ export type ResolvedOptions = Required<Omit<RunnerOptions, 'observer' | 'instanc
 }
 
 export function resolveOptions(options: RunnerOptions): ResolvedOptions {
+  const batchesInFlight = Math.max(1, options.batchesInFlight ?? 4)
   return {
     db: options.db,
     registry: options.registry,
@@ -105,7 +116,8 @@ export function resolveOptions(options: RunnerOptions): ResolvedOptions {
     batchSize: options.batchSize ?? 1000,
     parallelism: options.parallelism ?? 8,
     startConcurrency: Math.max(1, options.startConcurrency ?? 2),
-    batchesInFlight: Math.max(1, options.batchesInFlight ?? 4),
+    batchesInFlight,
+    wakeBatchesInFlight: Math.max(0, options.wakeBatchesInFlight ?? 4 * batchesInFlight),
     maxStepsPerClaim: options.maxStepsPerClaim ?? 25,
     settings: options.settings ?? { webhookAllow: [] },
     clock: options.clock ?? systemClock,

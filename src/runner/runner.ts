@@ -18,8 +18,11 @@
  * the next pass comes at a nudge (a resolved cue, a started run), at the
  * soonest `wake_at` (a timer; a flight's release moves a sleep aimed later
  * sooner) or at the next tick, and claims what came due meanwhile. A GO or a
- * timer no longer waits behind a round of slow webhooks. `tick()` (tests,
- * one-shot tools) still advances everything it claimed before it returns.
+ * timer no longer waits behind a round of slow webhooks. Nor behind a pass:
+ * a nudge and a released timer's end also wake the wake lane (wakeLane.ts),
+ * which claims the in-flight runs due then and advances them beside the
+ * passes. `tick()` (tests, one-shot tools) still advances everything it
+ * claimed before it returns.
  *
  * Be careful about which parts can throw. `tick()` may throw only database
  * errors from its sweeps; the loop catches them, counts them, logs them and
@@ -39,13 +42,14 @@ import * as steps from '../../sql/eventSteps/index.ts'
 import * as heartbeats from '../../sql/runnerHeartbeats.ts'
 import { advanceBatch } from './advance.ts'
 import { expandStartingRuns } from './expand.ts'
-import { Flights, settleAll } from './flights.ts'
+import { type Flights, loggedFlights, settleAll } from './flights.ts'
 import { HeldClaims } from './held.ts'
 import { Housekeeping } from './housekeeping.ts'
 import { KeyedStarter } from './keyedStart.ts'
 import { type ResolvedOptions, type RunnerOptions, resolveOptions } from './options.ts'
 import { startKeylessDue } from './start.ts'
 import type { ClaimedRun, EngineDeps } from './types.ts'
+import { WakeLane } from './wakeLane.ts'
 
 export type RunnerState = 'created' | 'active' | 'stopping' | 'stopped'
 export type { RunnerLogger, RunnerOptions } from './options.ts'
@@ -66,6 +70,8 @@ export class Runner {
   /** The soonest wake time a flight's release reported since the last read of the next wake-up (runner's clock, ms). */
   private wakeHint: number | null = null
   private readonly flights: Flights
+  /** Woken runs (an answer's nudge, a timer's end), claimed and advanced beside the passes. */
+  readonly lane: WakeLane
   /** The materialisation going on beside the passes, if any (materialiseAside). */
   private materialising: Promise<void> | null = null
   private readonly hardStop = new AbortController()
@@ -87,17 +93,20 @@ export class Runner {
     const stopping = () => this.windingDown
     this.housekeeping = new Housekeeping({ ...this.opts, instanceId: this.instanceId, stopping })
     this.keyed = new KeyedStarter({ ...this.opts, instanceId: this.instanceId, stopping })
-    this.flights = new Flights(
+    this.flights = loggedFlights(
       this.opts.batchesInFlight,
-      (err) => {
-        this.opts.observer?.tickError?.()
-        this.opts.logger.error(
-          { err, instance: this.instanceId, databaseUnavailable: isDbUnavailable(err) },
-          'advancing a batch failed; its runs are given back and tried again',
-        )
-      },
-      () => this.opts.observer?.batchAdvanced?.(),
+      this.opts,
+      this.instanceId,
+      'advancing a batch failed; its runs are given back and tried again',
     )
+    this.lane = new WakeLane({
+      opts: this.opts,
+      instanceId: this.instanceId,
+      engine: () => this.engineDeps(),
+      active: () => this.stateValue === 'active',
+      token: () => `${this.instanceId}:${++this.tickSeq}:w`,
+      released: (wakeAts) => this.wakeBy(wakeAts),
+    })
   }
 
   get state(): RunnerState {
@@ -119,6 +128,11 @@ export class Runner {
     return this.lastTickAt
   }
 
+  /** How long the loop's sleep has left (ms); 0 while it passes. A pause now delays nothing it knows of. */
+  get asleepForMs(): number {
+    return this.sleeping ? Math.max(0, this.sleeping.untilMs - Date.now()) : 0
+  }
+
   /** Begin ticking. Calling it twice is an error: a runner is started once. */
   start(): void {
     if (this.stateValue !== 'created')
@@ -127,10 +141,11 @@ export class Runner {
     this.loopPromise = this.loop()
   }
 
-  /** Wake the loop now instead of at the end of its sleep (a run was started, a cue resolved). */
+  /** Wake the loop now instead of at the end of its sleep (a run was started, a cue resolved), and the wake lane. */
   nudge(): void {
     this.nudged = true
     this.sleepAbort?.abort()
+    this.lane.wake()
   }
 
   /** Materialise at the next tick (a definition changed), then nudge. */
@@ -180,6 +195,7 @@ export class Runner {
       }
     } finally {
       // Stopping: the steps in flight finish (or are cut short at the grace), no next one starts.
+      await this.lane.settle()
       await this.flights.settle()
       await this.materialising
     }
@@ -284,6 +300,7 @@ export class Runner {
    * worked out.
    */
   private wakeBy(wakeAts: readonly Date[]): void {
+    this.lane.wakeAt(wakeAts)
     let soonest = Number.POSITIVE_INFINITY
     for (const d of wakeAts) soonest = Math.min(soonest, d.getTime())
     this.wakeHint = Math.min(this.wakeHint ?? Number.POSITIVE_INFINITY, soonest)

@@ -1,0 +1,111 @@
+/**
+ * Gives a busy spell's garbage back once the instance is quiet again.
+ *
+ * `npm start` runs node with V8's memory reducer off (`--no-memory-reducer`,
+ * docs/performance.md): its compacting collections after a busy spell paused
+ * the process 19–25 ms at a random moment, inside a pass, at a start. Without
+ * it V8 collects only when allocation fills the heap, and an idle server
+ * allocates little: after a show of 1,000 runs the heap held 237 MB, of which
+ * a full collection left 56 (the idle level). Nothing of ours was retained;
+ * the garbage was never collected, so neither the heap nor RSS came down.
+ *
+ * Here one full collection replaces the reducer's, at a moment chosen not to
+ * land on a start: the heap V8 holds has grown `growthBytes` past what our
+ * last collection (or the start) left, the event loop was less than
+ * `quietUtilisation` busy over the last check's interval, and the runner (if
+ * any) sleeps at least `freeAheadMs` more; if it does not, the collection
+ * waits for the runner's next sleep. The runner sleeps at most TICK_MS, aimed
+ * at the next due run; a 212 MB heap took 299 ms to collect on the loaded
+ * 2-core machine (146 MB: 31–62 ms in the test), so 250 ms was too little.
+ * An instance with nobody calling it allocates next to nothing and never
+ * collects; a check is one heap-statistics read, no statement.
+ */
+import { performance } from 'node:perf_hooks'
+import { getHeapStatistics, setFlagsFromString } from 'node:v8'
+import { runInNewContext } from 'node:vm'
+
+export interface QuietCollectOptions {
+  /** How long the runner sleeps on (ms), or null without a runner. */
+  asleepForMs: () => number | null
+  /** @default 5000 */
+  everyMs?: number
+  /** @default 64 MiB */
+  growthBytes?: number
+  /** @default 0.1 */
+  quietUtilisation?: number
+  /**
+   * The runner must sleep on at least this long, or twice the last pause if
+   * longer (a pause must end before the runner's next pass). @default 800
+   */
+  freeAheadMs?: number
+  /** A full collection. @default V8's `gc` (exposed to a fresh context only, not to the program) */
+  collect?: () => void
+  /**
+   * Collect once now, so the floor is the live heap rather than start-up's
+   * garbage; the server does it before its runner starts, where a pause
+   * delays no start. @default false
+   */
+  collectAtStart?: boolean
+  /** After each collection: its pause and the used heap before and after. */
+  onCollected?: (c: { pauseMs: number; usedBefore: number; usedAfter: number }) => void
+}
+
+/** V8's `gc`, reached through a context of its own so no global `gc` appears in the program. */
+function v8Collect(): () => void {
+  setFlagsFromString('--expose-gc')
+  return runInNewContext('gc') as () => void
+}
+
+export function startQuietCollect(opts: QuietCollectOptions): { stop(): void } {
+  const collect = opts.collect ?? v8Collect()
+  const growth = opts.growthBytes ?? 64 * 2 ** 20
+  const quiet = opts.quietUtilisation ?? 0.1
+  const freeAhead = opts.freeAheadMs ?? 800
+  let lastPauseMs = 0
+  // What the heap held after the last collection of ours (or at start). Not
+  // lowered by V8's own collections: one under load leaves the load's live
+  // data, which is garbage a minute later, and would hide it.
+  if (opts.collectAtStart) collect()
+  let floor = getHeapStatistics().used_heap_size
+  let elu = performance.eventLoopUtilization()
+  let waiting: ReturnType<typeof setTimeout> | null = null
+  let stopped = false
+
+  /** Collect when the runner has just gone to sleep; until then look again shortly (at most ~2 s). */
+  const collectInAWindow = (triesLeft: number) => {
+    waiting = null
+    if (stopped) return
+    const asleep = opts.asleepForMs()
+    if (asleep !== null && asleep < Math.max(freeAhead, 2 * lastPauseMs)) {
+      if (triesLeft > 0) {
+        // Its sleep ends in `asleep` ms; the pass after it is short when quiet.
+        waiting = setTimeout(() => collectInAWindow(triesLeft - 1), Math.max(20, asleep + 20))
+        waiting.unref()
+      }
+      return
+    }
+    const usedBefore = getHeapStatistics().used_heap_size
+    const t0 = performance.now()
+    collect()
+    const pauseMs = performance.now() - t0
+    lastPauseMs = pauseMs
+    floor = getHeapStatistics().total_heap_size
+    opts.onCollected?.({ pauseMs, usedBefore, usedAfter: getHeapStatistics().used_heap_size })
+  }
+
+  const timer = setInterval(() => {
+    const busy = performance.eventLoopUtilization(elu).utilization
+    elu = performance.eventLoopUtilization()
+    if (waiting) return
+    if (getHeapStatistics().total_heap_size - floor < growth || busy >= quiet) return
+    collectInAWindow(20)
+  }, opts.everyMs ?? 5000)
+  timer.unref()
+  return {
+    stop() {
+      stopped = true
+      clearInterval(timer)
+      if (waiting) clearTimeout(waiting)
+    },
+  }
+}

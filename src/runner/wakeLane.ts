@@ -1,0 +1,184 @@
+/**
+ * The wake lane: runs in flight made due now (a cue answered, a paused run
+ * resumed, a retry asked for) or coming due at a timer's end are claimed and
+ * advanced here, beside the runner's passes, not by the next pass.
+ *
+ * Why: under load a pass lasts a hundred milliseconds and more (its starts,
+ * claims, sweeps, keyed claims, heartbeat, each statement some 10 ms on a
+ * busy database), and a nudge or a timer that comes while one is under way
+ * waited for all of it, then for the next pass's starts, before its run was
+ * claimed: that wait was most of a loaded GO (docs/performance.md, "GO and
+ * timers (third round)"). The lane claims with the same guarded statement
+ * as a pass (`claimTickBatch`: a live claim is not re-enterable, so a run the
+ * lane and a pass both see due is taken by one of them only) and hands the
+ * batch to a flight of its own, so it never waits for a pass, nor for a slot
+ * behind the passes' batches of slow webhooks.
+ *
+ * Bounded: one claim at a time (answers that arrive meanwhile are taken
+ * together by the next one, like a group commit), at most
+ * `wakeBatchesInFlight` batches of its own in flight (4 × `batchesInFlight`
+ * by default: its batches are small and many), and it claims only while the
+ * runner is active. A
+ * stopping runner waits for `settle()`: the claim under way, then every
+ * batch of the lane, each giving its claims back.
+ */
+import * as runs from '../../sql/eventRuns/index.ts'
+import { advanceBatch } from './advance.ts'
+import { expandStartingRuns } from './expand.ts'
+import { type Flights, loggedFlights } from './flights.ts'
+import { HeldClaims } from './held.ts'
+import type { ResolvedOptions } from './options.ts'
+import type { EngineDeps } from './types.ts'
+
+/** Timer ends the lane remembers at once; later ones are the runner's sleep's (it reads the soonest wake_at). */
+const MAX_TIMERS = 256
+
+export interface WakeLaneDeps {
+  opts: ResolvedOptions
+  instanceId: string
+  engine: () => EngineDeps
+  /** True while the runner may claim (active, not stopping). */
+  active: () => boolean
+  /** A claim token, unique per claim of this instance. */
+  token: () => string
+  /** Released runs asked to be woken at these times (a timer's end). */
+  released: (wakeAts: readonly Date[]) => void
+}
+
+export class WakeLane {
+  readonly flights: Flights
+  /** `wakeBatchesInFlight` 0: no lane, the passes claim woken runs. */
+  private readonly off: boolean
+  private requested = false
+  private draining: Promise<void> | null = null
+  /** Timer ends ahead (Date.now() ms, ascending), the soonest armed. */
+  private ahead: number[] = []
+  private timer: { at: number; handle: ReturnType<typeof setTimeout> } | null = null
+  /** Runs the lane claimed so far: tests read it to see which path served a run. */
+  claimedRuns = 0
+
+  constructor(private readonly deps: WakeLaneDeps) {
+    const { opts, instanceId } = deps
+    this.off = opts.wakeBatchesInFlight === 0
+    this.flights = loggedFlights(
+      Math.max(1, opts.wakeBatchesInFlight),
+      opts,
+      instanceId,
+      'advancing a woken batch failed; its runs are given back and tried again',
+    )
+  }
+
+  /** A run in flight was made due now: claim what is due as soon as the claim under way (if any) ends. */
+  wake(): void {
+    if (this.off || !this.deps.active()) return
+    this.requested = true
+    this.draining ??= this.drain()
+  }
+
+  /** Runs were let go to be due at these times (runner's clock): claim at the soonest. */
+  wakeAt(wakeAts: readonly Date[]): void {
+    if (this.off || !this.deps.active()) return
+    const skew = Date.now() - this.deps.opts.clock.now().getTime()
+    for (const d of wakeAts) {
+      // +1 ms: a timer can fire a little early, and the due query is `wake_at <= now`.
+      const at = d.getTime() + skew + 1
+      if (this.ahead.includes(at)) continue
+      this.ahead.push(at)
+    }
+    this.ahead.sort((a, b) => a - b)
+    if (this.ahead.length > MAX_TIMERS) this.ahead.length = MAX_TIMERS
+    this.arm()
+  }
+
+  /** Stop claiming; resolves once the claim under way and every batch of the lane have settled. */
+  async settle(): Promise<void> {
+    if (this.timer) clearTimeout(this.timer.handle)
+    this.timer = null
+    this.ahead = []
+    this.requested = false
+    await this.draining
+    await this.flights.settle()
+  }
+
+  private arm(): void {
+    const soonest = this.ahead[0]
+    if (soonest === undefined) return
+    if (this.timer && this.timer.at <= soonest) return
+    if (this.timer) clearTimeout(this.timer.handle)
+    const handle = setTimeout(() => this.fire(), Math.max(0, soonest - Date.now()))
+    this.timer = { at: soonest, handle }
+  }
+
+  private fire(): void {
+    this.timer = null
+    const now = Date.now()
+    this.ahead = this.ahead.filter((at) => at > now)
+    this.wake()
+    this.arm()
+  }
+
+  private async drain(): Promise<void> {
+    try {
+      while (this.requested && this.deps.active()) {
+        this.requested = false
+        // A batch's slot first: the claim's leases start running as soon as it is taken.
+        await this.flights.slot()
+        if (!this.deps.active()) break
+        try {
+          await this.claimOnce()
+        } catch (err) {
+          // The pass claims the same runs at its next turn: nothing is lost.
+          this.deps.opts.observer?.tickError?.()
+          this.deps.opts.logger.error(
+            { err, instance: this.deps.instanceId },
+            'claiming woken runs failed; the next pass takes them',
+          )
+        }
+      }
+    } finally {
+      this.draining = null
+    }
+  }
+
+  /** Claim the in-flight runs due now and hand them to a flight of the lane. */
+  private async claimOnce(): Promise<void> {
+    const { opts, instanceId } = this.deps
+    const { db, clock } = opts
+    const now = clock.now()
+    const leaseUntil = new Date(now.getTime() + opts.leaseMs)
+    const held = new HeldClaims({
+      db,
+      owner: instanceId,
+      clock,
+      logger: opts.logger,
+      observer: opts.observer,
+      retryAfterMs: opts.tickMs,
+      released: (wakeAts) => this.deps.released(wakeAts),
+    })
+    let launched = false
+    try {
+      const claimed = await runs.claimTickBatch(
+        db,
+        instanceId,
+        this.deps.token(),
+        leaseUntil,
+        now,
+        opts.batchSize,
+      )
+      held.hold(claimed)
+      if (claimed.length === 0) return
+      this.claimedRuns += claimed.length
+      // More are due than one claim takes: claim again at once.
+      if (claimed.length >= opts.batchSize) this.requested = true
+      const ready = await expandStartingRuns(this.deps.engine(), claimed)
+      // Read by the claim a moment ago: the first round takes their statuses as read.
+      const advance = advanceBatch(this.deps.engine(), ready, (run, answer) => held.answer(run.id, answer), {
+        fresh: true,
+      })
+      this.flights.launch(advance.finally(() => held.giveBack()))
+      launched = true
+    } finally {
+      if (!launched) await held.giveBack()
+    }
+  }
+}
