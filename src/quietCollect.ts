@@ -23,6 +23,7 @@
 import { performance } from 'node:perf_hooks'
 import { getHeapStatistics, setFlagsFromString } from 'node:v8'
 import { runInNewContext } from 'node:vm'
+import type { Logger } from './log.ts'
 
 export interface QuietCollectOptions {
   /** How long the runner sleeps on (ms), or null without a runner. */
@@ -108,4 +109,26 @@ export function startQuietCollect(opts: QuietCollectOptions): { stop(): void } {
       if (waiting) clearTimeout(waiting)
     },
   }
+}
+
+/**
+ * The server's collector: start-up's garbage collected at once (before the
+ * runner starts, where a pause delays no start), each later collection logged.
+ */
+export function startLoggedQuietCollect(
+  logger: Pick<Logger, 'info'>,
+  asleepForMs: () => number | null,
+): { stop(): void } {
+  return startQuietCollect({
+    collectAtStart: true,
+    asleepForMs,
+    onCollected: ({ pauseMs, usedBefore, usedAfter }) =>
+      logger.info(
+        {
+          pauseMs: Math.round(pauseMs),
+          heapUsedMb: [usedBefore, usedAfter].map((b) => Math.round(b / 2 ** 20)),
+        },
+        'the busy spell is over: its garbage collected',
+      ),
+  })
 }

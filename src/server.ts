@@ -43,7 +43,7 @@ import { createLogger, type Logger } from './log.ts'
 import { createMetrics, type Metrics } from './metrics.ts'
 import { createAnswerPageHandler, isAnswerPath } from './notify/answerPage.ts'
 import { createProbes, PROBE_SNAPSHOT_MS } from './probes.ts'
-import { startQuietCollect } from './quietCollect.ts'
+import { startLoggedQuietCollect } from './quietCollect.ts'
 import { refusals } from './refusalSampler.ts'
 import { runCountsFor } from './runCounts.ts'
 import { type Clock, systemClock } from './runner/clock.ts'
@@ -422,18 +422,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     const address = httpServer.address() as AddressInfo
     started = { host, port: address.port, url: `http://${urlHost(host)}:${address.port}` }
     // Start-up's garbage is collected here, before the runner starts; a busy spell's once quiet.
-    quiet = startQuietCollect({
-      collectAtStart: true,
-      asleepForMs: () => (runner ? runner.asleepForMs : null),
-      onCollected: ({ pauseMs, usedBefore, usedAfter }) =>
-        logger.info(
-          {
-            pauseMs: Math.round(pauseMs),
-            heapUsedMb: [usedBefore, usedAfter].map((b) => Math.round(b / 2 ** 20)),
-          },
-          'the busy spell is over: its garbage collected',
-        ),
-    })
+    quiet = startLoggedQuietCollect(logger, () => (runner ? runner.asleepForMs : null))
     runner?.start()
     dispatcher?.start()
     if (generatedToken) {

@@ -46,6 +46,7 @@ import { type Flights, loggedFlights, settleAll } from './flights.ts'
 import { HeldClaims } from './held.ts'
 import { Housekeeping } from './housekeeping.ts'
 import { KeyedStarter } from './keyedStart.ts'
+import { LoopSleep } from './loopSleep.ts'
 import { type ResolvedOptions, type RunnerOptions, resolveOptions } from './options.ts'
 import { startKeylessDue } from './start.ts'
 import type { ClaimedRun, EngineDeps } from './types.ts'
@@ -64,9 +65,7 @@ export class Runner {
   readonly instanceId: string
   private stateValue: RunnerState = 'created'
   private loopPromise: Promise<void> | null = null
-  private sleepAbort: AbortController | null = null
-  /** The sleep in progress: when it ends (Date.now() ms), its timer, and how to end it sooner. */
-  private sleeping: { untilMs: number; timer: ReturnType<typeof setTimeout>; done: () => void } | null = null
+  private readonly sleeper = new LoopSleep()
   /** The soonest wake time a flight's release reported since the last read of the next wake-up (runner's clock, ms). */
   private wakeHint: number | null = null
   private readonly flights: Flights
@@ -130,7 +129,7 @@ export class Runner {
 
   /** How long the loop's sleep has left (ms); 0 while it passes. A pause now delays nothing it knows of. */
   get asleepForMs(): number {
-    return this.sleeping ? Math.max(0, this.sleeping.untilMs - Date.now()) : 0
+    return this.sleeper.leftMs
   }
 
   /** Begin ticking. Calling it twice is an error: a runner is started once. */
@@ -144,7 +143,7 @@ export class Runner {
   /** Wake the loop now instead of at the end of its sleep (a run was started, a cue resolved), and the wake lane. */
   nudge(): void {
     this.nudged = true
-    this.sleepAbort?.abort()
+    this.sleeper.wake()
     this.lane.wake()
   }
 
@@ -168,7 +167,7 @@ export class Runner {
       return
     }
     if (this.stateValue === 'active') this.stateValue = 'stopping'
-    this.sleepAbort?.abort()
+    this.sleeper.wake()
     const timer = setTimeout(() => this.hardStop.abort(), graceMs ?? this.opts.leaseMs / 2)
     try {
       await this.loopPromise
@@ -279,18 +278,7 @@ export class Runner {
   private async sleep(ms: number): Promise<void> {
     // A nudge that came while the wait was being worked out (no sleep to abort yet) still counts.
     if (ms <= 0 || this.nudged) return
-    const controller = new AbortController()
-    this.sleepAbort = controller
-    await new Promise<void>((resolve) => {
-      const done = () => {
-        if (this.sleeping) clearTimeout(this.sleeping.timer)
-        this.sleeping = null
-        resolve()
-      }
-      this.sleeping = { untilMs: Date.now() + ms, timer: setTimeout(done, ms), done }
-      controller.signal.addEventListener('abort', done, { once: true })
-    })
-    this.sleepAbort = null
+    await this.sleeper.sleep(ms)
   }
 
   /**
@@ -304,13 +292,7 @@ export class Runner {
     let soonest = Number.POSITIVE_INFINITY
     for (const d of wakeAts) soonest = Math.min(soonest, d.getTime())
     this.wakeHint = Math.min(this.wakeHint ?? Number.POSITIVE_INFINITY, soonest)
-    const sleeping = this.sleeping
-    if (!sleeping) return
-    const inMs = Math.max(0, soonest - this.opts.clock.now().getTime() + 1)
-    if (Date.now() + inMs >= sleeping.untilMs) return
-    clearTimeout(sleeping.timer)
-    sleeping.untilMs = Date.now() + inMs
-    sleeping.timer = setTimeout(sleeping.done, inMs)
+    this.sleeper.endWithin(Math.max(0, soonest - this.opts.clock.now().getTime() + 1))
   }
 
   /**
