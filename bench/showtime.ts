@@ -90,11 +90,14 @@ import { burstPhase, hostilePhase } from './showtimeStress.ts'
 
 const env = process.env
 
-/** The fan-out's bounds, passed to the server when set here (to compare a run without them). */
+/** The fan-out's bounds and the runner's settings a show leans on, passed to the server when set here (to compare a run with other values). */
 const PASSED_THROUGH = [
   'SUBSCRIPTIONS_PER_PRINCIPAL',
   'SUBSCRIPTIONS_PER_INSTANCE',
   'FANOUT_DELIVERIES_PER_POLL',
+  'RUNNER_WAKE_BATCHES',
+  'RUNNER_PARALLELISM',
+  'RUNNER_DB_POOL_SIZE',
 ]
 function passedThrough(): Record<string, string> {
   return Object.fromEntries(PASSED_THROUGH.flatMap((k) => (env[k] ? [[k, env[k] as string]] : [])))
@@ -318,6 +321,7 @@ async function single(): Promise<{ results: Record<string, BenchResult>; loaded:
       WEBHOOK_ALLOW: 'the local receiver',
       SHOWRUNNER_TOKENS: 'admin, viewer, 10 named operators (each the assignee of its shows’ cues)',
       inbox: INBOX === 'mine' ? 'waitingSteps(mine: true)' : 'waitingSteps (everybody’s)',
+      ...passedThrough(),
     }
     const scale = {
       shows: SHOWS,
