@@ -85,6 +85,11 @@ export function startQuietCollect(opts: QuietCollectOptions): { stop(): void } {
       }
       return
     }
+    // A burst that began since the check (the retries above can take ~2 s)
+    // must not meet a full collection's pause: give up until the next quiet check.
+    // (Over a window long enough to say: read at once, the window is this very turn.)
+    const since = performance.eventLoopUtilization(elu)
+    if (since.idle + since.active > 200 && since.utilization >= quiet) return
     const usedBefore = getHeapStatistics().used_heap_size
     const t0 = performance.now()
     collect()

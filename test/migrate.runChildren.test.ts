@@ -5,30 +5,26 @@
  * key on runs alone, and runs again without error. A fresh database is
  * covered by migrate.test.ts.
  */
-import { copyFile, mkdtemp, readdir, rm } from 'node:fs/promises'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import * as ladders from '../sql/cueLadders.ts'
 import * as logs from '../sql/eventRunLogs.ts'
-import { loadMigrations, MIGRATIONS_DIR, migrate } from '../sql/migrate.ts'
+import { loadMigrations, migrate } from '../sql/migrate.ts'
 import * as links from '../sql/notifications/cueLinks.ts'
-import { createTestDb, type TestDb } from './helpers/db.ts'
+import type { TestDb } from './helpers/db.ts'
 import { makeDefinition, makeRunWithSteps } from './helpers/fixtures.ts'
+import { databaseUpTo, type HeldAtMigration } from './helpers/migrationsUpTo.ts'
 
 const NEW = ['0024_run_children_unkeyed.sql']
 
+let held: HeldAtMigration
 let t: TestDb
 let dir: string
 beforeAll(async () => {
-  t = await createTestDb({ migrate: false })
-  dir = await mkdtemp(join(tmpdir(), 'sr-mig23-'))
-  for (const f of await readdir(MIGRATIONS_DIR))
-    if (f <= '0023_~') await copyFile(join(MIGRATIONS_DIR, f), join(dir, f))
+  held = await databaseUpTo('0023')
+  ;({ t, dir } = held)
 })
 afterAll(async () => {
-  await t.drop()
-  await rm(dir, { recursive: true, force: true })
+  await held.drop()
 })
 
 async function foreignKeys(): Promise<string[]> {

@@ -4,16 +4,14 @@
  * they moved to other indexes answer what they answered before. A fresh
  * database is covered by migrate.test.ts.
  */
-import { copyFile, mkdtemp, readdir, rm } from 'node:fs/promises'
-import { tmpdir } from 'node:os'
-import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import * as runs from '../sql/eventRuns/index.ts'
 import * as steps from '../sql/eventSteps/index.ts'
-import { loadMigrations, MIGRATIONS_DIR, migrate } from '../sql/migrate.ts'
+import { loadMigrations, migrate } from '../sql/migrate.ts'
 import { listRuns, pageKeys } from '../sql/runPage.ts'
-import { createTestDb, type TestDb } from './helpers/db.ts'
+import type { TestDb } from './helpers/db.ts'
 import { makeDefinition, makeRun, makeRunWithSteps } from './helpers/fixtures.ts'
+import { databaseUpTo, type HeldAtMigration } from './helpers/migrationsUpTo.ts'
 
 const NEW = [
   '0020_missed_sweep_by_status.sql',
@@ -22,17 +20,15 @@ const NEW = [
   '0023_waiting_steps_only.sql',
 ]
 
+let held: HeldAtMigration
 let t: TestDb
 let dir: string
 beforeAll(async () => {
-  t = await createTestDb({ migrate: false })
-  dir = await mkdtemp(join(tmpdir(), 'sr-mig18-'))
-  for (const f of await readdir(MIGRATIONS_DIR))
-    if (f <= '0018_~') await copyFile(join(MIGRATIONS_DIR, f), join(dir, f))
+  held = await databaseUpTo('0018')
+  ;({ t, dir } = held)
 })
 afterAll(async () => {
-  await t.drop()
-  await rm(dir, { recursive: true, force: true })
+  await held.drop()
 })
 
 async function indexesOf(table: string): Promise<string[]> {
