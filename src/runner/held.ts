@@ -13,7 +13,7 @@
 import type { Db } from '../../sql/db.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
 import type { Clock } from './clock.ts'
-import type { RunnerLogger } from './options.ts'
+import type { ResolvedOptions, RunnerLogger } from './options.ts'
 import type { RunAnswer, RunnerObserver } from './types.ts'
 
 export class HeldClaims {
@@ -39,6 +39,16 @@ export class HeldClaims {
       released?: (wakeAts: readonly Date[]) => void
     },
   ) {}
+
+  /** A runner's claims (a pass's, the wake lane's): its options, failed runs tried again after a tick. */
+  static forRunner(
+    opts: Pick<ResolvedOptions, 'db' | 'clock' | 'logger' | 'observer' | 'tickMs'>,
+    owner: string,
+    released: (wakeAts: readonly Date[]) => void,
+  ): HeldClaims {
+    const { db, clock, logger, observer, tickMs } = opts
+    return new HeldClaims({ db, owner, clock, logger, observer, retryAfterMs: tickMs, released })
+  }
 
   /** These runs' claims were just taken by this pass. */
   hold(held: readonly { id: number }[]): void {

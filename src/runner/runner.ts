@@ -333,15 +333,7 @@ export class Runner {
     // Every claim this pass takes is held here and given back in the finally,
     // at its run's answer or, for whatever was not answered (the pass failed
     // part-way), due now. A flight gives back its own when it settles.
-    const held = new HeldClaims({
-      db,
-      owner: this.instanceId,
-      clock,
-      logger: this.opts.logger,
-      observer: this.opts.observer,
-      retryAfterMs: this.opts.tickMs,
-      released: (wakeAts) => this.wakeBy(wakeAts),
-    })
+    const held = HeldClaims.forRunner(this.opts, this.instanceId, (wakeAts) => this.wakeBy(wakeAts))
     // The advances this pass hands on; their claims are given back once they all settle.
     const flying: Promise<{ err: unknown } | null>[] = []
     try {

@@ -146,15 +146,7 @@ export class WakeLane {
     const { db, clock } = opts
     const now = clock.now()
     const leaseUntil = new Date(now.getTime() + opts.leaseMs)
-    const held = new HeldClaims({
-      db,
-      owner: instanceId,
-      clock,
-      logger: opts.logger,
-      observer: opts.observer,
-      retryAfterMs: opts.tickMs,
-      released: (wakeAts) => this.deps.released(wakeAts),
-    })
+    const held = HeldClaims.forRunner(opts, instanceId, (wakeAts) => this.deps.released(wakeAts))
     let launched = false
     try {
       const claimed = await runs.claimTickBatch(
