@@ -187,14 +187,8 @@ export async function listWaiting(
     )
     return rows.map(hydrateStep)
   }
-  const rows = await db.execute<Raw>(
-    `${SELECT_STEP} LEFT JOIN cue_ladders l ON l.step_id = s.id
-      WHERE s.waiting_since IS NOT NULL
-        AND (l.step_id IS NULL OR JSON_LENGTH(l.assignees) = 0 OR JSON_OVERLAPS(l.assignees, ?))
-      ORDER BY s.waiting_since, s.id LIMIT ${n}`,
-    [toJson([...identities])],
-  )
-  return rows.map(hydrateStep)
+  // One caller's inbox is the many callers' statement with one part.
+  return (await listWaitingForEach(db, [{ limit: n, identities }]))[0] ?? []
 }
 
 /** Callers' inboxes read by one statement of {@link listWaitingForEach}: bounds its text and its rows (each up to 500). */
