@@ -5,7 +5,7 @@
  */
 
 import type { Db, Queryable, SqlValue } from './db.ts'
-import { deleteRunChildren } from './eventRuns/children.ts'
+import { withdrawScheduled } from './eventRuns/materialise.ts'
 import { transitionSets } from './eventRuns/transitions.ts'
 import { parseJson, placeholders, toJson } from './json.ts'
 import type { DefinitionState, OverlapPolicy } from './states.ts'
@@ -285,23 +285,16 @@ export async function setStateIn(
   let cancelled = 0
   if (state !== 'active') {
     // The runs first (locked: the run guard above keeps new ones out), then
-    // their log lines before them, a batch at a time: no foreign key cascades
-    // (migration 0024), and the transaction makes the batches one change.
+    // withdrawn a batch at a time, their rows before them (no foreign key
+    // cascades, migration 0024); the transaction makes the batches one change.
     const doomed = await tx.execute<Raw>(
       `SELECT id FROM event_runs
         WHERE definition_id = ? AND status = 'scheduled' AND started_by <=> 'schedule' FOR UPDATE`,
       [id],
     )
     const ids = doomed.map((r) => Number(r.id))
-    for (let from = 0; from < ids.length; from += WITHDRAW_BATCH) {
-      const batch = ids.slice(from, from + WITHDRAW_BATCH)
-      await deleteRunChildren(tx, { ids: batch })
-      const gone = await tx.runQuery(
-        `DELETE FROM event_runs WHERE id IN (${placeholders(batch.length)}) AND status = 'scheduled'`,
-        batch,
-      )
-      withdrawn += gone.affectedRows
-    }
+    for (let from = 0; from < ids.length; from += WITHDRAW_BATCH)
+      withdrawn += await withdrawScheduled(tx, ids.slice(from, from + WITHDRAW_BATCH))
   }
   if (state === 'archived') {
     const { sets, args } = transitionSets('cancelled', { error: archivedReason })
