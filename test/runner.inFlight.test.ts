@@ -12,9 +12,8 @@
  * and nothing is advanced twice: one webhook call per run, every run completed.
  */
 import { afterAll, beforeAll, expect, it } from 'vitest'
-import type { StepRow } from '../sql/eventSteps/index.ts'
 import { makeDefinition, makeRun } from './helpers/fixtures.ts'
-import { sleep, startReceiver, stepsOf, type WebhookReceiver, waitFor } from './helpers/runnerHarness.ts'
+import { sleep, startedAtMs, stepsOf, useReceiver, waitFor } from './helpers/runnerHarness.ts'
 import { startTestServer, type TestServer } from './helpers/server.ts'
 
 const SLOW_RUNS = 64
@@ -22,20 +21,19 @@ const SLOW_MS = 500
 /** Loose against a loaded shared machine, and far below the ~4 s the batch lasts. */
 const BOUND_MS = 800
 
-let receiver: WebhookReceiver
+const receiver = useReceiver()
 let s: TestServer
 
 beforeAll(async () => {
-  receiver = await startReceiver()
   receiver.route('/slow', () => ({ status: 200, delayMs: SLOW_MS }))
   s = await startTestServer({
     runner: true,
     env: { TICK_MS: '1000', LEASE_MS: '30000', WEBHOOK_ALLOW: `${receiver.url}/` },
   })
 })
+// Registered after useReceiver's: hooks unwind as a stack, so the server closes before the receiver.
 afterAll(async () => {
   await s?.close()
-  await receiver?.close()
 })
 
 async function define(slug: string, steps: unknown[]): Promise<string> {
@@ -56,11 +54,6 @@ async function startRun(definitionId: string, scope: string, at?: Date): Promise
   const id = r.body.data?.startRun.id
   if (!id) throw new Error(`startRun: ${JSON.stringify(r.body.errors)}`)
   return Number(id)
-}
-
-const started = (st: StepRow | undefined): number => {
-  if (!st?.startedAt) throw new Error(`step ${st?.id} has not started`)
-  return st.startedAt.getTime()
 }
 
 it('while a batch of slow webhooks advances, an answered cue moves on and a 2 s wait ends on time', async () => {
@@ -134,16 +127,16 @@ it('while a batch of slow webhooks advances, an answered cue moves on and a 2 s 
 
   const slowSteps = await Promise.all(slowRuns.map((id) => stepsOf(s.t.db, id)))
   const batchEnded = Math.max(...slowSteps.map((st) => st[0]?.endedAt?.getTime() ?? 0))
-  const goToNext = started(next) - go
+  const goToNext = startedAtMs(next) - go
   const [, wait, after] = await stepsOf(s.t.db, timerRun)
-  const overshoot = started(after) - (started(wait) + 2000)
+  const overshoot = startedAtMs(after) - (startedAtMs(wait) + 2000)
   console.log(
-    `GO → next step ${goToNext} ms (${callsAtGo} webhooks called at GO); 2 s wait overshoot ${overshoot} ms; the batch went on ${batchEnded - started(next)} ms after GO's next step`,
+    `GO → next step ${goToNext} ms (${callsAtGo} webhooks called at GO); 2 s wait overshoot ${overshoot} ms; the batch went on ${batchEnded - startedAtMs(next)} ms after GO's next step`,
   )
   // The batch was still advancing long after both: the bounds are not the pass's.
-  expect(batchEnded - started(next)).toBeGreaterThan(1000)
-  expect(started(wait)).toBeLessThan(Math.min(...slowSteps.map((st) => started(st[0]))))
-  expect(batchEnded - started(after)).toBeGreaterThan(1000)
+  expect(batchEnded - startedAtMs(next)).toBeGreaterThan(1000)
+  expect(startedAtMs(wait)).toBeLessThan(Math.min(...slowSteps.map((st) => startedAtMs(st[0]))))
+  expect(batchEnded - startedAtMs(after)).toBeGreaterThan(1000)
   expect(goToNext).toBeLessThan(BOUND_MS)
   expect(overshoot).toBeGreaterThanOrEqual(0)
   expect(overshoot).toBeLessThan(BOUND_MS)

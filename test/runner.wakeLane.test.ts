@@ -9,7 +9,6 @@
  * Nothing is advanced twice: one webhook call per run, every run completed.
  */
 import { afterAll, beforeAll, expect, it } from 'vitest'
-import type { StepRow } from '../sql/eventSteps/index.ts'
 import { resolveCueAs } from '../src/operations/cueAnswers.ts'
 import { systemClock } from '../src/runner/clock.ts'
 import { resolveOptions } from '../src/runner/options.ts'
@@ -17,7 +16,7 @@ import { Runner } from '../src/runner/runner.ts'
 import { createDefaultRegistry } from '../src/runner/steps/registry.ts'
 import { useTestDb } from './helpers/db.ts'
 import { makeDefinition, makeRun } from './helpers/fixtures.ts'
-import { sleep, startReceiver, stepsOf, type WebhookReceiver, waitFor } from './helpers/runnerHarness.ts'
+import { sleep, startedAtMs, stepsOf, useReceiver, waitFor } from './helpers/runnerHarness.ts'
 
 const t = useTestDb()
 const SLOW_RUNS = 8
@@ -25,22 +24,16 @@ const SLOW_MS = 4000
 /** Loose against a loaded shared machine, and far below the ~3 s of the stuck batch still ahead. */
 const BOUND_MS = 1500
 
-let receiver: WebhookReceiver
+const receiver = useReceiver()
 let runner: Runner
 
-beforeAll(async () => {
-  receiver = await startReceiver()
+beforeAll(() => {
   receiver.route('/slow', () => ({ status: 200, delayMs: SLOW_MS }))
 })
+// Registered after useReceiver's: hooks unwind as a stack, so the runner stops before the receiver closes.
 afterAll(async () => {
   await runner?.stop()
-  await receiver?.close()
 })
-
-const started = (st: StepRow | undefined): number => {
-  if (!st?.startedAt) throw new Error(`step ${st?.id} has not started`)
-  return st.startedAt.getTime()
-}
 
 const oneStep = (steps: unknown[]) => ({ program: { phases: [{ name: 'main', steps }] } })
 
@@ -132,14 +125,14 @@ it('while the only batch in flight is stuck in slow webhooks, a GO and a 2 s wai
 
   const slowSteps = await Promise.all(slowRuns.map((id) => stepsOf(t.db, id)))
   const batchEnded = Math.min(...slowSteps.map((st) => st[0]?.endedAt?.getTime() ?? 0))
-  const goToNext = started(next) - go
-  const overshoot = started(after) - (started(wait) + 2000)
+  const goToNext = startedAtMs(next) - go
+  const overshoot = startedAtMs(after) - (startedAtMs(wait) + 2000)
   console.log(
-    `GO → next step ${goToNext} ms; 2 s wait overshoot ${overshoot} ms; the stuck batch ended ${batchEnded - started(next)} ms after GO's next step`,
+    `GO → next step ${goToNext} ms; 2 s wait overshoot ${overshoot} ms; the stuck batch ended ${batchEnded - startedAtMs(next)} ms after GO's next step`,
   )
   // Both advanced while the only batch in flight was still stuck: no pass could have claimed them.
-  expect(batchEnded - started(next)).toBeGreaterThan(1000)
-  expect(batchEnded - started(after)).toBeGreaterThan(500)
+  expect(batchEnded - startedAtMs(next)).toBeGreaterThan(1000)
+  expect(batchEnded - startedAtMs(after)).toBeGreaterThan(500)
   // The lane claimed them (the answered run and the timer's), not a pass.
   expect(runner.lane.claimedRuns - claimedBefore).toBeGreaterThanOrEqual(2)
   expect(goToNext).toBeLessThan(BOUND_MS)

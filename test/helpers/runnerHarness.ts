@@ -337,6 +337,12 @@ export function stepsOf(db: Queryable, runId: number): Promise<StepRow[]> {
   return stepsSql.listForRun(db, runId)
 }
 
+/** When a step started (epoch ms); throws for a step that has not. */
+export function startedAtMs(step: StepRow | undefined): number {
+  if (!step?.startedAt) throw new Error(`step ${step?.id} has not started`)
+  return step.startedAt.getTime()
+}
+
 /** A run's log messages, oldest first. */
 export async function logLines(db: Queryable, runId: number): Promise<string[]> {
   const rows = await logsSql.listForRun(db, runId, 500)
