@@ -5,27 +5,19 @@
  * key on runs alone, and runs again without error. A fresh database is
  * covered by migrate.test.ts.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import * as ladders from '../sql/cueLadders.ts'
 import * as logs from '../sql/eventRunLogs.ts'
 import { loadMigrations, migrate } from '../sql/migrate.ts'
 import * as links from '../sql/notifications/cueLinks.ts'
-import type { TestDb } from './helpers/db.ts'
 import { makeDefinition, makeRunWithSteps } from './helpers/fixtures.ts'
-import { databaseUpTo, type HeldAtMigration } from './helpers/migrationsUpTo.ts'
+import { indexNames, useDatabaseUpTo } from './helpers/migrationsUpTo.ts'
 
 const NEW = ['0024_run_children_unkeyed.sql']
 
-let held: HeldAtMigration
-let t: TestDb
-let dir: string
-beforeAll(async () => {
-  held = await databaseUpTo('0023')
-  ;({ t, dir } = held)
-})
-afterAll(async () => {
-  await held.drop()
-})
+const held = useDatabaseUpTo('0023')
+const t = held.t
+const indexesOf = (table: string) => indexNames(t.db, table)
 
 async function foreignKeys(): Promise<string[]> {
   const rows = await t.db.query<{ CONSTRAINT_NAME: string }>(
@@ -33,15 +25,6 @@ async function foreignKeys(): Promise<string[]> {
       WHERE CONSTRAINT_SCHEMA = DATABASE() ORDER BY CONSTRAINT_NAME`,
   )
   return rows.map((r) => r.CONSTRAINT_NAME)
-}
-
-async function indexesOf(table: string): Promise<string[]> {
-  const rows = await t.db.query<{ INDEX_NAME: string }>(
-    `SELECT DISTINCT INDEX_NAME FROM information_schema.STATISTICS
-      WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?`,
-    [table],
-  )
-  return rows.map((r) => r.INDEX_NAME).sort()
 }
 
 const CHILDREN = ['event_run_steps', 'event_run_logs', 'cue_ladders', 'cue_links']
@@ -55,7 +38,7 @@ async function counts(): Promise<number[]> {
 
 describe('from 0023 with data', () => {
   it('applies 0024: the four run-side keys go, rows and indexes stay', async () => {
-    const at23 = await migrate(t.db, { dir })
+    const at23 = await migrate(t.db, { dir: held.dir })
     expect(at23.applied.at(-1)).toBe('0023_waiting_steps_only.sql')
     expect(await foreignKeys()).toEqual(
       expect.arrayContaining(['fk_cueladder_step', 'fk_cuelink_step', 'fk_evlog_run', 'fk_evstep_run']),

@@ -4,14 +4,13 @@
  * they moved to other indexes answer what they answered before. A fresh
  * database is covered by migrate.test.ts.
  */
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import * as runs from '../sql/eventRuns/index.ts'
 import * as steps from '../sql/eventSteps/index.ts'
 import { loadMigrations, migrate } from '../sql/migrate.ts'
 import { listRuns, pageKeys } from '../sql/runPage.ts'
-import type { TestDb } from './helpers/db.ts'
 import { makeDefinition, makeRun, makeRunWithSteps } from './helpers/fixtures.ts'
-import { databaseUpTo, type HeldAtMigration } from './helpers/migrationsUpTo.ts'
+import { indexNames, useDatabaseUpTo } from './helpers/migrationsUpTo.ts'
 
 const NEW = [
   '0020_missed_sweep_by_status.sql',
@@ -20,29 +19,13 @@ const NEW = [
   '0023_waiting_steps_only.sql',
 ]
 
-let held: HeldAtMigration
-let t: TestDb
-let dir: string
-beforeAll(async () => {
-  held = await databaseUpTo('0018')
-  ;({ t, dir } = held)
-})
-afterAll(async () => {
-  await held.drop()
-})
-
-async function indexesOf(table: string): Promise<string[]> {
-  const rows = await t.db.query<{ INDEX_NAME: string }>(
-    `SELECT DISTINCT INDEX_NAME FROM information_schema.STATISTICS
-      WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = ?`,
-    [table],
-  )
-  return rows.map((r) => r.INDEX_NAME).sort()
-}
+const held = useDatabaseUpTo('0018')
+const t = held.t
+const indexesOf = (table: string) => indexNames(t.db, table)
 
 describe('from 0018 with data', () => {
   it('applies 0020–0023, keeps the rows, and the moved reads answer as before', async () => {
-    const at18 = await migrate(t.db, { dir })
+    const at18 = await migrate(t.db, { dir: held.dir })
     expect(at18.applied.at(-1)).toBe('0018_claim_token_unindexed.sql')
     expect(await indexesOf('event_runs')).toContain('idx_evrun_missed')
 
