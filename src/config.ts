@@ -6,7 +6,7 @@
  * restart per typo. Values in SHOWRUNNER_TOKENS are secrets and are never echoed.
  */
 import { randomBytes } from 'node:crypto'
-import { hostname } from 'node:os'
+import { availableParallelism, hostname } from 'node:os'
 import { z } from 'zod'
 import { redactDatabaseUrl } from '../sql/db.ts'
 import type { TokenEntry } from './auth.ts'
@@ -24,6 +24,18 @@ import {
 import { loadOidcConfig, type OidcConfig } from './identity/oidcConfig.ts'
 
 export { MIN_TOKEN_LENGTH, splitNamedToken } from './configSettings.ts'
+
+/**
+ * GraphQL requests worked on at once when GRAPHQL_MAX_IN_FLIGHT is unset: 4 per
+ * core, at least 8. Why per core: past a few requests per core the loop only
+ * interleaves more work into each turn, so answers come no faster and
+ * `/healthz` waits longer. On 2 cores, 2,000 viewers at once got the same
+ * answers per second with 8 in flight as with 32, and `/healthz` p99 fell from
+ * about 105 ms to 70 ms (docs/performance.md, "Admission per core").
+ */
+export function defaultGraphqlMaxInFlight(cores = availableParallelism()): number {
+  return Math.max(8, 4 * cores)
+}
 
 /** pino's level names, lowest-volume last; `silent` turns logging off. */
 export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const
@@ -97,7 +109,7 @@ export interface Config {
   dbQueueLimit: number
   /** Connections the runner holds, apart from the API's so API load cannot starve it. @default 4 */
   runnerDbPoolSize: number
-  /** GraphQL requests over HTTP worked on at once (GRAPHQL_MAX_IN_FLIGHT; src/api/admission.ts). @default 32 */
+  /** GraphQL requests over HTTP worked on at once (GRAPHQL_MAX_IN_FLIGHT; src/api/admission.ts). @default 4 per core, at least 8 */
   graphqlMaxInFlight: number
   /** GraphQL requests that may wait for one of those; past them BUSY at once (GRAPHQL_MAX_QUEUED). @default 256 */
   graphqlMaxQueued: number
@@ -327,7 +339,7 @@ const envSchema = z
     ),
     GRAPHQL_MAX_IN_FLIGHT: wholeNumber(
       'GRAPHQL_MAX_IN_FLIGHT',
-      32,
+      defaultGraphqlMaxInFlight(),
       1,
       10_000,
       'a whole number of requests from 1 to 10000',

@@ -5,9 +5,11 @@
  * once before any work; /healthz and open streams hold no slot. Counts, not
  * wall time.
  */
+import { request } from 'node:http'
+import { connect } from 'node:net'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { ADMISSION_BUSY_MESSAGE, Admission, type Release } from '../src/api/admission.ts'
-import { ConfigError, loadConfig } from '../src/config.ts'
+import { ConfigError, defaultGraphqlMaxInFlight, loadConfig } from '../src/config.ts'
 import {
   eventually,
   type GqlResponse,
@@ -77,7 +79,11 @@ describe('the admission counter', () => {
   })
 
   it('the limits are settings validated with clear messages', () => {
-    expect(loadConfig({})).toMatchObject({ graphqlMaxInFlight: 32, graphqlMaxQueued: 256 })
+    expect(loadConfig({})).toMatchObject({
+      graphqlMaxInFlight: defaultGraphqlMaxInFlight(),
+      graphqlMaxQueued: 256,
+    })
+    expect([1, 2, 4, 16].map((cores) => defaultGraphqlMaxInFlight(cores))).toEqual([8, 8, 16, 64])
     try {
       loadConfig({ GRAPHQL_MAX_IN_FLIGHT: '0', GRAPHQL_MAX_QUEUED: 'many' })
       expect.unreachable()
@@ -90,6 +96,75 @@ describe('the admission counter', () => {
     }
   })
 })
+
+/** POST `query` as a viewer on a new connection, closed after the answer. */
+function gqlOnItsOwnConnection(s: TestServer, query: string): Promise<GqlResponse> {
+  return new Promise((resolve, reject) => {
+    const body = JSON.stringify({ query })
+    const req = request(
+      s.graphqlUrl,
+      {
+        method: 'POST',
+        agent: false,
+        headers: {
+          'content-type': 'application/json',
+          accept: 'application/graphql-response+json',
+          authorization: `Bearer ${TOKENS.viewer}`,
+          'content-length': Buffer.byteLength(body),
+        },
+      },
+      (res) => {
+        let text = ''
+        res.setEncoding('utf8')
+        res.on('data', (d: string) => {
+          text += d
+        })
+        res.on('end', () => {
+          const headers = new Headers()
+          for (const [k, v] of Object.entries(res.headers)) if (typeof v === 'string') headers.set(k, v)
+          resolve({ status: res.statusCode ?? 0, headers, body: JSON.parse(text) } as GqlResponse)
+        })
+      },
+    )
+    req.on('error', reject)
+    req.end(body)
+  })
+}
+
+/**
+ * One keep-alive connection, sending requests one after another: each
+ * `send` answers the status of its response and how long it took.
+ */
+function keepAliveConnection(url: string) {
+  const { hostname, port } = new URL(url)
+  const socket = connect(Number(port), hostname)
+  let buffered = ''
+  let waiting: ((status: number) => void) | null = null
+  socket.setEncoding('latin1')
+  socket.on('data', (d: string) => {
+    buffered += d
+    const head = buffered.indexOf('\r\n\r\n')
+    const len = /content-length: (\d+)/i.exec(buffered)
+    if (head < 0 || !len || buffered.length < head + 4 + Number(len[1])) return
+    const status = Number(/^HTTP\/1\.1 (\d{3})/.exec(buffered)?.[1])
+    buffered = buffered.slice(head + 4 + Number(len[1]))
+    waiting?.(status)
+  })
+  return {
+    send(query: string): Promise<{ status: number; ms: number }> {
+      const body = JSON.stringify({ query })
+      const t0 = performance.now()
+      return new Promise((resolve) => {
+        waiting = (status) => resolve({ status, ms: performance.now() - t0 })
+        socket.write(
+          `POST /graphql HTTP/1.1\r\nhost: ${hostname}\r\ncontent-type: application/json\r\n` +
+            `authorization: Bearer ${TOKENS.viewer}\r\ncontent-length: ${Buffer.byteLength(body)}\r\n\r\n${body}`,
+        )
+      })
+    },
+    close: () => socket.destroy(),
+  }
+}
 
 describe('a server with two slots and a queue of three', () => {
   let s: TestServer
@@ -110,7 +185,8 @@ describe('a server with two slots and a queue of three', () => {
     const statementsBefore = s.app.db.stats.statements
     const answers: Promise<GqlResponse>[] = []
     for (let i = 0; i < 10; i++) {
-      answers.push(s.gql('{ runs(limit: 5) { id } }', { auth: 'viewer' }))
+      // Each on a connection of its own: a refused connection is not read again for a second.
+      answers.push(gqlOnItsOwnConnection(s, '{ runs(limit: 5) { id } }'))
       // In order of arrival: each is received before the next is sent.
       await eventually(async () => {
         const st = s.app.admission.stats()
@@ -142,6 +218,31 @@ describe('a server with two slots and a queue of three', () => {
     expect(after.peakInFlight).toBe(2)
     expect(after.inFlight).toBe(0)
     expect(s.app.db.stats.statements - statementsBefore).toBeGreaterThan(0)
+  })
+
+  it('a connection answered BUSY is not read again before its Retry-After; other connections are', async () => {
+    // Both API connections held: two requests in flight, three waiting, so the next is BUSY.
+    const held = Array.from({ length: 2 }, () => s.app.db.query('SELECT SLEEP(2)').catch((e: unknown) => e))
+    await sleep(50)
+    const taken = Array.from({ length: 5 }, () => gqlOnItsOwnConnection(s, '{ runs(limit: 1) { id } }'))
+    await eventually(async () => (s.app.admission.stats().queued === 3 ? true : null), 5000)
+    const eager = keepAliveConnection(s.url)
+    try {
+      const first = await eager.send('{ runs(limit: 1) { id } }')
+      expect(first.status).toBe(503)
+      // Asked again at once on the same connection: read only once its second is up.
+      const again = eager.send('{ runs(limit: 1) { id } }')
+      const t0 = performance.now()
+      expect((await fetch(`${s.url}/healthz`)).status).toBe(200)
+      expect(await gqlOnItsOwnConnection(s, '{ runs(limit: 1) { id } }')).toMatchObject({ status: 503 })
+      const healthzAndOthersMs = performance.now() - t0
+      const second = await again
+      expect(second.ms).toBeGreaterThanOrEqual(900)
+      expect(healthzAndOthersMs).toBeLessThan(second.ms)
+    } finally {
+      eager.close()
+      await Promise.all([...taken, ...held])
+    }
   })
 
   it('open Server-Sent Events streams hold no slot: three open, then a query is answered at once', async () => {

@@ -228,6 +228,39 @@ export function sendBusy(req: IncomingMessage, res: ServerResponse): void {
 }
 
 /**
+ * After a BUSY, the refused connection's next request is not read for `ms`
+ * (its Retry-After): the client's request waits in the kernel's socket
+ * buffer, not in a turn of our loop.
+ *
+ * Why: a client that asks again at once, 2,000 of them, made every turn of the
+ * loop read and refuse hundreds of requests (turns of 100-200 ms), so
+ * `/healthz`, and every new connection (node accepts one per turn), waited
+ * behind them. Other connections, probes and admitted requests are not held.
+ *
+ * The request's body is read first: node's server would otherwise read it
+ * after the answer, and that read starts the socket again. A client that
+ * waits its Retry-After, as asked, is never held up by this.
+ */
+export function holdRefusedConnection(req: IncomingMessage, ms: number): void {
+  const socket = req.socket
+  if (ms <= 0 || socket.destroyed) return
+  const hold = () => {
+    if (socket.destroyed) return
+    socket.pause()
+    const timer = setTimeout(() => {
+      socket.off('close', forget)
+      if (!socket.destroyed) socket.resume()
+    }, ms)
+    timer.unref()
+    const forget = () => clearTimeout(timer)
+    socket.once('close', forget)
+  }
+  // Held once the body is read ('end' comes after the read that restarts the socket).
+  req.once('end', hold)
+  req.resume()
+}
+
+/**
  * Hand `req` to `handle` when `admission` lets it in, else answer BUSY. The
  * slot is given back when the answer's status line is written (for a stream,
  * when it opens) or `handle`'s work settles, whichever is first; not when the
@@ -241,6 +274,7 @@ export function admitHttp(
   req: IncomingMessage,
   res: ServerResponse,
   handle: () => Promise<unknown>,
+  holdRefusedMs = BUSY_RETRY_AFTER_SECONDS * 1000,
 ): void {
   const leave = admission.enter(
     (release) => {
@@ -256,7 +290,10 @@ export function admitHttp(
         .finally(release)
         .catch(() => {})
     },
-    () => sendBusy(req, res),
+    () => {
+      sendBusy(req, res)
+      holdRefusedConnection(req, holdRefusedMs)
+    },
   )
   res.once('close', leave)
 }
