@@ -8,6 +8,7 @@
  * killed when the test process exits, whatever happened.
  */
 import { type ChildProcess, spawn } from 'node:child_process'
+import { appendFileSync } from 'node:fs'
 import { join } from 'node:path'
 import { fileURLToPath, pathToFileURL } from 'node:url'
 import type { Db } from '../../sql/db.ts'
@@ -110,6 +111,14 @@ const CONFIG_VARS = [
  * start` runs (with the orphan guard preloaded, see orphanGuard.ts), and wait
  * until it prints where it listens.
  */
+/**
+ * For profiling a drill's servers, never set in CI: DRILL_SERVER_FLAGS adds
+ * node flags (e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof --trace-gc`) and
+ * DRILL_SERVER_OUT appends every line the servers print to that file.
+ */
+const DIAGNOSTIC_FLAGS = process.env.DRILL_SERVER_FLAGS?.split(' ').filter(Boolean) ?? []
+const DIAGNOSTIC_OUT = process.env.DRILL_SERVER_OUT
+
 export async function spawnServer(opts: SpawnOptions): Promise<ServerProcess> {
   const env: Record<string, string> = {}
   for (const [k, v] of Object.entries(process.env))
@@ -117,7 +126,7 @@ export async function spawnServer(opts: SpawnOptions): Promise<ServerProcess> {
   Object.assign(env, { PORT: '0', HOST: '127.0.0.1', LOG_LEVEL: 'warn' }, opts.env)
   const child = spawn(
     process.execPath,
-    ['--no-memory-reducer', '--import', 'tsx', '--import', ORPHAN_GUARD, CLI, 'serve'],
+    [...DIAGNOSTIC_FLAGS, '--no-memory-reducer', '--import', 'tsx', '--import', ORPHAN_GUARD, CLI, 'serve'],
     {
       cwd: REPO_ROOT,
       env,
@@ -140,6 +149,7 @@ export async function spawnServer(opts: SpawnOptions): Promise<ServerProcess> {
     const lines = partial.split('\n')
     partial = lines.pop() ?? ''
     for (const line of lines) {
+      if (DIAGNOSTIC_OUT) appendFileSync(DIAGNOSTIC_OUT, `${line}\n`)
       ring.push(line)
       if (ring.length > 400) ring.shift()
       if (errors.length < 200 && /"level":"(error|fatal)"/.test(line)) errors.push(line)
