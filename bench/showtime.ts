@@ -24,8 +24,9 @@
  * runChanges subscriptions 100 per socket on SHOWTIME_HOSTILE_SOCKETS (10)
  * sockets: due-run start lag and MISSED count (past SUBSCRIPTIONS_PER_PRINCIPAL
  * the viewer's subscriptions are refused; the refusals are counted).
- * SUBSCRIPTIONS_PER_PRINCIPAL, SUBSCRIPTIONS_PER_INSTANCE and
- * FANOUT_DELIVERIES_PER_POLL set here are passed to the server, to compare a
+ * SUBSCRIPTIONS_PER_PRINCIPAL, SUBSCRIPTIONS_PER_INSTANCE,
+ * FANOUT_DELIVERIES_PER_POLL, the runner's settings, GRAPHQL_MAX_IN_FLIGHT and
+ * HTTP_ACCEPT_LISTENERS set here are passed to the server, to compare a
  * run without the fan-out's bounds.
  *
  * "Instant → last completed" is printed raw, but most of it at full scale is
@@ -90,7 +91,7 @@ import { burstPhase, hostilePhase } from './showtimeStress.ts'
 
 const env = process.env
 
-/** The fan-out's bounds and the runner's settings a show leans on, passed to the server when set here (to compare a run with other values). */
+/** The fan-out's bounds, the runner's settings and the HTTP admission a show leans on, passed to the server when set here (to compare a run with other values). */
 const PASSED_THROUGH = [
   'SUBSCRIPTIONS_PER_PRINCIPAL',
   'SUBSCRIPTIONS_PER_INSTANCE',
@@ -98,6 +99,8 @@ const PASSED_THROUGH = [
   'RUNNER_WAKE_BATCHES',
   'RUNNER_PARALLELISM',
   'RUNNER_DB_POOL_SIZE',
+  'GRAPHQL_MAX_IN_FLIGHT',
+  'HTTP_ACCEPT_LISTENERS',
 ]
 function passedThrough(): Record<string, string> {
   return Object.fromEntries(PASSED_THROUGH.flatMap((k) => (env[k] ? [[k, env[k] as string]] : [])))

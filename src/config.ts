@@ -6,7 +6,7 @@
  * restart per typo. Values in SHOWRUNNER_TOKENS are secrets and are never echoed.
  */
 import { randomBytes } from 'node:crypto'
-import { availableParallelism, hostname } from 'node:os'
+import { hostname } from 'node:os'
 import { z } from 'zod'
 import { redactDatabaseUrl } from '../sql/db.ts'
 import type { TokenEntry } from './auth.ts'
@@ -24,18 +24,6 @@ import {
 import { loadOidcConfig, type OidcConfig } from './identity/oidcConfig.ts'
 
 export { MIN_TOKEN_LENGTH, splitNamedToken } from './configSettings.ts'
-
-/**
- * GraphQL requests worked on at once when GRAPHQL_MAX_IN_FLIGHT is unset: 4 per
- * core, at least 8. Why per core: past a few requests per core the loop only
- * interleaves more work into each turn, so answers come no faster and
- * `/healthz` waits longer. On 2 cores, 2,000 viewers at once got the same
- * answers per second with 8 in flight as with 32, and `/healthz` p99 fell from
- * about 105 ms to 70 ms (docs/performance.md, "Admission per core").
- */
-export function defaultGraphqlMaxInFlight(cores = availableParallelism()): number {
-  return Math.max(8, 4 * cores)
-}
 
 /** pino's level names, lowest-volume last; `silent` turns logging off. */
 export const LOG_LEVELS = ['trace', 'debug', 'info', 'warn', 'error', 'fatal', 'silent'] as const
@@ -109,10 +97,12 @@ export interface Config {
   dbQueueLimit: number
   /** Connections the runner holds, apart from the API's so API load cannot starve it. @default 4 */
   runnerDbPoolSize: number
-  /** GraphQL requests over HTTP worked on at once (GRAPHQL_MAX_IN_FLIGHT; src/api/admission.ts). @default 4 per core, at least 8 */
+  /** GraphQL requests over HTTP worked on at once (GRAPHQL_MAX_IN_FLIGHT; src/api/admission.ts). @default 32 */
   graphqlMaxInFlight: number
   /** GraphQL requests that may wait for one of those; past them BUSY at once (GRAPHQL_MAX_QUEUED). @default 256 */
   graphqlMaxQueued: number
+  /** Listeners on the HTTP port, each accepting one connection per turn of the loop (HTTP_ACCEPT_LISTENERS; src/acceptListeners.ts). @default 8 */
+  httpAcceptListeners: number
   /** Runs one principal may create per minute, over every mutation that creates runs (MAX_RUNS_PER_MINUTE). @default 10000 */
   maxRunsPerMinute: number
   /** Days an audit_log row is kept; 0 keeps every row (AUDIT_RETENTION_DAYS). @default 90 */
@@ -339,7 +329,7 @@ const envSchema = z
     ),
     GRAPHQL_MAX_IN_FLIGHT: wholeNumber(
       'GRAPHQL_MAX_IN_FLIGHT',
-      defaultGraphqlMaxInFlight(),
+      32,
       1,
       10_000,
       'a whole number of requests from 1 to 10000',
@@ -350,6 +340,13 @@ const envSchema = z
       0,
       1_000_000,
       'a whole number of waiting requests from 0 to 1000000',
+    ),
+    HTTP_ACCEPT_LISTENERS: wholeNumber(
+      'HTTP_ACCEPT_LISTENERS',
+      8,
+      1,
+      64,
+      'a whole number of listeners from 1 to 64',
     ),
     RUNNER_BATCH_SIZE: wholeNumber('RUNNER_BATCH_SIZE', 1000, 1, 10_000, 'a whole number from 1 to 10000'),
     RUNNER_PARALLELISM: wholeNumber('RUNNER_PARALLELISM', 8, 1, 1000, 'a whole number from 1 to 1000'),
@@ -460,6 +457,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     runnerDbPoolSize: e.RUNNER_DB_POOL_SIZE,
     graphqlMaxInFlight: e.GRAPHQL_MAX_IN_FLIGHT,
     graphqlMaxQueued: e.GRAPHQL_MAX_QUEUED,
+    httpAcceptListeners: e.HTTP_ACCEPT_LISTENERS,
     oidc,
     warnings,
   }

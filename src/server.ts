@@ -20,6 +20,7 @@ import type { YogaServerInstance } from 'graphql-yoga'
 import { CONSOLE_PATHS, createConsoleHandler } from '../console/serve.ts'
 import { createDb, type Db } from '../sql/db.ts'
 import { migrate } from '../sql/migrate.ts'
+import { type AcceptListeners, listenHttp } from './acceptListeners.ts'
 import { Admission, admitHttp } from './api/admission.ts'
 import { ChangeSignal } from './api/changeSignal.ts'
 import type { ApiContext, ApiServices } from './api/context.ts'
@@ -117,9 +118,6 @@ export interface App {
   /** How many GraphQL requests over HTTP are worked on and wait (src/api/admission.ts). */
   readonly admission: Admission
 }
-
-/** Connections the kernel may hold for accept() (see start()). */
-const LISTEN_BACKLOG = 4096
 
 type Route =
   | '/graphql'
@@ -388,6 +386,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
   let started: StartedApp | null = null
   let stopping = false
   let quiet: { stop(): void } | null = null
+  let acceptListeners: AcceptListeners | null = null
   let stopPromise: Promise<void> | null = null
 
   async function start(): Promise<StartedApp> {
@@ -407,17 +406,15 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
       maxOperations: config.limits.wsMaxSubscriptions,
       initTimeoutMs: config.limits.wsInitTimeoutMs,
     })
-    await new Promise<void>((resolve, reject) => {
-      const onError = (err: Error) => reject(err)
-      httpServer.once('error', onError)
-      // node's default accept queue (511) overflows when a few thousand clients
-      // connect at once (the top of the hour): the kernel drops their SYNs and
-      // they wait seconds for a retransmit, or time out. Ask for more; Linux
-      // caps it at net.core.somaxconn.
-      httpServer.listen({ port: config.port, host, backlog: LISTEN_BACKLOG }, () => {
-        httpServer.off('error', onError)
-        resolve()
-      })
+    acceptListeners = await listenHttp(httpServer, {
+      port: config.port,
+      host,
+      listeners: config.httpAcceptListeners,
+      onListenerFailure: (err) =>
+        logger.warn(
+          { err },
+          'could not add listeners to the HTTP port: new connections are accepted one per turn',
+        ),
     })
     const address = httpServer.address() as AddressInfo
     started = { host, port: address.port, url: `http://${urlHost(host)}:${address.port}` }
@@ -445,6 +442,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
       if (!httpServer.listening) return resolve()
       httpServer.close(() => resolve())
     })
+    const extraClosed = acceptListeners?.close()
     // Idle keep-alive sockets would otherwise hold close() open.
     httpServer.closeIdleConnections()
     admission.close()
@@ -461,7 +459,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     httpServer.closeIdleConnections()
     const force = setTimeout(() => httpServer.closeAllConnections(), 2000)
     force.unref()
-    await closed
+    await Promise.all([closed, extraClosed])
     clearTimeout(force)
     metrics.setRunsByStatusSource(null)
     metrics.setAttentionSource(null)

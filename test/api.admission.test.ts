@@ -9,7 +9,7 @@ import { request } from 'node:http'
 import { connect } from 'node:net'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { ADMISSION_BUSY_MESSAGE, Admission, type Release } from '../src/api/admission.ts'
-import { ConfigError, defaultGraphqlMaxInFlight, loadConfig } from '../src/config.ts'
+import { ConfigError, loadConfig } from '../src/config.ts'
 import {
   eventually,
   type GqlResponse,
@@ -79,11 +79,7 @@ describe('the admission counter', () => {
   })
 
   it('the limits are settings validated with clear messages', () => {
-    expect(loadConfig({})).toMatchObject({
-      graphqlMaxInFlight: defaultGraphqlMaxInFlight(),
-      graphqlMaxQueued: 256,
-    })
-    expect([1, 2, 4, 16].map((cores) => defaultGraphqlMaxInFlight(cores))).toEqual([8, 8, 16, 64])
+    expect(loadConfig({})).toMatchObject({ graphqlMaxInFlight: 32, graphqlMaxQueued: 256 })
     try {
       loadConfig({ GRAPHQL_MAX_IN_FLIGHT: '0', GRAPHQL_MAX_QUEUED: 'many' })
       expect.unreachable()
