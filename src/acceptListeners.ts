@@ -51,15 +51,19 @@ export interface AcceptListeners {
 async function copiesOf(handle: object, count: number): Promise<object[]> {
   const child = spawn(process.execPath, ['-e', ECHO], { stdio: ['ignore', 'ignore', 'ignore', 'ipc'] })
   const copies: object[] = []
+  // A child that cannot start, or whose channel breaks, ends the copying; never the process.
+  const failed = new Promise<never>((_, reject) => {
+    child.on('error', reject)
+    child.once('exit', () => reject(new Error('the copying child exited early')))
+  })
+  failed.catch(() => {})
   const timer = setTimeout(() => child.kill('SIGKILL'), COPY_TIMEOUT_MS)
   try {
     for (let i = 0; i < count; i++) {
       const back = once(child, 'message') as Promise<[string, object | undefined]>
-      const gone = once(child, 'exit').then(() => {
-        throw new Error('the copying child exited early')
-      })
+      back.catch(() => {})
       child.send('copy', handle as Parameters<typeof child.send>[1])
-      const [, copy] = await Promise.race([back, gone])
+      const [, copy] = await Promise.race([back, failed])
       if (!copy) throw new Error('the copying child sent no handle back')
       copies.push(copy)
     }

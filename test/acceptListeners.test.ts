@@ -13,7 +13,7 @@ import { once } from 'node:events'
 import { createServer, type Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { afterEach, describe, expect, it } from 'vitest'
-import { LISTEN_BACKLOG, listenHttp } from '../src/acceptListeners.ts'
+import { addAcceptListeners, LISTEN_BACKLOG, listenHttp } from '../src/acceptListeners.ts'
 import { ConfigError, loadConfig } from '../src/config.ts'
 
 const CLIENTS = 200
@@ -131,6 +131,14 @@ describe('extra listeners on the HTTP port', () => {
     await new Promise((r) => server.close(r))
     servers = []
     await expect(fetch(`http://127.0.0.1:${port}/n/2`)).rejects.toThrow()
+  })
+
+  it('a server that is not listening gets no listeners, and nothing fails', async () => {
+    const failures: unknown[] = []
+    const added = await addAcceptListeners(answeringServer(), 3, LISTEN_BACKLOG, (err) => failures.push(err))
+    expect(added.count).toBe(0)
+    expect(failures).toEqual([])
+    await added.close()
   })
 
   it('HTTP_ACCEPT_LISTENERS is 8 by default, a whole number from 1 to 64', () => {
