@@ -100,17 +100,13 @@ const CONFIG_VARS = [
   'RUNNER_DB_POOL_SIZE',
   'GRAPHQL_MAX_IN_FLIGHT',
   'GRAPHQL_MAX_QUEUED',
+  'HTTP_ACCEPT_LISTENERS',
   'MAX_ANSWER_BYTES',
   'MAX_PARAMS_BYTES',
   'MAX_RUNS_PER_MINUTE',
   'AUDIT_RETENTION_DAYS',
 ]
 
-/**
- * Start `node --no-memory-reducer --import tsx src/cli.ts serve`, what `npm
- * start` runs (with the orphan guard preloaded, see orphanGuard.ts), and wait
- * until it prints where it listens.
- */
 /**
  * For profiling a drill's servers, never set in CI: DRILL_SERVER_FLAGS adds
  * node flags (e.g. `--cpu-prof --cpu-prof-dir=/tmp/prof --trace-gc`) and
@@ -119,6 +115,11 @@ const CONFIG_VARS = [
 const DIAGNOSTIC_FLAGS = process.env.DRILL_SERVER_FLAGS?.split(' ').filter(Boolean) ?? []
 const DIAGNOSTIC_OUT = process.env.DRILL_SERVER_OUT
 
+/**
+ * Start `node --no-memory-reducer --import tsx src/cli.ts serve`, what `npm
+ * start` runs (with the orphan guard preloaded, see orphanGuard.ts), and wait
+ * until it prints where it listens.
+ */
 export async function spawnServer(opts: SpawnOptions): Promise<ServerProcess> {
   const env: Record<string, string> = {}
   for (const [k, v] of Object.entries(process.env))
