@@ -103,7 +103,6 @@ export async function addAcceptListeners(
       const listener = createServer({ allowHalfOpen: true, noDelay: true }, (socket) =>
         httpServer.emit('connection', socket),
       )
-      listener.on('error', onFailure)
       await new Promise<void>((resolve, reject) => {
         listener.once('error', reject)
         // The backlog again: listen(2) on a copy sets the socket's accept queue.
@@ -112,6 +111,8 @@ export async function addAcceptListeners(
           resolve()
         })
       })
+      // Later errors are reported; one while listening is reported once, below.
+      listener.on('error', onFailure)
       listeners.push(listener)
     }
   } catch (err) {

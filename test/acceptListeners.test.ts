@@ -74,6 +74,11 @@ async function mostAcceptedInOneTurn(server: Server): Promise<{ most: number; an
   return { most: Math.max(...perTurn.values()), answers: JSON.parse(out) as string[] }
 }
 
+/** Listen on a free loopback port with `listeners` listeners in all. */
+function listenOn(server: Server, listeners: number, onListenerFailure: (err: unknown) => void = () => {}) {
+  return listenHttp(server, { port: 0, host: '127.0.0.1', listeners, onListenerFailure })
+}
+
 function backlogOf(port: number): number {
   const line = execFileSync('ss', ['-ltnH', `sport = :${port}`])
     .toString()
@@ -84,12 +89,7 @@ function backlogOf(port: number): number {
 describe('extra listeners on the HTTP port', () => {
   it("node's own listener accepts one connection per turn of a busy loop", async () => {
     const server = answeringServer()
-    const added = await listenHttp(server, {
-      port: 0,
-      host: '127.0.0.1',
-      listeners: 1,
-      onListenerFailure: () => {},
-    })
+    const added = await listenOn(server, 1)
     expect(added.count).toBe(0)
     const { most, answers } = await mostAcceptedInOneTurn(server)
     expect(answers.filter((a) => a === 'ok')).toHaveLength(CLIENTS)
@@ -99,12 +99,7 @@ describe('extra listeners on the HTTP port', () => {
   it('with 8 listeners a busy turn accepts several, every request answered on its own connection', async () => {
     const server = answeringServer()
     const failures: unknown[] = []
-    const added = await listenHttp(server, {
-      port: 0,
-      host: '127.0.0.1',
-      listeners: 8,
-      onListenerFailure: (err) => failures.push(err),
-    })
+    const added = await listenOn(server, 8, (err) => failures.push(err))
     expect(failures).toEqual([])
     expect(added.count).toBe(7)
     // listen(2) on each copy keeps the large accept queue.
@@ -118,12 +113,7 @@ describe('extra listeners on the HTTP port', () => {
 
   it('once closed with the server, nothing accepts on the port', async () => {
     const server = answeringServer()
-    const added = await listenHttp(server, {
-      port: 0,
-      host: '127.0.0.1',
-      listeners: 4,
-      onListenerFailure: () => {},
-    })
+    const added = await listenOn(server, 4)
     const port = (server.address() as AddressInfo).port
     expect(await (await fetch(`http://127.0.0.1:${port}/n/1`)).text()).toBe('answer 1')
     await added.close()
