@@ -10,6 +10,7 @@ import { connect } from 'node:net'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { ADMISSION_BUSY_MESSAGE, Admission, type Release } from '../src/api/admission.ts'
 import { ConfigError, loadConfig } from '../src/config.ts'
+import { wholeResponseLength } from './helpers/rawHttp.ts'
 import {
   eventually,
   type GqlResponse,
@@ -139,11 +140,10 @@ function keepAliveConnection(url: string) {
   socket.setEncoding('latin1')
   socket.on('data', (d: string) => {
     buffered += d
-    const head = buffered.indexOf('\r\n\r\n')
-    const len = /content-length: (\d+)/i.exec(buffered)
-    if (head < 0 || !len || buffered.length < head + 4 + Number(len[1])) return
+    const whole = wholeResponseLength(buffered)
+    if (whole === null) return
     const status = Number(/^HTTP\/1\.1 (\d{3})/.exec(buffered)?.[1])
-    buffered = buffered.slice(head + 4 + Number(len[1]))
+    buffered = buffered.slice(whole)
     waiting?.(status)
   })
   return {

@@ -274,7 +274,6 @@ export function admitHttp(
   req: IncomingMessage,
   res: ServerResponse,
   handle: () => Promise<unknown>,
-  holdRefusedMs = BUSY_RETRY_AFTER_SECONDS * 1000,
 ): void {
   const leave = admission.enter(
     (release) => {
@@ -292,7 +291,7 @@ export function admitHttp(
     },
     () => {
       sendBusy(req, res)
-      holdRefusedConnection(req, holdRefusedMs)
+      holdRefusedConnection(req, BUSY_RETRY_AFTER_SECONDS * 1000)
     },
   )
   res.once('close', leave)

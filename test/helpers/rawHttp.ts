@@ -10,6 +10,15 @@ export interface RawAnswer {
   text: string
 }
 
+/** The length of the first response in `text` once it is whole (head and content-length body), else null. */
+export function wholeResponseLength(text: string): number | null {
+  const head = text.indexOf('\r\n\r\n')
+  const len = /content-length: (\d+)/i.exec(text)
+  if (head < 0 || !len) return null
+  const whole = head + 4 + Number(len[1])
+  return text.length >= whole ? whole : null
+}
+
 /** Send `request` verbatim; answer what came back before the socket closed (or `timeoutMs` passed). */
 export function rawRequest(url: string, request: string, timeoutMs = 3000): Promise<RawAnswer> {
   const { hostname, port } = new URL(url)
@@ -26,9 +35,7 @@ export function rawRequest(url: string, request: string, timeoutMs = 3000): Prom
     socket.on('data', (d) => {
       text += d.toString('latin1')
       // One response is all these requests get; stop once it is whole.
-      const head = text.indexOf('\r\n\r\n')
-      const len = /content-length: (\d+)/i.exec(text)
-      if (head >= 0 && len && text.length >= head + 4 + Number(len[1])) done()
+      if (wholeResponseLength(text) !== null) done()
     })
     socket.on('error', done)
     socket.on('close', done)
