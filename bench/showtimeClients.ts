@@ -339,8 +339,10 @@ async function probe(healthUrl: URL, instance: number): Promise<void> {
 }
 
 /**
- * Every answer at once, each on its own connection; then the ones refused as
- * busy again after their Retry-After, for at most `retryRounds` rounds.
+ * Every answer at once, each on its own connection; each one refused as busy
+ * (or cut off at the socket) asks again on its own after its Retry-After, as
+ * a well-behaved client does, at most `retryRounds` times and while
+ * `timeoutMs` lasts. `retries[k]` holds the answers to every (k+1)-th try.
  */
 async function burst(cmd: Extract<Command, { type: 'burst' }>, graphqlUrl: URL, tokens: string[]) {
   const began = performance.now()
@@ -369,18 +371,21 @@ async function burst(cmd: Extract<Command, { type: 'burst' }>, graphqlUrl: URL, 
       }
     }
   }
-  const first = await Promise.all(cmd.stepIds.map((id, i) => one(id, i)))
   const retries: BurstAnswer[][] = []
-  let pending = cmd.stepIds.map((id, i) => ({ id, i, a: first[i] as BurstAnswer }))
-  for (let round = 0; round < cmd.retryRounds; round++) {
-    const again = pending.filter((p) => p.a.code === 'BUSY' || p.a.socketError !== null)
-    if (again.length === 0 || performance.now() - began > cmd.timeoutMs) break
-    const waitS = Math.max(...again.map((p) => Number(p.a.retryAfter ?? 1) || 1))
-    await new Promise((r) => setTimeout(r, Math.min(10, waitS) * 1000))
-    const answered = await Promise.all(again.map((p) => one(p.id, p.i)))
-    retries.push(answered)
-    pending = again.map((p, k) => ({ ...p, a: answered[k] as BurstAnswer }))
+  const answerWithRetries = async (stepId: string, i: number): Promise<BurstAnswer> => {
+    const first = await one(stepId, i)
+    let last = first
+    for (let k = 0; k < cmd.retryRounds; k++) {
+      if (last.code !== 'BUSY' && last.socketError === null) break
+      const waitS = Math.min(10, Number(last.retryAfter ?? 1) || 1)
+      if (performance.now() + waitS * 1000 - began > cmd.timeoutMs) break
+      await new Promise((r) => setTimeout(r, waitS * 1000))
+      last = await one(stepId, i)
+      ;(retries[k] ??= []).push(last)
+    }
+    return first
   }
+  const first = await Promise.all(cmd.stepIds.map((id, i) => answerWithRetries(id, i)))
   return { first, retries, wallMs: performance.now() - began }
 }
 

@@ -59,7 +59,7 @@ export async function burstPhase(s: BenchServer, clients: ClientsProcess): Promi
   // Each cue twice, side by side, so its two answers come from two operators.
   const offered = stepIds.flatMap((id) => [id, id])
   const r = await clients.ask<BurstReport>(
-    { type: 'burst', stepIds: offered, timeoutMs: 120_000, retryRounds: 10 },
+    { type: 'burst', stepIds: offered, timeoutMs: 120_000, retryRounds: 20 },
     'burstDone',
     300_000,
   )
@@ -93,7 +93,7 @@ export async function burstPhase(s: BenchServer, clients: ClientsProcess): Promi
   console.log(
     `showtimeBurst: ${offered.length} answers at once over ${cues} cues: ${answered.length} answered, ${busy.length} BUSY ` +
       `(${busyWell.length} with 503 + Retry-After), ${other.length} other (${JSON.stringify(codes)}), ${socket.length} socket errors ` +
-      `(${JSON.stringify(socketCodes)}); after ${r.retries.length} retry rounds ${applied} applied, ${completed}/${cues} runs completed; met: ${met}`,
+      `(${JSON.stringify(socketCodes)}); after up to ${r.retries.length} retries each ${applied} applied, ${completed}/${cues} runs completed; met: ${met}`,
   )
   return {
     value: socket.length + other.length + (busy.length - busyWell.length),
@@ -112,7 +112,7 @@ export async function burstPhase(s: BenchServer, clients: ClientsProcess): Promi
       otherErrors: codes,
       socketErrors: socketCodes,
       lost,
-      retryRounds: r.retries.map((x) => x.length),
+      answersAtRetry: r.retries.map((x) => x.length),
       appliedInAll: applied,
       completedBeforeRetriesSettled: resolved,
       completed,

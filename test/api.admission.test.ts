@@ -8,7 +8,7 @@
 import { request } from 'node:http'
 import { connect } from 'node:net'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { ADMISSION_BUSY_MESSAGE, Admission, type Release } from '../src/api/admission.ts'
+import { ADMISSION_BUSY_MESSAGE, Admission, MAX_RETRY_AFTER_SECONDS, type Release } from '../src/api/admission.ts'
 import { ConfigError, loadConfig } from '../src/config.ts'
 import { wholeResponseLength } from './helpers/rawHttp.ts'
 import {
@@ -77,6 +77,42 @@ describe('the admission counter', () => {
       () => log.push('refused 3'),
     )
     expect(log).toEqual(['refused 2', 'ran 3'])
+  })
+
+  it("Retry-After is 1 for a lone refusal; a storm's is spread over the seconds it takes to serve, at most 10", () => {
+    let t = 50_000
+    let draw = 0.999
+    const a = new Admission({ maxInFlight: 2, maxQueued: 3 }, () => t, () => draw)
+    for (let i = 0; i < 5; i++) a.enter(() => {}, () => {})
+    const refuse = (n: number) => {
+      for (let i = 0; i < n; i++) a.enter(() => expect.unreachable(), () => {})
+    }
+    refuse(1)
+    expect(a.retryAfterSeconds()).toBe(1)
+    // 25 refused, 5 served a second (two slots and three places in the queue): up to 5 s apart.
+    refuse(24)
+    expect(a.retryAfterSeconds()).toBe(5)
+    draw = 0
+    expect(a.retryAfterSeconds()).toBe(1)
+    draw = 0.5
+    expect(a.retryAfterSeconds()).toBe(3)
+    // Thousands refused: never sent away for more than 10 s.
+    refuse(5000)
+    draw = 0.999
+    expect(a.retryAfterSeconds()).toBe(MAX_RETRY_AFTER_SECONDS)
+    // The refusals of a second or two ago count; older ones do not.
+    t += 1500
+    expect(a.retryAfterSeconds()).toBe(MAX_RETRY_AFTER_SECONDS)
+    t += 1500
+    expect(a.retryAfterSeconds()).toBe(1)
+
+    // Completions set the pace when they outrun one queue's worth a second.
+    const fast = new Admission({ maxInFlight: 1, maxQueued: 0 }, () => t, () => 0.999)
+    for (let i = 0; i < 40; i++) fast.enter((release) => release(), () => expect.unreachable())
+    fast.enter(() => {}, () => expect.unreachable())
+    for (let i = 0; i < 100; i++) fast.enter(() => expect.unreachable(), () => {})
+    // 100 refused at 20 served a second (40 over the two-second span): 5 s, not the 10 one slot alone would give.
+    expect(fast.retryAfterSeconds()).toBe(5)
   })
 
   it('the limits are settings validated with clear messages', () => {
@@ -297,5 +333,24 @@ describe('a server with two slots and a queue of three', () => {
     expect(s.app.admission.stats().inFlight).toBe(2)
     await Promise.all(held)
     await eventually(async () => s.app.admission.stats().inFlight === 0 || null, 5000)
+  })
+
+  it('a storm of refusals is told to come back over several seconds, not all in the same one', async () => {
+    const held = Array.from({ length: 2 }, () => s.app.db.query('SELECT SLEEP(1)').catch((e: unknown) => e))
+    await sleep(50)
+    const done = await Promise.all(
+      Array.from({ length: 40 }, () => gqlOnItsOwnConnection(s, '{ runs(limit: 1) { id } }')),
+    )
+    const waits = done.filter((a) => a.status === 503).map((a) => Number(a.headers.get('retry-after')))
+    // Two worked on and three queued at most; the other 35 refused, each with a whole number of seconds.
+    expect(waits.length).toBeGreaterThanOrEqual(35)
+    for (const w of waits) {
+      expect(Number.isInteger(w)).toBe(true)
+      expect(w).toBeGreaterThanOrEqual(1)
+      expect(w).toBeLessThanOrEqual(MAX_RETRY_AFTER_SECONDS)
+    }
+    // The i-th refusal's wait is drawn from 1 to ceil(i / 5): all 35 at 1 has odds below 1 in 10^20.
+    expect(Math.max(...waits)).toBeGreaterThan(1)
+    await Promise.all(held)
   })
 })

@@ -18,10 +18,15 @@
  * subscriptions are bounded by their own caps, not by this. A request waits
  * in the queue at most `maxWaitMs`, then is answered BUSY too; one whose
  * client went away leaves the queue.
+ *
+ * Each refusal's `Retry-After` is drawn at random from 1 to the seconds the
+ * instance needs to work through what it refused lately ({@link
+ * Admission.retryAfterSeconds}): 4,000 clients refused at one instant and all
+ * told "1" come back together, so each second admits about one queue's worth
+ * and refuses the rest again, while the seconds between stand idle.
  */
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import { ERROR_CODES } from '../errors.ts'
-import { BUSY_RETRY_AFTER_SECONDS } from './errors.ts'
 
 export const ADMISSION_BUSY_MESSAGE =
   'The server is busy: too many requests at once. Retry in a moment, or send fewer at once.'
@@ -55,6 +60,11 @@ export interface AdmissionStats {
   peakInFlight: number
 }
 
+/** The longest `Retry-After` a refusal is given, however many were refused: a client is not sent away for long. */
+export const MAX_RETRY_AFTER_SECONDS = 10
+/** The span the recent refusals and completions are counted over (two buckets of a second). */
+const RATE_BUCKET_MS = 1000
+
 /** A release that does something only the first time it is called. */
 export type Release = () => void
 
@@ -83,6 +93,10 @@ export class Admission {
     abandoned: 0,
     peakInFlight: 0,
   }
+  /** Refusals and completions in this second's bucket and the one before (retryAfterSeconds). */
+  private bucketStart = 0
+  private recent = { refused: 0, released: 0 }
+  private earlier = { refused: 0, released: 0 }
   readonly maxInFlight: number
   readonly maxQueued: number
   readonly maxWaitMs: number
@@ -90,6 +104,7 @@ export class Admission {
   constructor(
     private readonly opts: AdmissionOptions,
     private readonly now: () => number = Date.now,
+    private readonly random: () => number = Math.random,
   ) {
     this.maxInFlight = Math.max(1, opts.maxInFlight)
     this.maxQueued = Math.max(0, opts.maxQueued)
@@ -98,6 +113,41 @@ export class Admission {
 
   stats(): AdmissionStats {
     return { inFlight: this.inFlight, queued: this.queue.length - this.head, ...this.counts }
+  }
+
+  /**
+   * The `Retry-After` for a refusal now: a whole number of seconds drawn
+   * evenly from 1 to the spread, the refusals of the last second or two
+   * divided by what the instance gets through in a second (the completions
+   * counted over the same span, and never less than one slot-and-queue's
+   * worth), at most {@link MAX_RETRY_AFTER_SECONDS}. A lone refusal gets 1; a
+   * storm of them is spread over the seconds it takes to serve, so the
+   * clients that wait as told arrive about as fast as they can be taken.
+   */
+  retryAfterSeconds(): number {
+    this.roll()
+    const refused = this.recent.refused + this.earlier.refused
+    const perSecond = Math.max(
+      (this.recent.released + this.earlier.released) / 2,
+      this.maxInFlight + this.maxQueued,
+    )
+    const spread = Math.min(MAX_RETRY_AFTER_SECONDS, Math.max(1, Math.ceil(refused / perSecond)))
+    return 1 + Math.min(spread - 1, Math.floor(this.random() * spread))
+  }
+
+  /** Move the rate buckets on to the current second. */
+  private roll(): void {
+    const t = this.now()
+    const age = t - this.bucketStart
+    if (age < RATE_BUCKET_MS) return
+    this.earlier = age < 2 * RATE_BUCKET_MS ? this.recent : { refused: 0, released: 0 }
+    this.recent = { refused: 0, released: 0 }
+    this.bucketStart = t
+  }
+
+  private countRefusal(): void {
+    this.roll()
+    this.recent.refused++
   }
 
   /**
@@ -111,6 +161,7 @@ export class Admission {
     }
     if (this.queue.length - this.head >= this.maxQueued) {
       this.counts.refusedFull++
+      this.countRefusal()
       this.opts.onRefused?.('full')
       refuse()
       return () => {}
@@ -136,6 +187,8 @@ export class Admission {
       if (released) return
       released = true
       this.inFlight--
+      this.roll()
+      this.recent.released++
       this.next()
     }
     try {
@@ -187,6 +240,7 @@ export class Admission {
         if (w.gone) continue
         w.gone = true
         this.counts.refusedWaited++
+        this.countRefusal()
         this.opts.onRefused?.('waited')
         w.refuse()
       }
@@ -213,13 +267,13 @@ const BUSY_BODY = JSON.stringify({
 })
 
 /** The BUSY answer, in the media type the client asked for (GraphQL over HTTP), built from a constant. */
-export function sendBusy(req: IncomingMessage, res: ServerResponse): void {
+export function sendBusy(req: IncomingMessage, res: ServerResponse, retryAfterSeconds: number): void {
   if (res.headersSent || res.destroyed) return
   const graphqlJson = (req.headers.accept ?? '').includes('application/graphql-response+json')
   res.writeHead(503, {
     'content-type': `${graphqlJson ? 'application/graphql-response+json' : 'application/json'}; charset=utf-8`,
     'content-length': Buffer.byteLength(BUSY_BODY),
-    'retry-after': String(BUSY_RETRY_AFTER_SECONDS),
+    'retry-after': String(retryAfterSeconds),
     'cache-control': 'no-store',
     // Like every GraphQL answer (yoga's CORS: any origin, no credentials), so a browser client can read it.
     'access-control-allow-origin': '*',
@@ -290,8 +344,9 @@ export function admitHttp(
         .catch(() => {})
     },
     () => {
-      sendBusy(req, res)
-      holdRefusedConnection(req, BUSY_RETRY_AFTER_SECONDS * 1000)
+      const seconds = admission.retryAfterSeconds()
+      sendBusy(req, res, seconds)
+      holdRefusedConnection(req, seconds * 1000)
     },
   )
   res.once('close', leave)
