@@ -68,11 +68,11 @@ export interface Config {
    * `materialized_through`, keeps the spelling it shipped with). @default 24
    */
   materialiseHorizonHours: number
-  /** Runs per start transaction and per in-flight claim statement. @default 1000 */
+  /** Runs per start transaction and per in-flight claim statement. @default 2000 */
   runnerBatchSize: number
-  /** Steps a batch of runs executes at once, and runs advanced one by one at once. @default 8 */
+  /** Steps a batch of runs executes at once, and runs advanced one by one at once. @default 16 */
   runnerParallelism: number
-  /** Start transactions in flight at once while a backlog of due runs drains. @default 2 */
+  /** Start transactions in flight at once while a backlog of due runs drains. @default 4 */
   runnerStartConcurrency: number
   /** Batches the runner's wake lane (answered cues, timers run out) advances at once; 0: no lane. @default 16 */
   runnerWakeBatches: number
@@ -95,7 +95,7 @@ export interface Config {
   dbPoolSize: number
   /** API statements that may wait for a connection before the API answers "busy". @default 100 */
   dbQueueLimit: number
-  /** Connections the runner holds, apart from the API's so API load cannot starve it. @default 4 */
+  /** Connections the runner holds, apart from the API's so API load cannot starve it. @default 8 */
   runnerDbPoolSize: number
   /** GraphQL requests over HTTP worked on at once (GRAPHQL_MAX_IN_FLIGHT; src/api/admission.ts). @default 32 */
   graphqlMaxInFlight: number
@@ -322,7 +322,7 @@ const envSchema = z
     ),
     RUNNER_DB_POOL_SIZE: wholeNumber(
       'RUNNER_DB_POOL_SIZE',
-      4,
+      8,
       2,
       100,
       'a whole number of connections from 2 to 100',
@@ -348,11 +348,11 @@ const envSchema = z
       64,
       'a whole number of listeners from 1 to 64',
     ),
-    RUNNER_BATCH_SIZE: wholeNumber('RUNNER_BATCH_SIZE', 1000, 1, 10_000, 'a whole number from 1 to 10000'),
-    RUNNER_PARALLELISM: wholeNumber('RUNNER_PARALLELISM', 8, 1, 1000, 'a whole number from 1 to 1000'),
+    RUNNER_BATCH_SIZE: wholeNumber('RUNNER_BATCH_SIZE', 2000, 1, 10_000, 'a whole number from 1 to 10000'),
+    RUNNER_PARALLELISM: wholeNumber('RUNNER_PARALLELISM', 16, 1, 1000, 'a whole number from 1 to 1000'),
     RUNNER_START_CONCURRENCY: wholeNumber(
       'RUNNER_START_CONCURRENCY',
-      2,
+      4,
       1,
       64,
       'a whole number from 1 to 64',

@@ -89,7 +89,7 @@ describe('the API pool queue is bounded', () => {
         "RUNNER_DB_POOL_SIZE must be a whole number of connections from 2 to 100 (got '1')",
       ])
     }
-    expect(loadConfig({})).toMatchObject({ dbPoolSize: 10, dbQueueLimit: 100, runnerDbPoolSize: 4 })
+    expect(loadConfig({})).toMatchObject({ dbPoolSize: 10, dbQueueLimit: 100, runnerDbPoolSize: 8 })
   })
 })
 

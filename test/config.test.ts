@@ -151,7 +151,7 @@ describe('loadConfig', () => {
   it('reads the runner and pool sizes, with the shipped defaults when unset', () => {
     const d = loadConfig({})
     expect([d.runnerBatchSize, d.runnerParallelism, d.runnerStartConcurrency, d.dbPoolSize]).toEqual([
-      1000, 8, 2, 10,
+      2000, 16, 4, 10,
     ])
     const c = loadConfig({
       RUNNER_BATCH_SIZE: '1000',
@@ -295,7 +295,7 @@ describe('request limits and pools', () => {
       },
       dbPoolSize: 10,
       dbQueueLimit: 100,
-      runnerDbPoolSize: 4,
+      runnerDbPoolSize: 8,
     })
   })
 
