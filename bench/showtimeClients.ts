@@ -381,7 +381,9 @@ async function burst(cmd: Extract<Command, { type: 'burst' }>, graphqlUrl: URL, 
       if (performance.now() + waitS * 1000 - began > cmd.timeoutMs) break
       await new Promise((r) => setTimeout(r, waitS * 1000))
       last = await one(stepId, i)
-      ;(retries[k] ??= []).push(last)
+      const atRetry = retries[k] ?? []
+      retries[k] = atRetry
+      atRetry.push(last)
     }
     return first
   }

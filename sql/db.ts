@@ -6,6 +6,7 @@
  * three runner instances side by side; a benchmark talks to two databases).
  */
 import mysql, {
+  type Connection,
   type Pool,
   type PoolConnection,
   type ResultSetHeader,
@@ -78,6 +79,12 @@ export interface Db extends Queryable {
   transaction<T>(fn: (tx: Queryable) => Promise<T>, opts?: TransactionOptions): Promise<T>
   /** True when a trivial query succeeds within the pool's connect timeout. */
   ping(): Promise<boolean>
+  /**
+   * A connection of its own, outside the pool, to the host the pool is on now
+   * (UTC like the pool's): for a statement that holds its connection for
+   * long, such as a runner's doorbell. The caller ends it.
+   */
+  openConnection(): Promise<Connection>
   close(): Promise<void>
 }
 
@@ -160,6 +167,11 @@ class HostRouter {
 
   get pool(): Pool {
     return this.pools[this.current] as Pool
+  }
+
+  /** Which of the URL's hosts is in use. */
+  get hostIndex(): number {
+    return this.current
   }
 
   /** `pool` failed as unavailable: move to the next host, unless another failure already moved us. */
@@ -296,6 +308,21 @@ export function createDb(url: string, opts: DbOptions = {}): Db {
         return true
       } catch {
         return false
+      }
+    },
+    async openConnection() {
+      // The pool's own settings are not a connection's (mysql2 warns of each it does not know).
+      const { connectionLimit, queueLimit, waitForConnections, maxIdle, idleTimeout, ...options } =
+        poolOptionsFromUrl(url, opts, router.hostIndex)
+      try {
+        const conn = await mysql.createConnection(options)
+        // A connection lost with no statement under way would otherwise be thrown at the
+        // process; the next statement on it fails, and that caller handles it.
+        conn.on('error', () => {})
+        await conn.query("SET time_zone = '+00:00'")
+        return conn
+      } catch (err) {
+        throw wrap(err, 'a connection')
       }
     },
     async close() {

@@ -30,6 +30,12 @@ export const DB_ERRNO = {
   ERROR_DURING_COMMIT: 1180,
   /** The server killed this connection (Galera does so when a node drops out). */
   CONNECTION_KILLED: 1927,
+  /** The statement was cut short by a `KILL QUERY` (a runner's doorbell rung). */
+  QUERY_INTERRUPTED: 1317,
+  /** `KILL` named a connection the server does not have (gone, or on another server). */
+  NO_SUCH_THREAD: 1094,
+  /** `KILL` named a connection of another user, and this one may not. */
+  KILL_DENIED: 1095,
 } as const
 
 /**

@@ -50,6 +50,8 @@ export function hostRunner(
     parallelism: config.runnerParallelism,
     startConcurrency: config.runnerStartConcurrency,
     wakeBatchesInFlight: config.runnerWakeBatches,
+    // Instances with RUNNER=off ring it when they make a run due (src/doorbellRinger.ts).
+    doorbell: true,
     horizonMs: config.materialiseHorizonHours * 3_600_000,
     logRetentionMs: config.logRetentionDays * 86_400_000,
     runRetentionMs: config.runRetentionDays * 86_400_000,

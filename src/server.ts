@@ -35,6 +35,7 @@ import { attachGraphqlWs, type WsTransport } from './api/ws.ts'
 import { createApiYoga, GRAPHQL_PATH } from './api/yoga.ts'
 import { type TokenEntry, tokenEntry } from './auth.ts'
 import { type Config, generateToken } from './config.ts'
+import { DoorbellRinger } from './doorbellRinger.ts'
 import { sendJson } from './httpReply.ts'
 import { Authenticator } from './identity/authenticator.ts'
 import { ApiKeyring } from './identity/keyring.ts'
@@ -215,6 +216,9 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
           cuesParked,
         })
       : { runner: null, dispatcher: null }
+  // Runs made due here start at once: the co-hosted runner is nudged, or else the runners' doorbells rung.
+  const ringer = runner ? null : new DoorbellRinger({ db, logger, freshMs: config.leaseMs })
+  const nudgeRunner = () => (runner ? runner.nudge() : ringer?.ring())
 
   const poller = new StatusPoller({
     db,
@@ -263,7 +267,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     maxParamsBytes: config.limits.maxParamsBytes,
     // Wall time, not the runner's clock: a quota is about requests per real minute.
     runQuota: createRunQuota(db, config.maxRunsPerMinute, () => new Date()),
-    nudge: () => runner?.nudge(),
+    nudge: nudgeRunner,
     requestMaterialise: () => runner?.requestMaterialise(),
     notifications: { webhookAllow: config.webhookAllow, nudge: () => dispatcher?.nudge() },
   }
@@ -294,7 +298,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
   // The console's single sign-on: a public config and the code exchange.
   const handleAuth = createSsoHandler(config.oidc, logger.child({ component: 'sso' }))
   // Answer links from notifications (PUBLIC_URL): a page per cue, no token needed.
-  const handleAnswerPage = createAnswerPageHandler({ db, clock, nudge: () => runner?.nudge(), logger })
+  const handleAnswerPage = createAnswerPageHandler({ db, clock, nudge: nudgeRunner, logger })
 
   function handleRequest(req: IncomingMessage, res: ServerResponse): void {
     const target = requestTarget(req)
@@ -463,6 +467,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     clearTimeout(force)
     metrics.setRunsByStatusSource(null)
     metrics.setAttentionSource(null)
+    await ringer?.settled()
     if (ownsDb) await db.close()
     if (ownsRunnerDb) await runnerDb?.close()
     logger.info({}, 'stopped')

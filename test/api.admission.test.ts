@@ -8,7 +8,12 @@
 import { request } from 'node:http'
 import { connect } from 'node:net'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { ADMISSION_BUSY_MESSAGE, Admission, MAX_RETRY_AFTER_SECONDS, type Release } from '../src/api/admission.ts'
+import {
+  ADMISSION_BUSY_MESSAGE,
+  Admission,
+  MAX_RETRY_AFTER_SECONDS,
+  type Release,
+} from '../src/api/admission.ts'
 import { ConfigError, loadConfig } from '../src/config.ts'
 import { wholeResponseLength } from './helpers/rawHttp.ts'
 import {
@@ -82,10 +87,22 @@ describe('the admission counter', () => {
   it("Retry-After is 1 for a lone refusal; a storm's is spread over the seconds it takes to serve, at most 10", () => {
     let t = 50_000
     let draw = 0.999
-    const a = new Admission({ maxInFlight: 2, maxQueued: 3 }, () => t, () => draw)
-    for (let i = 0; i < 5; i++) a.enter(() => {}, () => {})
+    const a = new Admission(
+      { maxInFlight: 2, maxQueued: 3 },
+      () => t,
+      () => draw,
+    )
+    for (let i = 0; i < 5; i++)
+      a.enter(
+        () => {},
+        () => {},
+      )
     const refuse = (n: number) => {
-      for (let i = 0; i < n; i++) a.enter(() => expect.unreachable(), () => {})
+      for (let i = 0; i < n; i++)
+        a.enter(
+          () => expect.unreachable(),
+          () => {},
+        )
     }
     refuse(1)
     expect(a.retryAfterSeconds()).toBe(1)
@@ -107,10 +124,25 @@ describe('the admission counter', () => {
     expect(a.retryAfterSeconds()).toBe(1)
 
     // Completions set the pace when they outrun one queue's worth a second.
-    const fast = new Admission({ maxInFlight: 1, maxQueued: 0 }, () => t, () => 0.999)
-    for (let i = 0; i < 40; i++) fast.enter((release) => release(), () => expect.unreachable())
-    fast.enter(() => {}, () => expect.unreachable())
-    for (let i = 0; i < 100; i++) fast.enter(() => expect.unreachable(), () => {})
+    const fast = new Admission(
+      { maxInFlight: 1, maxQueued: 0 },
+      () => t,
+      () => 0.999,
+    )
+    for (let i = 0; i < 40; i++)
+      fast.enter(
+        (release) => release(),
+        () => expect.unreachable(),
+      )
+    fast.enter(
+      () => {},
+      () => expect.unreachable(),
+    )
+    for (let i = 0; i < 100; i++)
+      fast.enter(
+        () => expect.unreachable(),
+        () => {},
+      )
     // 100 refused at 20 served a second (40 over the two-second span): 5 s, not the 10 one slot alone would give.
     expect(fast.retryAfterSeconds()).toBe(5)
   })

@@ -64,7 +64,8 @@ describe('from 0023 with data', () => {
     const indexesBefore = await Promise.all(CHILDREN.map(indexesOf))
 
     const rest = await migrate(t.db)
-    expect(rest.applied).toEqual(NEW)
+    // 0024 first, then whatever came after it.
+    expect(rest.applied.slice(0, NEW.length)).toEqual(NEW)
     expect(await migrate(t.db)).toMatchObject({ applied: [] })
     expect(await counts()).toEqual(before)
     expect(before).toEqual([1, 2, 1, 1, 1])

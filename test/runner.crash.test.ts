@@ -26,7 +26,7 @@ import {
 const RUNS = 30
 /** Webhook calls answered at once before the receiver starts holding requests open. */
 const FAST_CALLS = 10
-/** The child's default parallelism: how many webhooks it has in flight at once. */
+/** The child's parallelism (test/fixtures/crashRunner.ts): how many webhooks it has in flight at once. */
 const PARALLELISM = 8
 const LEASE_MS = 1500
 

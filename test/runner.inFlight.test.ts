@@ -28,7 +28,8 @@ beforeAll(async () => {
   receiver.route('/slow', () => ({ status: 200, delayMs: SLOW_MS }))
   s = await startTestServer({
     runner: true,
-    env: { TICK_MS: '1000', LEASE_MS: '30000', WEBHOOK_ALLOW: `${receiver.url}/` },
+    // Eight webhooks at a time, so the batch lasts about four seconds.
+    env: { TICK_MS: '1000', LEASE_MS: '30000', RUNNER_PARALLELISM: '8', WEBHOOK_ALLOW: `${receiver.url}/` },
   })
 })
 // Registered after useReceiver's: hooks unwind as a stack, so the server closes before the receiver.

@@ -10,6 +10,7 @@ import type { Db } from '../../sql/db.ts'
 import * as logs from '../../sql/eventRunLogs.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
 import * as overrides from '../../sql/occurrenceOverrides.ts'
+import type { DoorbellAddress } from '../../sql/runnerHeartbeats.ts'
 import * as heartbeats from '../../sql/runnerHeartbeats.ts'
 import * as quotas from '../../sql/runQuotas.ts'
 import { materialiseAll } from './materialise.ts'
@@ -31,6 +32,8 @@ export interface HousekeepingDeps {
   retentionEveryMs: number
   /** True once the runner is stopping: a long sweep stops between rounds. */
   stopping: () => boolean
+  /** Where instances without a runner ring this one (doorbell.ts), sent with each heartbeat. */
+  doorbellAddress?: () => DoorbellAddress | null
 }
 
 /** Runs per retention round: each round is a few statements over this many runs. */
@@ -197,6 +200,7 @@ export class Housekeeping {
       pid: process.pid,
       startedAt: this.startedAt,
       tickLagMs,
+      doorbell: this.deps.doorbellAddress?.() ?? null,
     })
   }
 

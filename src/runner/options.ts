@@ -86,6 +86,12 @@ export interface RunnerOptions {
   wakeBatchesInFlight?: number
   /** Steps per run per claim before it is given back. @default 25 */
   maxStepsPerClaim?: number
+  /**
+   * Listen on a doorbell (doorbell.ts) that instances without a runner ring
+   * when they make a run due. The server turns it on; a runner driven by
+   * `tick()` alone has no use for it. @default false
+   */
+  doorbell?: boolean
   settings?: StepSettings
   clock?: Clock
   logger?: RunnerLogger
@@ -119,6 +125,7 @@ export function resolveOptions(options: RunnerOptions): ResolvedOptions {
     batchesInFlight,
     wakeBatchesInFlight: Math.max(0, options.wakeBatchesInFlight ?? 4 * batchesInFlight),
     maxStepsPerClaim: options.maxStepsPerClaim ?? 25,
+    doorbell: options.doorbell ?? false,
     settings: options.settings ?? { webhookAllow: [] },
     clock: options.clock ?? systemClock,
     logger: options.logger ?? noopLogger,

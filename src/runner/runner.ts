@@ -41,6 +41,7 @@ import * as runs from '../../sql/eventRuns/index.ts'
 import * as steps from '../../sql/eventSteps/index.ts'
 import * as heartbeats from '../../sql/runnerHeartbeats.ts'
 import { advanceBatch } from './advance.ts'
+import { Doorbell } from './doorbell.ts'
 import { expandStartingRuns } from './expand.ts'
 import { type Flights, loggedFlights, settleAll } from './flights.ts'
 import { HeldClaims } from './held.ts'
@@ -71,6 +72,8 @@ export class Runner {
   private readonly flights: Flights
   /** Woken runs (an answer's nudge, a timer's end), claimed and advanced beside the passes. */
   readonly lane: WakeLane
+  /** Rung by instances without a runner that made a run due; null unless the `doorbell` option is on. */
+  readonly doorbell: Doorbell | null
   /** The materialisation going on beside the passes, if any (materialiseAside). */
   private materialising: Promise<void> | null = null
   private readonly hardStop = new AbortController()
@@ -90,7 +93,17 @@ export class Runner {
     this.instanceId = options.instanceId ?? `${hostname()}-${process.pid}-${randomUUID().slice(0, 4)}`
     this.opts = resolveOptions(options)
     const stopping = () => this.windingDown
-    this.housekeeping = new Housekeeping({ ...this.opts, instanceId: this.instanceId, stopping })
+    const { db, logger } = this.opts
+    this.doorbell = this.opts.doorbell
+      ? new Doorbell({ db, logger, instanceId: this.instanceId, onRing: () => this.nudge() })
+      : null
+    const doorbellAddress = () => this.doorbell?.address ?? null
+    this.housekeeping = new Housekeeping({
+      ...this.opts,
+      instanceId: this.instanceId,
+      stopping,
+      doorbellAddress,
+    })
     this.keyed = new KeyedStarter({ ...this.opts, instanceId: this.instanceId, stopping })
     this.flights = loggedFlights(
       this.opts.batchesInFlight,
@@ -137,6 +150,7 @@ export class Runner {
     if (this.stateValue !== 'created')
       throw new Error(`Runner ${this.instanceId} cannot start from state ${this.stateValue}.`)
     this.stateValue = 'active'
+    this.doorbell?.start()
     this.loopPromise = this.loop()
   }
 
@@ -168,6 +182,7 @@ export class Runner {
     }
     if (this.stateValue === 'active') this.stateValue = 'stopping'
     this.sleeper.wake()
+    await this.doorbell?.stop()
     const timer = setTimeout(() => this.hardStop.abort(), graceMs ?? this.opts.leaseMs / 2)
     try {
       await this.loopPromise

@@ -1,0 +1,92 @@
+/**
+ * How an instance without a runner (`RUNNER=off`) wakes the runners when it
+ * made a run due (an answered cue, a started or retried run): it rings their
+ * doorbells (src/runner/doorbell.ts, sql/doorbell.ts), found through their
+ * heartbeats. Without it such a GO waited for the runner's next tick, up to
+ * `TICK_MS` (the showtime benchmark's split topology: GO p99 about 1 s).
+ *
+ * Rings are merged: while one is under way, any number asked for meanwhile
+ * make one more after it, so a burst of answers costs a ring per round trip,
+ * not one each. The doorbells are read at most every {@link BELLS_TTL_MS}, and
+ * at once after one was gone. A failure to ring is logged once per spell of
+ * failures; the runners still wake at their ticks.
+ */
+import type { Db } from '../sql/db.ts'
+import { ringOnServer } from '../sql/doorbell.ts'
+import { type DoorbellAddress, liveDoorbells } from '../sql/runnerHeartbeats.ts'
+import type { Logger } from './log.ts'
+
+/** How long the list of doorbells is trusted before it is read again. */
+const BELLS_TTL_MS = 2000
+
+export interface DoorbellRingerDeps {
+  /** The API's pool. */
+  db: Db
+  logger: Pick<Logger, 'warn' | 'info'>
+  /** A runner whose heartbeat is older than this is not rung (LEASE_MS: others take its runs by then). */
+  freshMs: number
+  now?: () => number
+}
+
+export class DoorbellRinger {
+  private bells: { list: DoorbellAddress[]; readAt: number } | null = null
+  private ringing: Promise<void> | null = null
+  private again = false
+  private failing = false
+  /** Doorbells rung and runners reached, for the tests and the logs. */
+  readonly counts = { rings: 0, reached: 0 }
+
+  constructor(private readonly deps: DoorbellRingerDeps) {}
+
+  /** Wake every live runner on this database soon; never throws. */
+  ring(): void {
+    if (this.ringing) {
+      this.again = true
+      return
+    }
+    this.ringing = this.ringAll().finally(() => {
+      this.ringing = null
+      if (this.again) {
+        this.again = false
+        this.ring()
+      }
+    })
+  }
+
+  /** The ring under way, if any (tests, a stopping server). */
+  async settled(): Promise<void> {
+    while (this.ringing) await this.ringing
+  }
+
+  private async ringAll(): Promise<void> {
+    this.counts.rings++
+    try {
+      const bells = await this.liveBells()
+      const answers = await Promise.all(bells.map((bell) => ringOnServer(this.deps.db, bell)))
+      for (const a of answers) {
+        if (a === 'rung') this.counts.reached++
+        // A runner that reconnected or stopped: its new address is in its next heartbeat.
+        if (a === 'gone') this.bells = null
+      }
+      if (this.failing) this.deps.logger.info({}, "runners' doorbells can be rung again")
+      this.failing = false
+    } catch (err) {
+      this.bells = null
+      if (!this.failing) {
+        this.deps.logger.warn(
+          { err },
+          "could not ring the runners' doorbells: runs made due here start at the runners' next tick",
+        )
+      }
+      this.failing = true
+    }
+  }
+
+  private async liveBells(): Promise<DoorbellAddress[]> {
+    const now = (this.deps.now ?? Date.now)()
+    if (this.bells && now - this.bells.readAt < BELLS_TTL_MS) return this.bells.list
+    const list = await liveDoorbells(this.deps.db, new Date(now - this.deps.freshMs))
+    this.bells = { list, readAt: now }
+    return list
+  }
+}
