@@ -59,7 +59,7 @@ export async function burstPhase(s: BenchServer, clients: ClientsProcess): Promi
   // Each cue twice, side by side, so its two answers come from two operators.
   const offered = stepIds.flatMap((id) => [id, id])
   const r = await clients.ask<BurstReport>(
-    { type: 'burst', stepIds: offered, timeoutMs: 120_000, retryRounds: 20 },
+    { type: 'burst', stepIds: offered, timeoutMs: 120_000, retryRounds: 40 },
     'burstDone',
     300_000,
   )
