@@ -228,6 +228,11 @@ async function connect(cmd: Extract<Command, { type: 'connect' }>): Promise<{ su
                 second: job.second,
                 error: `socket: ${err.message}`,
               })
+              // Cut off: the press got no answer, so the person presses GO again, as after BUSY.
+              setTimeout(() => {
+                queue.push(job)
+                pump()
+              }, 1000)
             },
           )
           .finally(() => {

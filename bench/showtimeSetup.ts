@@ -106,7 +106,20 @@ export async function awaitShowFinished(db: Db, defs: { from: number; to: number
         GROUP BY 1, 2, 3`,
       [defs.from, defs.to],
     )
-    throw new Error(`${(err as Error).message}; unfinished, by current step: ${JSON.stringify(stuck)}`)
+    // The first few in detail: parked or not, who holds the run, and what the run's log says of answers.
+    const detail = await db.query<Record<string, unknown>>(
+      `SELECT r.id AS runId, r.claimed_by AS runClaimedBy, r.claim_expires_at AS runClaimExpires, r.wake_at AS runWakeAt,
+              s.id AS stepId, s.seq, s.parked, s.started_at AS stepStartedAt, s.claimed_by AS stepClaimedBy,
+              (SELECT GROUP_CONCAT(l.message ORDER BY l.id SEPARATOR ' | ') FROM event_run_logs l
+                WHERE l.run_id = r.id AND l.step_id = s.id) AS lines
+         FROM event_runs r JOIN event_run_steps s ON s.run_id = r.id
+        WHERE r.definition_id BETWEEN ? AND ? AND r.status NOT IN ('completed','failed','cancelled','missed')
+          AND s.status IN ('running','pending') ORDER BY r.id, s.seq LIMIT 5`,
+      [defs.from, defs.to],
+    )
+    throw new Error(
+      `${(err as Error).message}; unfinished, by current step: ${JSON.stringify(stuck)}; the first: ${JSON.stringify(detail)}`,
+    )
   })
 }
 
