@@ -34,8 +34,6 @@ export const DB_ERRNO = {
   QUERY_INTERRUPTED: 1317,
   /** `KILL` named a connection the server does not have (gone, or on another server). */
   NO_SUCH_THREAD: 1094,
-  /** `KILL` named a connection of another user, and this one may not. */
-  KILL_DENIED: 1095,
 } as const
 
 /**

@@ -93,8 +93,8 @@ export class Runner {
     this.instanceId = options.instanceId ?? `${hostname()}-${process.pid}-${randomUUID().slice(0, 4)}`
     this.opts = resolveOptions(options)
     const stopping = () => this.windingDown
-    const { db, logger } = this.opts
-    this.doorbell = this.opts.doorbell
+    const { db, logger, doorbell } = this.opts
+    this.doorbell = doorbell
       ? new Doorbell({ db, logger, instanceId: this.instanceId, onRing: () => this.nudge() })
       : null
     const doorbellAddress = () => this.doorbell?.address ?? null
