@@ -79,8 +79,26 @@ init_node() {
   fi
 }
 
-pid_of() { local f; f="$(dir "$1")/mariadbd.pid"; [ -s "$f" ] && cat "$f"; }
-alive()  { local p; p=$(pid_of "$1") && kill -0 "$p" 2>/dev/null; }
+# A node's servers are found by their command line, never by the pid file alone: a
+# pid file outlives a killed server (and a new process may take its pid), and in a
+# container whose pid 1 does not reap orphans a dead server lingers as a zombie that
+# `kill -0` still reports alive. A zombie's command line is empty, so pgrep skips it.
+servers_of() { pgrep -f "^$MARIADBD --defaults-file=$(dir "$1")/my.cnf( |\$)" 2>/dev/null; }
+pid_of()  { servers_of "$1" | head -n 1; }
+alive()   { [ -n "$(servers_of "$1")" ]; }
+# A process that still runs (not gone, not a zombie).
+running() { local s; s=$(awk '{print $3}' "/proc/$1/stat" 2>/dev/null) && [ -n "$s" ] && [ "$s" != Z ]; }
+
+# Ends every server of node $1 with signal $2 and waits (up to $3 half-seconds) until none runs.
+end_servers() {
+  local n=$1 sig=$2 tries=$3 p
+  for p in $(servers_of "$n"); do kill "-$sig" "$p" 2>/dev/null; done
+  for _ in $(seq 1 "$tries"); do alive "$n" || return 0; sleep 0.5; done
+  ! alive "$n"
+}
+
+# True when something listens on TCP port $1 (a server of this node that pgrep missed, or a stranger).
+port_taken() { ss -Hltn "sport = :$1" 2>/dev/null | grep -q .; }
 
 q() { mariadb --no-defaults -h127.0.0.1 -P"$(port "$1")" -uroot -N -B -e "$2" 2>/dev/null; }
 
@@ -90,7 +108,7 @@ wait_synced() {
     if [ "$(q "$n" "SELECT VARIABLE_VALUE FROM information_schema.GLOBAL_STATUS WHERE VARIABLE_NAME='WSREP_LOCAL_STATE_COMMENT'")" = "Synced" ]; then
       return 0
     fi
-    if ! kill -0 "$pid" 2>/dev/null; then echo "node $n died; tail of $(dir "$n")/mariadbd.err:" >&2; tail -20 "$(dir "$n")/mariadbd.err" >&2; return 1; fi
+    if ! running "$pid"; then echo "node $n died; tail of $(dir "$n")/mariadbd.err:" >&2; tail -20 "$(dir "$n")/mariadbd.err" >&2; return 1; fi
     sleep 0.5; t=$((t + 1))
   done
   echo "node $n not Synced after 120 s" >&2; return 1
@@ -98,7 +116,20 @@ wait_synced() {
 
 start_node() {
   local n=$1 extra=${2:-} d; d=$(dir "$n")
-  if alive "$n"; then echo "node $n already running (pid $(pid_of "$n"))"; return 0; fi
+  if alive "$n"; then
+    echo "node $n already running (pid $(pid_of "$n"))"
+    wait_synced "$n" "$(pid_of "$n")"
+    return
+  fi
+  # A port still held means a server this script cannot see: starting another would
+  # fail on it ("Address already in use") after a long wait, so say so at once.
+  local p
+  for p in "$(port "$n")" "$(gport "$n")" "$(istport "$n")" "$(sstport "$n")"; do
+    if port_taken "$p"; then
+      echo "node $n cannot start: port $p is in use ($(ss -Hltnp "sport = :$p" 2>/dev/null | head -n 1))" >&2
+      return 1
+    fi
+  done
   # A node that was the last to leave may refuse to bootstrap unless marked safe.
   if [ -n "$extra" ] && [ -f "$d/data/grastate.dat" ]; then
     sed -i 's/^safe_to_bootstrap: 0/safe_to_bootstrap: 1/' "$d/data/grastate.dat"
@@ -137,9 +168,8 @@ start)
 stop)
   for n in 3 2 1; do
     if alive "$n"; then
-      p=$(pid_of "$n"); kill "$p"
-      for _ in $(seq 1 120); do kill -0 "$p" 2>/dev/null || break; sleep 0.5; done
-      kill -0 "$p" 2>/dev/null && { echo "node $n (pid $p) still running after 60 s; kill -9"; kill -9 "$p"; }
+      p=$(servers_of "$n" | tr '\n' ' ')
+      end_servers "$n" TERM 120 || { echo "node $n (pid $p) still running after 60 s; kill -9"; end_servers "$n" KILL 20; }
       echo "node $n stopped (pid $p)"
     fi
   done
@@ -161,7 +191,11 @@ start-node)
   ;;
 kill-node)
   [ -n "${2:-}" ] || { echo "usage: $0 kill-node N" >&2; exit 2; }
-  if alive "$2"; then p=$(pid_of "$2"); kill -9 "$p"; echo "node $2 killed (pid $p)"; fi
+  if alive "$2"; then
+    p=$(servers_of "$2" | tr '\n' ' ')
+    end_servers "$2" KILL 20 || { echo "node $2 (pid $p) survived kill -9" >&2; exit 1; }
+    echo "node $2 killed (pid $p)"
+  fi
   ;;
 reset)
   "$0" stop
