@@ -7,9 +7,7 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import * as audit from '../sql/auditLog.ts'
 import * as logs from '../sql/eventRunLogs.ts'
-import { loadConfig } from '../src/config.ts'
 import { createLogger } from '../src/log.ts'
-import { buildApp } from '../src/server.ts'
 import { createDefinition } from './helpers/consoleScene.ts'
 import { captureLog } from './helpers/logCapture.ts'
 import {
@@ -17,6 +15,7 @@ import {
   SESSION_PROGRAM,
   SHOWRUNNER_TOKENS,
   sseSubscribe,
+  startSecondInstance,
   startTestServer,
   type TestServer,
   wsClient,
@@ -35,46 +34,6 @@ let b: TestServer
 /** Both instances log here, at debug, so the tests can read every line either wrote. */
 const log = captureLog()
 
-/** A second instance on the same database: its own process state (cache, poller), the same rows. */
-async function secondInstance(first: TestServer): Promise<TestServer> {
-  const config = loadConfig({
-    PORT: '0',
-    HOST: '127.0.0.1',
-    DATABASE_URL: first.t.url,
-    SHOWRUNNER_TOKENS,
-    RUNNER: 'off',
-    STATUS_POLL_MS: String(POLL_MS),
-    LOG_LEVEL: 'silent',
-    INSTANCE_ID: `keys-b-${process.pid}`,
-  })
-  const app = buildApp(config, {
-    logger: createLogger({ level: 'debug', destination: log.stream }),
-    migrate: false,
-  })
-  const { url } = await app.start()
-  const graphqlUrl = `${url}/graphql`
-  const gql: TestServer['gql'] = async (query, o = {}) => {
-    const headers: Record<string, string> = { 'content-type': 'application/json', ...o.headers }
-    if (o.auth && typeof o.auth === 'object') headers.authorization = `Bearer ${o.auth.raw}`
-    const res = await fetch(graphqlUrl, {
-      method: 'POST',
-      headers,
-      body: JSON.stringify({ query, variables: o.variables }),
-    })
-    return { status: res.status, headers: res.headers, body: await res.json() } as never
-  }
-  return {
-    ...first,
-    app,
-    config,
-    url,
-    graphqlUrl,
-    wsUrl: graphqlUrl.replace(/^http/, 'ws'),
-    gql,
-    close: () => app.stop(),
-  }
-}
-
 beforeAll(async () => {
   a = await startTestServer({
     deps: { logger: createLogger({ level: 'debug', destination: log.stream }) },
@@ -83,7 +42,11 @@ beforeAll(async () => {
       SHOWRUNNER_TOKENS: `${SHOWRUNNER_TOKENS},operator:Stage Manager=${NAMED},viewer:Looks Like A Key=${KEY_LIKE}`,
     },
   })
-  b = await secondInstance(a)
+  // A second instance on the same database: its own process state (cache, poller), the same rows.
+  b = await startSecondInstance(a, {
+    env: { STATUS_POLL_MS: String(POLL_MS), INSTANCE_ID: `keys-b-${process.pid}` },
+    deps: { logger: createLogger({ level: 'debug', destination: log.stream }) },
+  })
 })
 afterAll(async () => {
   await b?.close()

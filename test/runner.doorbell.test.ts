@@ -7,50 +7,10 @@
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { openDoorbell, ringOnServer } from '../sql/doorbell.ts'
 import { liveDoorbells } from '../sql/runnerHeartbeats.ts'
-import { loadConfig } from '../src/config.ts'
-import { silentLogger } from '../src/log.ts'
-import { buildApp } from '../src/server.ts'
 import { createDefinition, must, startRun } from './helpers/consoleScene.ts'
-import { eventually, SHOWRUNNER_TOKENS, sleep, startTestServer, type TestServer } from './helpers/server.ts'
+import { eventually, sleep, startSecondInstance, startTestServer, type TestServer } from './helpers/server.ts'
 
 const TICK_MS = 10_000
-
-/** An instance with RUNNER=off on `first`'s database, answering as admin. */
-async function apiOnlyInstance(first: TestServer): Promise<TestServer> {
-  const config = loadConfig({
-    PORT: '0',
-    HOST: '127.0.0.1',
-    DATABASE_URL: first.t.url,
-    SHOWRUNNER_TOKENS,
-    RUNNER: 'off',
-    TICK_MS: String(TICK_MS),
-    LEASE_MS: '30000',
-    STATUS_POLL_MS: '50',
-    LOG_LEVEL: 'silent',
-    INSTANCE_ID: `doorbell-api-${process.pid}`,
-  })
-  const app = buildApp(config, { logger: silentLogger(), migrate: false })
-  const { url } = await app.start()
-  const graphqlUrl = `${url}/graphql`
-  const gql: TestServer['gql'] = async (query, o = {}) => {
-    const res = await fetch(graphqlUrl, {
-      method: 'POST',
-      headers: { 'content-type': 'application/json', authorization: `Bearer admin-token-0123456789abcdef` },
-      body: JSON.stringify({ query, variables: o.variables }),
-    })
-    return { status: res.status, headers: res.headers, body: await res.json() } as never
-  }
-  return {
-    ...first,
-    app,
-    config,
-    url,
-    graphqlUrl,
-    wsUrl: graphqlUrl.replace(/^http/, 'ws'),
-    gql,
-    close: () => app.stop(),
-  }
-}
 
 interface StepTimes {
   kind: string
@@ -116,7 +76,9 @@ describe('a runner ticking every 10 s behind an instance without a runner', () =
       runner: true,
       env: { TICK_MS: String(TICK_MS), LEASE_MS: '30000' },
     })
-    api = await apiOnlyInstance(runnerInstance)
+    api = await startSecondInstance(runnerInstance, {
+      env: { TICK_MS: String(TICK_MS), LEASE_MS: '30000', INSTANCE_ID: `doorbell-api-${process.pid}` },
+    })
     definitionId = await createDefinition(runnerInstance, {
       slug: 'go-elsewhere',
       title: 'GO from elsewhere',
@@ -204,19 +166,14 @@ describe('a runner ticking every 10 s behind an instance without a runner', () =
   })
 
   it('a second runner is rung too; stopping it ends its sleep at once and takes it off the list', async () => {
-    const config = loadConfig({
-      PORT: '0',
-      HOST: '127.0.0.1',
-      DATABASE_URL: runnerInstance.t.url,
-      SHOWRUNNER_TOKENS,
-      RUNNER: 'on',
-      TICK_MS: String(TICK_MS),
-      LEASE_MS: '30000',
-      LOG_LEVEL: 'silent',
-      INSTANCE_ID: `doorbell-second-${process.pid}`,
+    const { app: second } = await startSecondInstance(runnerInstance, {
+      env: {
+        RUNNER: 'on',
+        TICK_MS: String(TICK_MS),
+        LEASE_MS: '30000',
+        INSTANCE_ID: `doorbell-second-${process.pid}`,
+      },
     })
-    const second = buildApp(config, { logger: silentLogger(), migrate: false })
-    await second.start()
     let stopped = false
     try {
       const bells = () => liveDoorbells(runnerInstance.app.db, new Date(Date.now() - 60_000))

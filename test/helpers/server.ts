@@ -97,32 +97,72 @@ export async function startTestServer(opts: StartOptions = {}): Promise<TestServ
     url,
     graphqlUrl,
     wsUrl: graphqlUrl.replace(/^http/, 'ws'),
-    async gql(query, o = {}) {
-      const headers: Record<string, string> = {
-        'content-type': 'application/json',
-        accept: 'application/graphql-response+json, application/json',
-        ...o.headers,
-      }
-      const auth = authHeader(o.auth === undefined ? 'admin' : o.auth)
-      if (auth) headers.authorization = auth
-      const res = await fetch(graphqlUrl, {
-        method: 'POST',
-        headers,
-        body: JSON.stringify({ query, variables: o.variables }),
-      })
-      const text = await res.text()
-      let body: GqlResponse['body']
-      try {
-        body = JSON.parse(text)
-      } catch {
-        throw new Error(`not JSON (HTTP ${res.status}): ${text.slice(0, 300)}`)
-      }
-      return { status: res.status, headers: res.headers, body } as GqlResponse<never>
-    },
+    gql: gqlAt(graphqlUrl),
     async close() {
       await app.stop()
       await t.drop()
     },
+  }
+}
+
+/** {@link TestServer.gql} against `graphqlUrl`: admin unless `auth` says otherwise. */
+function gqlAt(graphqlUrl: string): TestServer['gql'] {
+  return async (query, o = {}) => {
+    const headers: Record<string, string> = {
+      'content-type': 'application/json',
+      accept: 'application/graphql-response+json, application/json',
+      ...o.headers,
+    }
+    const auth = authHeader(o.auth === undefined ? 'admin' : o.auth)
+    if (auth) headers.authorization = auth
+    const res = await fetch(graphqlUrl, {
+      method: 'POST',
+      headers,
+      body: JSON.stringify({ query, variables: o.variables }),
+    })
+    const text = await res.text()
+    let body: GqlResponse['body']
+    try {
+      body = JSON.parse(text)
+    } catch {
+      throw new Error(`not JSON (HTTP ${res.status}): ${text.slice(0, 300)}`)
+    }
+    return { status: res.status, headers: res.headers, body } as GqlResponse<never>
+  }
+}
+
+/**
+ * Another instance on `first`'s database (RUNNER=off unless `env` says
+ * otherwise): its own process state (caches, pollers, admission), the same
+ * rows. Closing it stops the instance and leaves the database to `first`.
+ */
+export async function startSecondInstance(
+  first: TestServer,
+  opts: { env?: Record<string, string>; deps?: BuildAppDeps } = {},
+): Promise<TestServer> {
+  const config = loadConfig({
+    PORT: '0',
+    HOST: '127.0.0.1',
+    DATABASE_URL: first.t.url,
+    SHOWRUNNER_TOKENS,
+    RUNNER: 'off',
+    STATUS_POLL_MS: '50',
+    LOG_LEVEL: 'silent',
+    INSTANCE_ID: `test-second-${process.pid}-${Math.random().toString(16).slice(2, 8)}`,
+    ...opts.env,
+  })
+  const app = buildApp(config, { logger: silentLogger(), ...opts.deps, migrate: false })
+  const { url } = await app.start()
+  const graphqlUrl = `${url}/graphql`
+  return {
+    ...first,
+    app,
+    config,
+    url,
+    graphqlUrl,
+    wsUrl: graphqlUrl.replace(/^http/, 'ws'),
+    gql: gqlAt(graphqlUrl),
+    close: () => app.stop(),
   }
 }
 
