@@ -77,6 +77,19 @@ export interface Db extends Queryable {
    * network call.
    */
   transaction<T>(fn: (tx: Queryable) => Promise<T>, opts?: TransactionOptions): Promise<T>
+  /**
+   * {@link transaction}, then `then` on the same connection once the commit is
+   * through (each statement its own autocommit): work that follows a commit
+   * and must not queue for the pool again, where a full queue would refuse it
+   * after the transaction already counted. Only the connection's acquisition
+   * can be refused. Nothing after the commit is retried or undone: a failure
+   * there is thrown as it is.
+   */
+  transactionThen<T, R>(
+    fn: (tx: Queryable) => Promise<T>,
+    then: (conn: Queryable, committed: T) => Promise<R>,
+    opts?: TransactionOptions,
+  ): Promise<R>
   /** True when a trivial query succeeds within the pool's connect timeout. */
   ping(): Promise<boolean>
   /**
@@ -198,6 +211,9 @@ class HostRouter {
   }
 }
 
+/** How far a transaction's attempt got: connecting, its statements, its COMMIT, or past it. */
+type Stage = 'connect' | 'body' | 'commit' | 'committed'
+
 /** Open a pool for `url` (one per host it lists). No connection is made until the first statement. */
 export function createDb(url: string, opts: DbOptions = {}): Db {
   const hostCount = Math.max(1, parseDatabaseUrl(url).hosts.length)
@@ -229,12 +245,13 @@ export function createDb(url: string, opts: DbOptions = {}): Db {
   )
 
   /** One attempt; `stage` tells the caller how far it got when it failed. */
-  async function transactionOnce<T>(
+  async function transactionOnce<T, R>(
     pool: Pool,
     fn: (tx: Queryable) => Promise<T>,
+    then: (conn: Queryable, committed: T) => Promise<R>,
     txOpts: TransactionOptions | undefined,
-    stage: { at: 'connect' | 'body' | 'commit' },
-  ): Promise<T> {
+    stage: { at: Stage },
+  ): Promise<R> {
     let conn: PoolConnection
     try {
       conn = await pool.getConnection()
@@ -255,8 +272,11 @@ export function createDb(url: string, opts: DbOptions = {}): Db {
       // On Galera a certification failure surfaces here (1213), after every
       // statement above reported success: `result` counts only once this returns.
       await conn.commit()
-      return result
+      stage.at = 'committed'
+      return await then(makeQueryable(sendOn(conn), stats, true), result)
     } catch (err) {
+      // After the commit there is nothing to roll back; the statement's error is the one to report.
+      if (stage.at === 'committed') throw err
       try {
         await conn.rollback()
       } catch {
@@ -271,36 +291,50 @@ export function createDb(url: string, opts: DbOptions = {}): Db {
     }
   }
 
+  /** Attempts of a transaction, retried on a conflict and moved to another host when nothing can have been kept. */
+  async function runTransaction<T, R>(
+    fn: (tx: Queryable) => Promise<T>,
+    then: (conn: Queryable, committed: T) => Promise<R>,
+    txOpts: TransactionOptions | undefined,
+  ): Promise<R> {
+    const attempts = txOpts?.retryable ? TRANSACTION_ATTEMPTS : 1
+    let hostsTried = 1
+    for (let attempt = 1; ; attempt++) {
+      const pool = router.pool
+      const stage: { at: Stage } = { at: 'connect' }
+      try {
+        return await transactionOnce(pool, fn, then, txOpts, stage)
+      } catch (err) {
+        // Committed: what failed came after, and repeating the transaction would apply it twice.
+        if (stage.at === 'committed') throw err
+        if (isDbUnavailable(err)) {
+          router.failed(pool)
+          // Another host, when nothing can have been kept: no connection was
+          // made, or (for a transaction safe to repeat) COMMIT was never sent.
+          const nothingKept = stage.at === 'connect' || (txOpts?.retryable === true && stage.at === 'body')
+          if (hostsTried < pools.length && nothingKept && (nothingRan(err) || stage.at === 'body')) {
+            hostsTried++
+            continue
+          }
+          throw err
+        }
+        if (attempt >= attempts || !isConflict(err)) throw err
+        await conflictPause(attempt)
+      }
+    }
+  }
+
   return {
     ...base,
     get pool() {
       return router.pool
     },
     stats,
-    async transaction(fn, txOpts) {
-      const attempts = txOpts?.retryable ? TRANSACTION_ATTEMPTS : 1
-      let hostsTried = 1
-      for (let attempt = 1; ; attempt++) {
-        const pool = router.pool
-        const stage: { at: 'connect' | 'body' | 'commit' } = { at: 'connect' }
-        try {
-          return await transactionOnce(pool, fn, txOpts, stage)
-        } catch (err) {
-          if (isDbUnavailable(err)) {
-            router.failed(pool)
-            // Another host, when nothing can have been kept: no connection was
-            // made, or (for a transaction safe to repeat) COMMIT was never sent.
-            const nothingKept = stage.at === 'connect' || (txOpts?.retryable === true && stage.at === 'body')
-            if (hostsTried < pools.length && nothingKept && (nothingRan(err) || stage.at === 'body')) {
-              hostsTried++
-              continue
-            }
-            throw err
-          }
-          if (attempt >= attempts || !isConflict(err)) throw err
-          await conflictPause(attempt)
-        }
-      }
+    transaction(fn, txOpts) {
+      return runTransaction(fn, async (_conn, committed) => committed, txOpts)
+    },
+    transactionThen(fn, then, txOpts) {
+      return runTransaction(fn, then, txOpts)
     },
     async ping() {
       try {

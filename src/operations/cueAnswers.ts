@@ -9,7 +9,7 @@
 import * as audit from '../../sql/auditLog.ts'
 import type { CueVia, LadderRow } from '../../sql/cueLadders.ts'
 import * as ladders from '../../sql/cueLadders.ts'
-import type { Db } from '../../sql/db.ts'
+import type { Queryable } from '../../sql/db.ts'
 import * as logs from '../../sql/eventRunLogs.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
 import type { StepRow } from '../../sql/eventSteps/index.ts'
@@ -40,28 +40,26 @@ export function mayAnswer(person: Person, ladder: Pick<LadderRow, 'exclusive' | 
   return identitiesOf(person).some((id) => ladder.assignees.includes(id))
 }
 
-type Decision = { applied: true } | { applied: false; why: string }
+type Decision = { applied: true } | { applied: false; why: string; forbidden?: string[] }
 
+/**
+ * One connection from the pool for the whole answer, taken once: a full
+ * queue can refuse the answer (BUSY) only before anything of it is applied,
+ * never after, and a busy pool is waited for once instead of at each
+ * statement. In the transaction: the step and its run (read first, before
+ * any lock), the ladder row locked (the exclusivity check reads it too), the
+ * move, the answer's record, its log line and the run's wake-up. After the
+ * commit, on the same connection: the runner is nudged first, then the reply's
+ * step is read and the audit entry written, so neither delays the GO.
+ */
 export async function answerCue(deps: ControlDeps, input: CueAnswerInput): Promise<StepAnswer> {
   const { stepId, person, outcome, via, text } = input
   if (text !== null && text.length > 1000) throw badInput('note and reason must be at most 1000 characters.')
-  const before = await steps.getById(deps.db, stepId)
-  if (!before) throw notFound('step', stepId)
   const action = outcome === 'resolved' ? 'resolve cue' : 'skip step'
-  const known = await ladders.get(deps.db, stepId)
-  if (known && !mayAnswer(person, known)) {
-    await refuse(deps.db, before, person, action, via)
-    throw new AppError(
-      ERROR_CODES.FORBIDDEN,
-      `This cue is exclusive to ${known.assignees.join(', ')}; ${person.name} may not answer it (an admin may).`,
-    )
-  }
-  const run = known ? await runs.getById(deps.db, known.runId) : null
-  const now = deps.clock.now()
   const by = input.by ?? person.name
   const who = by === person.name ? person.name : `${person.name} (${by})`
   // The step's id, as the API names it (stepId), and its position in the run for a reader.
-  const answerLine = (d: Decision): logs.NewLog => ({
+  const answerLine = (before: StepRow, d: Decision): logs.NewLog => ({
     runId: before.runId,
     stepId,
     level: d.applied ? 'info' : 'warn',
@@ -71,49 +69,83 @@ export async function answerCue(deps: ControlDeps, input: CueAnswerInput): Promi
     actor: person.name,
     data: { action, applied: d.applied, text, via, by },
   })
-  const decision = await deps.db.transaction<Decision>(
-    async (tx) => {
-      const ladder = await ladders.getForUpdate(tx, stepId)
-      if (ladder?.answer) return { applied: false, why: `already answered by ${ladder.answer.by}` }
-      if (ladder?.deadlineAt && ladder.deadlineAt.getTime() <= now.getTime())
-        return { applied: false, why: 'its deadline has passed' }
-      // A cue with a ladder may be answered while the runner re-enters it at a rung.
-      const resolve = ladder ? steps.resolveCue : steps.resolveParked
-      const moved =
-        outcome === 'resolved'
-          ? await resolve(tx, stepId, { resolvedBy: by, note: text })
-          : await steps.skip(tx, stepId, text)
-      if (!moved) return { applied: false, why: 'the step is no longer waiting' }
-      if (ladder) {
-        const answer = { outcome, by, via, at: now, note: text }
-        await ladders.recordAnswer(tx, stepId, answer)
-        if (run) await emitCueEvent(tx, 'CUE_ANSWERED', run, { ...ladder, answer }, 'answered', now)
+  const answered = await deps.db.transactionThen(
+    async (tx): Promise<{ before: StepRow; decision: Decision }> => {
+      const before = await steps.getById(tx, stepId)
+      if (!before) throw notFound('step', stepId)
+      const run = await runs.getRunOfStep(tx, stepId)
+      const decide = async (): Promise<Decision> => {
+        const ladder = await ladders.getForUpdate(tx, stepId)
+        if (ladder && !mayAnswer(person, ladder))
+          return { applied: false, why: 'the cue is exclusive to its assignees', forbidden: ladder.assignees }
+        if (ladder?.answer) return { applied: false, why: `already answered by ${ladder.answer.by}` }
+        const now = deps.clock.now()
+        if (ladder?.deadlineAt && ladder.deadlineAt.getTime() <= now.getTime())
+          return { applied: false, why: 'its deadline has passed' }
+        // A cue with a ladder may be answered while the runner re-enters it at a rung.
+        const resolve = ladder ? steps.resolveCue : steps.resolveParked
+        const moved =
+          outcome === 'resolved'
+            ? await resolve(tx, stepId, { resolvedBy: by, note: text })
+            : await steps.skip(tx, stepId, text)
+        if (!moved) return { applied: false, why: 'the step is no longer waiting' }
+        if (ladder) {
+          const answer = { outcome, by, via, at: now, note: text }
+          await ladders.recordAnswer(tx, stepId, answer)
+          if (run) await emitCueEvent(tx, 'CUE_ANSWERED', run, { ...ladder, answer }, 'answered', now)
+        }
+        // The run is woken with the answer, and its log line written before the
+        // runner can write the next step's: the runner is told at the commit,
+        // not after the statements that follow it (the next step starts at once).
+        // The runner compares wake_at with its clock, so wake by that clock, not the database's.
+        await logs.append(tx, answerLine(before, { applied: true }))
+        await runs.wakeNow(tx, before.runId, deps.clock.now())
+        return { applied: true }
       }
-      // The run is woken with the answer, and its log line written before the
-      // runner can write the next step's: the runner is told at the commit,
-      // not after the statements that follow it (the next step starts at once).
-      // The runner compares wake_at with its clock, so wake by that clock, not the database's.
-      await logs.append(tx, answerLine({ applied: true }))
-      await runs.wakeNow(tx, before.runId, deps.clock.now())
-      return { applied: true }
+      return { before, decision: await decide() }
+    },
+    async (conn, { before, decision }) => {
+      if (decision.applied) deps.nudge?.()
+      if (!decision.applied && decision.forbidden) {
+        await refuse(conn, before, person, action, via)
+        return { before, decision, step: before }
+      }
+      if (!decision.applied) await logs.append(conn, answerLine(before, decision))
+      const step = (await steps.getById(conn, stepId)) ?? before
+      await audit.record(conn, {
+        actor: person.name,
+        action: outcome === 'resolved' ? 'cue.resolve' : 'cue.skip',
+        targetType: 'step',
+        targetId: String(stepId),
+        outcome: decision.applied ? 'ok' : 'refused',
+        detail: {
+          runId: before.runId,
+          via,
+          by,
+          note: text,
+          ...(decision.applied ? {} : { why: decision.why }),
+        },
+      })
+      return { before, decision, step }
     },
     { retryable: true },
   )
-  if (decision.applied) deps.nudge?.()
-  if (!decision.applied) await logs.append(deps.db, answerLine(decision))
-  const step = (await steps.getById(deps.db, stepId)) ?? before
-  await audit.record(deps.db, {
-    actor: person.name,
-    action: outcome === 'resolved' ? 'cue.resolve' : 'cue.skip',
-    targetType: 'step',
-    targetId: String(stepId),
-    outcome: decision.applied ? 'ok' : 'refused',
-    detail: { runId: step.runId, via, by, note: text, ...(decision.applied ? {} : { why: decision.why }) },
-  })
-  return { applied: decision.applied, step }
+  const { decision } = answered
+  if (!decision.applied && decision.forbidden)
+    throw new AppError(
+      ERROR_CODES.FORBIDDEN,
+      `This cue is exclusive to ${decision.forbidden.join(', ')}; ${person.name} may not answer it (an admin may).`,
+    )
+  return { applied: decision.applied, step: answered.step }
 }
 
-async function refuse(db: Db, step: StepRow, person: Person, action: string, via: CueVia): Promise<void> {
+async function refuse(
+  db: Queryable,
+  step: StepRow,
+  person: Person,
+  action: string,
+  via: CueVia,
+): Promise<void> {
   await logs.append(db, {
     runId: step.runId,
     stepId: step.id,

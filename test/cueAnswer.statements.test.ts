@@ -1,0 +1,117 @@
+/**
+ * What a GO costs the database. Under a show's load every statement is a
+ * round trip and every pool acquisition a wait in a busy queue, so both are
+ * budgets: the whole answer runs on one connection taken once (its
+ * transaction, then the reply's read and the audit entry after the commit),
+ * and the run is read by the step's id without the list's waiting count. The
+ * shape before was 14 statements on seven acquisitions (the ladder and the
+ * run read ahead of the transaction, the reply and the audit after it).
+ */
+import { afterAll, expect, it } from 'vitest'
+import { createDb } from '../sql/db.ts'
+import { answerCue } from '../src/operations/cueAnswers.ts'
+import { systemClock } from '../src/runner/clock.ts'
+import { DbCueLadder } from '../src/runner/cueLadder.ts'
+import { Runner } from '../src/runner/runner.ts'
+import { createDefaultRegistry } from '../src/runner/steps/registry.ts'
+import { useTestDb } from './helpers/db.ts'
+import { makeDefinition, makeRun } from './helpers/fixtures.ts'
+import { stepsOf, waitFor } from './helpers/runnerHarness.ts'
+
+const t = useTestDb()
+let runner: Runner | undefined
+afterAll(async () => {
+  await runner?.stop()
+})
+
+/** The most statements an applied GO may send (a budget: the count was 12 when written). */
+const APPLIED_BUDGET = 12
+
+const oneStep = (steps: unknown[]) => ({ program: { phases: [{ name: 'main', steps }] } })
+
+it('an applied GO sends at most 12 statements, a refused second answer no more, and an outsider on an exclusive cue is FORBIDDEN', async () => {
+  // As the server builds it: cues open ladders (who may answer, and the answer's record).
+  runner = new Runner({
+    db: t.db,
+    registry: createDefaultRegistry(),
+    clock: systemClock,
+    tickMs: 200,
+    settings: { webhookAllow: [], cueLadder: new DbCueLadder(t.db) },
+  })
+  const open = await makeDefinition(
+    t.db,
+    oneStep([
+      { kind: 'core.cue', params: { prompt: 'GO?', assignee: 'stage-manager' } },
+      { kind: 'core.log', params: { message: 'after GO' } },
+    ]),
+  )
+  const exclusive = await makeDefinition(
+    t.db,
+    oneStep([
+      { kind: 'core.cue', params: { prompt: 'Mine only', assignee: 'stage-manager', exclusive: true } },
+    ]),
+  )
+  const openRun = (await makeRun(t.db, { definition: open, scope: 'a', scheduledFor: new Date() })).id
+  const exclusiveRun = (await makeRun(t.db, { definition: exclusive, scope: 'b', scheduledFor: new Date() }))
+    .id
+  runner.start()
+  const parked = async (runId: number) =>
+    waitFor(async () => (await stepsOf(t.db, runId)).find((st) => st.kind === 'core.cue' && st.parked), {
+      timeoutMs: 10_000,
+    })
+  const [cue, mine] = [await parked(openRun), await parked(exclusiveRun)]
+  await runner.stop()
+  runner = undefined
+
+  // Its own pool, so nothing but the answer is counted.
+  const db = createDb(t.url)
+  let acquisitions = 0
+  db.pool.on('acquire', () => acquisitions++)
+  try {
+    const deps = { db, clock: systemClock }
+    const person = { name: 'stage-manager', teams: [], admin: false }
+    const before = db.stats.statements
+    const go = await answerCue(deps, { stepId: cue.id, person, outcome: 'resolved', via: 'api', text: 'go' })
+    const applied = db.stats.statements - before
+    // One connection for the whole answer: a full queue can refuse it only before it applies.
+    expect(acquisitions).toBe(1)
+    expect(go.applied).toBe(true)
+    expect(go.step.status).toBe('completed')
+    expect(applied).toBeLessThanOrEqual(APPLIED_BUDGET)
+
+    const again = db.stats.statements
+    const late = await answerCue(deps, {
+      stepId: cue.id,
+      person: { name: 'deputy', teams: [], admin: false },
+      outcome: 'resolved',
+      via: 'api',
+      text: null,
+    })
+    const second = db.stats.statements - again
+    expect(acquisitions).toBe(2)
+    expect(late.applied).toBe(false)
+    expect(second).toBeLessThanOrEqual(APPLIED_BUDGET)
+
+    // The exclusivity check now reads the locked ladder row: an outsider is still refused, and nothing moves.
+    await expect(
+      answerCue(deps, {
+        stepId: mine.id,
+        person: { name: 'intruder', teams: [], admin: false },
+        outcome: 'resolved',
+        via: 'api',
+        text: null,
+      }),
+    ).rejects.toMatchObject({ code: 'FORBIDDEN' })
+    expect((await stepsOf(t.db, exclusiveRun)).find((st) => st.id === mine.id)?.parked).toBe(true)
+    const refusals = await t.db.query<{ message: string }>(
+      `SELECT message FROM event_run_logs WHERE step_id = ? AND message LIKE '%refused%'`,
+      [mine.id],
+    )
+    expect(refusals).toHaveLength(1)
+    const ok = await answerCue(deps, { stepId: mine.id, person, outcome: 'resolved', via: 'api', text: null })
+    expect(ok.applied).toBe(true)
+    console.log(`statements: an applied GO ${applied}, a second answer ${second}`)
+  } finally {
+    await db.close()
+  }
+})
