@@ -117,8 +117,16 @@ export async function awaitShowFinished(db: Db, defs: { from: number; to: number
           AND s.status IN ('running','pending') ORDER BY r.id, s.seq LIMIT 5`,
       [defs.from, defs.to],
     )
+    // The inbox reads waiting cues through an index on a virtual column: does it
+    // hold what the table holds? A cue missing from it is never shown to anyone.
+    const [viaIndex] = await db.query<{ n: number }>(
+      `SELECT COUNT(*) AS n FROM event_run_steps FORCE INDEX (idx_evstep_waiting_since) WHERE waiting_since IS NOT NULL`,
+    )
+    const [viaTable] = await db.query<{ n: number }>(
+      `SELECT COUNT(*) AS n FROM event_run_steps IGNORE INDEX (idx_evstep_waiting_since) WHERE parked = 1 AND status = 'running'`,
+    )
     throw new Error(
-      `${(err as Error).message}; unfinished, by current step: ${JSON.stringify(stuck)}; the first: ${JSON.stringify(detail)}`,
+      `${(err as Error).message}; unfinished, by current step: ${JSON.stringify(stuck)}; the first: ${JSON.stringify(detail)}; waiting cues via the inbox index ${viaIndex?.n}, via the table ${viaTable?.n}`,
     )
   })
 }
