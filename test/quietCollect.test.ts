@@ -7,15 +7,20 @@
  */
 import { getHeapStatistics } from 'node:v8'
 import { describe, expect, it } from 'vitest'
-import { startQuietCollect } from '../src/quietCollect.ts'
+import { type Collected, startQuietCollect } from '../src/quietCollect.ts'
 
 const MB = 2 ** 20
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
 
-/** About `mb` MB of objects that survive long enough to be old, then nothing refers to them. */
-async function makeOldGarbage(mb: number): Promise<void> {
+/**
+ * About `mb` MB of objects that survive long enough to be old, then nothing
+ * refers to them; with `keepEvery`, every so many of them stay referred to
+ * (answered), scattered over the pages the rest leave empty.
+ */
+async function makeOldGarbage(mb: number, keepEvery = 0): Promise<unknown[]> {
   let keep: unknown[] | null = []
   for (let i = 0; i < mb * 5000; i++) keep.push({ i, s: `row ${i}`, o: { a: [i, i + 1] } })
+  const survivors = keepEvery > 0 ? keep.filter((_, i) => i % keepEvery === 0) : []
   // Two scavenges' worth of allocation later they are in the old generation.
   for (let k = 0; k < 4; k++) {
     let churn: unknown[] | null = Array.from({ length: 200_000 }, (_, i) => ({ i }))
@@ -25,11 +30,12 @@ async function makeOldGarbage(mb: number): Promise<void> {
   }
   keep = null
   void keep
+  return survivors
 }
 
 describe('the quiet collection after a busy spell', () => {
   it('collects a grown heap once the loop is quiet and the runner sleeps on', async () => {
-    const collected: { pauseMs: number; usedBefore: number; usedAfter: number }[] = []
+    const collected: Collected[] = []
     const q = startQuietCollect({
       asleepForMs: () => 1000,
       everyMs: 100,
@@ -48,6 +54,38 @@ describe('the quiet collection after a busy spell', () => {
       // Once collected, the next checks find nothing grown: one collection per spell.
       await sleep(500)
       expect(collected).toHaveLength(1)
+    } finally {
+      q.stop()
+    }
+  })
+
+  it('collects once more when the first leaves sparse pages held, and the heap V8 holds comes down', async () => {
+    const collected: Collected[] = []
+    const q = startQuietCollect({
+      asleepForMs: () => 1000,
+      everyMs: 100,
+      onCollected: (c) => collected.push(c),
+    })
+    try {
+      // A spell's survivors scattered over its pages: one object in fifty outlives it.
+      const survivors = await makeOldGarbage(150, 50)
+      for (let i = 0; i < 60 && collected.length < 2; i++) await sleep(100)
+      const [first, second] = collected
+      expect(first?.again).toBe(true)
+      expect(second?.again).toBe(false)
+      const f = first as Collected
+      const c = second as Collected
+      console.log(
+        `[quietCollect] sparse: after one collection ${Math.round(f.usedAfter / MB)} MB used of ${Math.round(f.heldAfter / MB)} held; after the second ${Math.round(c.heldAfter / MB)} held`,
+      )
+      // The first left most of the spell's pages held; the second gave them back.
+      expect(f.heldAfter - f.usedAfter).toBeGreaterThan(64 * MB)
+      expect(f.heldAfter - c.heldAfter).toBeGreaterThan(64 * MB)
+      // And then it stops: two collections per spell at most.
+      await sleep(500)
+      expect(collected).toHaveLength(2)
+      // Still referred to here, so they lived through both collections.
+      expect(survivors).toHaveLength((150 * 5000) / 50)
     } finally {
       q.stop()
     }
