@@ -10,7 +10,7 @@ import { startRun } from '../src/operations/runControls.ts'
 import { systemClock } from '../src/runner/clock.ts'
 import { Runner } from '../src/runner/runner.ts'
 import { parseAllowList } from '../src/runner/steps/allowList.ts'
-import { useTestDb } from './helpers/db.ts'
+import { useTestDb, wrapStatements } from './helpers/db.ts'
 import {
   controlDeps,
   defineEvent,
@@ -154,4 +154,40 @@ it('a runner whose database is unreachable keeps running, counts tick errors, ba
   expect(Date.now() - t0).toBeLessThan(LEASE_MS)
   expect(runner.state).toBe('stopped')
   await db.close()
+})
+
+it('a stop that lands while the loop works out its sleep ends the loop at once, not a tick later', async () => {
+  // The read of the next wake-up time is held until the stop has been asked
+  // for: the stop's wake finds no sleep to end, and the loop must not then
+  // begin one (it used to sleep its whole tick, 10 s here).
+  let holdNextWake: (() => void) | null = null
+  let nextWakeAsked: (() => void) | null = null
+  const asked = new Promise<void>((resolve) => {
+    nextWakeAsked = resolve
+  })
+  const db = wrapStatements(t.db, 'execute', (real) => async (sql, params) => {
+    if (
+      sql.includes('FORCE INDEX (idx_evrun_wake)') &&
+      sql.includes('wake_at > ?') &&
+      holdNextWake === null
+    ) {
+      const held = new Promise<void>((resolve) => {
+        holdNextWake = resolve
+      })
+      nextWakeAsked?.()
+      await held
+    }
+    return real(sql, params)
+  })
+  const runner = new Runner({ db, registry: makeRegistry(), instanceId: 'stop-mid-wait', tickMs: 10_000 })
+  runner.start()
+  await asked
+  const t0 = Date.now()
+  const stopped = runner.stop()
+  // Let the stop reach its wake, then let the read answer.
+  await sleep(50)
+  ;(holdNextWake as unknown as () => void)()
+  await stopped
+  expect(Date.now() - t0).toBeLessThan(2000)
+  expect(runner.state).toBe('stopped')
 })

@@ -291,8 +291,9 @@ export class Runner {
   }
 
   private async sleep(ms: number): Promise<void> {
-    // A nudge that came while the wait was being worked out (no sleep to abort yet) still counts.
-    if (ms <= 0 || this.nudged) return
+    // A nudge or a stop that came while the wait was being worked out (no sleep
+    // to end yet) still counts: a stop would otherwise wait out a whole tick.
+    if (ms <= 0 || this.nudged || this.stateValue !== 'active') return
     await this.sleeper.sleep(ms)
   }
 
