@@ -62,6 +62,7 @@ import {
   figureRows,
   type PhaseFigures,
   phaseFigures,
+  phaseParkTimes,
   phaseSteps,
   SERVING_FIGURES,
   TARGET,
@@ -216,7 +217,12 @@ async function single(): Promise<{ results: Record<string, BenchResult>; loaded:
       const comAfter = await Promise.all(COM.map(globalStatus))
       const report = await clients.ask<ClientsReport>({ type: 'report' }, 'report')
       const window = { from: instant.getTime(), to }
-      const figures = phaseFigures(await phaseSteps(b.db, defs.from, defs.to), report, window)
+      const figures = phaseFigures(
+        await phaseSteps(b.db, defs.from, defs.to),
+        report,
+        window,
+        await phaseParkTimes(b.db, defs.from, defs.to),
+      )
       return {
         figures,
         eldP99Ms: Math.round(eldP99Ms),

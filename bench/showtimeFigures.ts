@@ -35,6 +35,23 @@ export function phaseSteps(db: Db, fromDef: number, toDef: number): Promise<Step
   )
 }
 
+/**
+ * When each cue of the shows of `fromDef..toDef` was parked, by the database's
+ * clock: the runner's "waiting on a person" line, written with the park. It
+ * splits "cue parked → its owner" (from the step's start) into the runner's
+ * part (start → park) and the inbox's (park → the owner's client).
+ */
+export async function phaseParkTimes(db: Db, fromDef: number, toDef: number): Promise<Map<string, number>> {
+  const rows = await db.query<{ step_id: number; at: Date }>(
+    `SELECT l.step_id, MIN(l.at) AS at
+       FROM event_run_logs l JOIN event_runs r ON r.id = l.run_id
+      WHERE r.definition_id BETWEEN ? AND ? AND l.step_id IS NOT NULL AND l.message LIKE 'waiting on a person%'
+      GROUP BY l.step_id`,
+    [fromDef, toDef],
+  )
+  return new Map(rows.map((r) => [String(r.step_id), r.at.getTime()]))
+}
+
 export interface Spread {
   n: number
   p50: number
@@ -63,6 +80,10 @@ export interface PhaseFigures {
   parkedToOwnerMs: Spread
   /** … → the first inbox that carried it to any operator. */
   parkedToAnyMs: Spread
+  /** The cue step's start → its park's log line (the runner's part of "cue parked → its owner"). */
+  startToParkMs: Spread
+  /** The park's log line → the owner's client (the inbox's part). */
+  parkToOwnerMs: Spread
   cuesNeverSeenByOwner: number
   resolveCueMs: Spread
   resolveCueErrors: number
@@ -101,6 +122,7 @@ export function phaseFigures(
   steps: readonly StepRow[],
   clients: ClientsReport,
   window: { from: number; to: number },
+  parkTimes: ReadonlyMap<string, number> = new Map(),
 ): PhaseFigures {
   const byRun = new Map<number, StepRow[]>()
   for (const s of steps) {
@@ -133,12 +155,18 @@ export function phaseFigures(
   const toOwner: number[] = []
   const toAny: number[] = []
   const seen = new Map(clients.sightings.map((s) => [s.stepId, s]))
+  const startToPark: number[] = []
+  const parkToOwner: number[] = []
   let neverSeen = 0
   for (const [id, parkedAt] of cueParkedAt) {
     const s = seen.get(id)
     if (!s?.firstOwnerAt) neverSeen++
     else toOwner.push(s.firstOwnerAt - parkedAt)
     if (s) toAny.push(s.firstAnyAt - parkedAt)
+    const parkLogged = parkTimes.get(id)
+    if (parkLogged === undefined) continue
+    startToPark.push(parkLogged - parkedAt)
+    if (s?.firstOwnerAt) parkToOwner.push(s.firstOwnerAt - parkLogged)
   }
   const mine = clients.answers.filter((a) => cueParkedAt.has(a.stepId))
   const firsts = mine.filter((a) => !a.second)
@@ -170,6 +198,8 @@ export function phaseFigures(
     waitOvershootMs: spread(overshoot),
     parkedToOwnerMs: spread(toOwner),
     parkedToAnyMs: spread(toAny),
+    startToParkMs: spread(startToPark),
+    parkToOwnerMs: spread(parkToOwner),
     cuesNeverSeenByOwner: neverSeen,
     resolveCueMs: spread(firsts.map((a: AnswerSample) => a.ms)),
     resolveCueErrors: firsts.filter((a) => a.error !== null).length,
@@ -243,6 +273,10 @@ export const TIMING_FIGURES: readonly ShowFigure[] = [
     limit: TARGET.deliveredP99,
   },
   { figure: 'cue parked → any operator p99 (ms)', of: (f) => f.parkedToAnyMs.p99, limit: null },
+  { figure: '  of which: cue step start → park p50 (ms)', of: (f) => f.startToParkMs.p50, limit: null },
+  { figure: '  of which: cue step start → park p99 (ms)', of: (f) => f.startToParkMs.p99, limit: null },
+  { figure: '  of which: park → its owner p50 (ms)', of: (f) => f.parkToOwnerMs.p50, limit: null },
+  { figure: '  of which: park → its owner p99 (ms)', of: (f) => f.parkToOwnerMs.p99, limit: null },
 ]
 
 /** What the API's clients wait for. */

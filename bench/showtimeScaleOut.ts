@@ -21,6 +21,7 @@ import {
   COMPLETION_FIGURES,
   type PhaseFigures,
   phaseFigures,
+  phaseParkTimes,
   phaseSteps,
   SERVING_FIGURES,
   type Spread,
@@ -161,7 +162,12 @@ export async function scaleOutShow(
     const after = await Promise.all(instances.map((i) => i.ask<InstanceStats>({ type: 'stats' }, 'stats')))
     const report = await clients.ask<ClientsReport>({ type: 'report' }, 'report')
     const window = { from: instant.getTime(), to }
-    const figures = phaseFigures(await phaseSteps(b.db, defs.from, defs.to), report, window)
+    const figures = phaseFigures(
+      await phaseSteps(b.db, defs.from, defs.to),
+      report,
+      window,
+      await phaseParkTimes(b.db, defs.from, defs.to),
+    )
     const perInstance = instances.map((inst, k): InstanceFigures => {
       const probes = report.health.filter((h) => h.instance === k && h.at >= window.from && h.at <= window.to)
       const a = after[k] as InstanceStats
