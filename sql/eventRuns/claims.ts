@@ -21,7 +21,15 @@ import type { Queryable } from '../db.ts'
 import { caseOf, chunkCase, clampLimit, idSet, placeholders } from '../json.ts'
 import { LEASE_EXPIRY, leaseFree, leaseMicros } from '../leases.ts'
 import { IN_FLIGHT } from '../states.ts'
-import { hydrate, type Raw, RUN_COLUMNS, type RunRow } from './rows.ts'
+import {
+  DEFINITION_NAME_COLUMNS,
+  hydrate,
+  hydrateWithDefinition,
+  type Raw,
+  RUN_COLUMNS,
+  type RunRow,
+  type RunWithDefinition,
+} from './rows.ts'
 import { DROP_CLAIM, transitionSets } from './transitions.ts'
 
 /**
@@ -176,7 +184,7 @@ export async function claimTickBatch(
 }
 
 /** A run as {@link claimTickBatch} read it: with its definition's title and slug, which the steps' templates use. */
-export type LeasedRun = RunRow & { definitionTitle: string; definitionSlug: string }
+export type LeasedRun = RunWithDefinition
 
 /**
  * Runs leased with one batch token (the second half of "lease many, read what
@@ -198,17 +206,12 @@ export async function findLeased(
   by: '=' | '<=' = '=',
 ): Promise<LeasedRun[]> {
   const rows = await db.execute<Raw>(
-    `SELECT ${RUN_COLUMNS}, d.title AS definition_title, d.slug AS definition_slug
+    `SELECT ${RUN_COLUMNS}, ${DEFINITION_NAME_COLUMNS}
        FROM event_runs r FORCE INDEX (idx_evrun_wake) JOIN event_definitions d ON d.id = r.definition_id
       WHERE r.wake_at ${by} ? AND r.claim_token = ? ORDER BY r.id`,
     [leaseUntil, token],
   )
-  return rows.map((row) => {
-    const run = hydrate(row) as LeasedRun
-    run.definitionTitle = String(row.definition_title)
-    run.definitionSlug = String(row.definition_slug)
-    return run
-  })
+  return rows.map(hydrateWithDefinition)
 }
 
 /** Push this caller's lease further out (before a long step); false if it lost the lease. */

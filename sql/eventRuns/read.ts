@@ -11,11 +11,12 @@ import { placeholders } from '../json.ts'
 import type { RunHealth, RunStatus } from '../states.ts'
 import { KEY_HOLDING, NON_TERMINAL } from '../states.ts'
 import {
-  hydrate,
+  DEFINITION_NAME_COLUMNS,
+  hydrateWithDefinition,
   type Raw,
   RUN_COLUMNS,
   type RunListRow,
-  type RunRow,
+  type RunWithDefinition,
   SELECT_LIST,
   sortRows,
   WAITING_SUBQUERY,
@@ -28,28 +29,20 @@ export async function getById(db: Queryable, id: number): Promise<RunListRow | n
   return run ?? null
 }
 
-/** A run with its definition's slug and title, as notifications describe it (no waiting count). */
-export type RunOfStep = RunRow & { definitionTitle: string; definitionSlug: string }
-
 /**
  * The run a step belongs to, found by the step's id in one statement: what a
  * cue's answer needs of its run before it knows the run's id.
  */
-export async function getRunOfStep(db: Queryable, stepId: number): Promise<RunOfStep | null> {
+export async function getRunOfStep(db: Queryable, stepId: number): Promise<RunWithDefinition | null> {
   const [row] = await db.execute<Raw>(
-    `SELECT ${RUN_COLUMNS}, d.title AS definition_title, d.slug AS definition_slug
+    `SELECT ${RUN_COLUMNS}, ${DEFINITION_NAME_COLUMNS}
        FROM event_run_steps st
        JOIN event_runs r ON r.id = st.run_id
        JOIN event_definitions d ON d.id = r.definition_id
       WHERE st.id = ?`,
     [stepId],
   )
-  if (!row) return null
-  return {
-    ...hydrate(row),
-    definitionTitle: String(row.definition_title),
-    definitionSlug: String(row.definition_slug),
-  }
+  return row ? hydrateWithDefinition(row) : null
 }
 
 /** Several runs by id in one statement (for batching loaders); order not guaranteed. */

@@ -149,6 +149,20 @@ export function hydrateList(row: Raw, waitingSteps: number): RunListRow {
   return run
 }
 
+/** A run with its definition's title and slug: what step templates and notifications name it by. */
+export type RunWithDefinition = RunRow & { definitionTitle: string; definitionSlug: string }
+
+/** The columns {@link hydrateWithDefinition} reads beside `RUN_COLUMNS` (from `event_definitions d`). */
+export const DEFINITION_NAME_COLUMNS = 'd.title AS definition_title, d.slug AS definition_slug'
+
+/** A row of `RUN_COLUMNS, DEFINITION_NAME_COLUMNS` as a run, extended in place like {@link hydrateList}. */
+export function hydrateWithDefinition(row: Raw): RunWithDefinition {
+  const run = hydrate(row) as RunWithDefinition
+  run.definitionTitle = String(row.definition_title)
+  run.definitionSlug = String(row.definition_slug)
+  return run
+}
+
 /** Put a page's rows back in `scheduled_for, id` order (a join over a derived page does not keep it). */
 export function sortRows(rows: Raw[], order: 'newest first' | 'oldest first'): Raw[] {
   const sign = order === 'newest first' ? -1 : 1
