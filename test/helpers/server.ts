@@ -67,42 +67,57 @@ export interface StartOptions {
 
 export async function startTestServer(opts: StartOptions = {}): Promise<TestServer> {
   const t = await createTestDb()
+  try {
+    const server = await startInstance(
+      t,
+      { RUNNER: opts.runner ? 'on' : 'off', ...opts.env },
+      opts.deps ?? {},
+    )
+    return {
+      ...server,
+      async close() {
+        await server.app.stop()
+        await t.drop()
+      },
+    }
+  } catch (err) {
+    await t.drop()
+    throw err
+  }
+}
+
+/**
+ * An app on `t`'s database with the suites' settings (`env` over them),
+ * started on an ephemeral port; one that fails to start is stopped again.
+ */
+async function startInstance(
+  t: TestDb,
+  env: Record<string, string>,
+  deps: BuildAppDeps,
+): Promise<Omit<TestServer, 'close'>> {
   const config = loadConfig({
     PORT: '0',
     HOST: '127.0.0.1',
     DATABASE_URL: t.url,
     SHOWRUNNER_TOKENS,
-    RUNNER: opts.runner ? 'on' : 'off',
+    RUNNER: 'off',
     TICK_MS: '50',
     LEASE_MS: '5000',
     STATUS_POLL_MS: '50',
     LOG_LEVEL: 'silent',
     INSTANCE_ID: `test-${process.pid}-${Math.random().toString(16).slice(2, 8)}`,
-    ...opts.env,
+    ...env,
   })
-  const app = buildApp(config, { logger: silentLogger(), ...opts.deps })
+  const app = buildApp(config, { logger: silentLogger(), ...deps })
   let url: string
   try {
     ;({ url } = await app.start())
   } catch (err) {
     await app.stop().catch(() => {})
-    await t.drop()
     throw err
   }
   const graphqlUrl = `${url}/graphql`
-  return {
-    app,
-    config,
-    t,
-    url,
-    graphqlUrl,
-    wsUrl: graphqlUrl.replace(/^http/, 'ws'),
-    gql: gqlAt(graphqlUrl),
-    async close() {
-      await app.stop()
-      await t.drop()
-    },
-  }
+  return { app, config, t, url, graphqlUrl, wsUrl: graphqlUrl.replace(/^http/, 'ws'), gql: gqlAt(graphqlUrl) }
 }
 
 /** {@link TestServer.gql} against `graphqlUrl`: admin unless `auth` says otherwise. */
@@ -140,30 +155,8 @@ export async function startSecondInstance(
   first: TestServer,
   opts: { env?: Record<string, string>; deps?: BuildAppDeps } = {},
 ): Promise<TestServer> {
-  const config = loadConfig({
-    PORT: '0',
-    HOST: '127.0.0.1',
-    DATABASE_URL: first.t.url,
-    SHOWRUNNER_TOKENS,
-    RUNNER: 'off',
-    STATUS_POLL_MS: '50',
-    LOG_LEVEL: 'silent',
-    INSTANCE_ID: `test-second-${process.pid}-${Math.random().toString(16).slice(2, 8)}`,
-    ...opts.env,
-  })
-  const app = buildApp(config, { logger: silentLogger(), ...opts.deps, migrate: false })
-  const { url } = await app.start()
-  const graphqlUrl = `${url}/graphql`
-  return {
-    ...first,
-    app,
-    config,
-    url,
-    graphqlUrl,
-    wsUrl: graphqlUrl.replace(/^http/, 'ws'),
-    gql: gqlAt(graphqlUrl),
-    close: () => app.stop(),
-  }
+  const server = await startInstance(first.t, { ...opts.env }, { ...opts.deps, migrate: false })
+  return { ...server, close: () => server.app.stop() }
 }
 
 /** A graphql-ws client for `server`, authenticating as `auth`; no retries, so refusals surface. */
