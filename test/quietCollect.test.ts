@@ -33,14 +33,16 @@ async function makeOldGarbage(mb: number, keepEvery = 0): Promise<unknown[]> {
   return survivors
 }
 
+/** A collector checking every 100 ms while the runner sleeps on `asleepForMs`, and what it collected. */
+function collecting(asleepForMs: () => number): { collected: Collected[]; q: { stop(): void } } {
+  const collected: Collected[] = []
+  const q = startQuietCollect({ asleepForMs, everyMs: 100, onCollected: (c) => collected.push(c) })
+  return { collected, q }
+}
+
 describe('the quiet collection after a busy spell', () => {
   it('collects a grown heap once the loop is quiet and the runner sleeps on', async () => {
-    const collected: Collected[] = []
-    const q = startQuietCollect({
-      asleepForMs: () => 1000,
-      everyMs: 100,
-      onCollected: (c) => collected.push(c),
-    })
+    const { collected, q } = collecting(() => 1000)
     try {
       await makeOldGarbage(150)
       const grown = getHeapStatistics().used_heap_size
@@ -60,12 +62,7 @@ describe('the quiet collection after a busy spell', () => {
   })
 
   it('collects once more when the first leaves sparse pages held, and the heap V8 holds comes down', async () => {
-    const collected: Collected[] = []
-    const q = startQuietCollect({
-      asleepForMs: () => 1000,
-      everyMs: 100,
-      onCollected: (c) => collected.push(c),
-    })
+    const { collected, q } = collecting(() => 1000)
     try {
       // A spell's survivors scattered over its pages: one object in fifty outlives it.
       const survivors = await makeOldGarbage(150, 50)
@@ -93,12 +90,7 @@ describe('the quiet collection after a busy spell', () => {
 
   it('waits while the runner is about to pass (a start may be due)', async () => {
     let asleep = 100
-    const collected: unknown[] = []
-    const q = startQuietCollect({
-      asleepForMs: () => asleep,
-      everyMs: 100,
-      onCollected: (c) => collected.push(c),
-    })
+    const { collected, q } = collecting(() => asleep)
     try {
       await makeOldGarbage(150)
       await sleep(700)
