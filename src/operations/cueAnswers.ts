@@ -74,41 +74,19 @@ export async function answerCue(deps: ControlDeps, input: CueAnswerInput): Promi
       const before = await steps.getById(tx, stepId)
       if (!before) throw notFound('step', stepId)
       const run = await runs.getRunOfStep(tx, stepId)
-      const decide = async (): Promise<Decision> => {
-        const ladder = await ladders.getForUpdate(tx, stepId)
-        if (ladder && !mayAnswer(person, ladder))
-          return { applied: false, why: 'the cue is exclusive to its assignees', forbidden: ladder.assignees }
-        if (ladder?.answer) return { applied: false, why: `already answered by ${ladder.answer.by}` }
-        const now = deps.clock.now()
-        if (ladder?.deadlineAt && ladder.deadlineAt.getTime() <= now.getTime())
-          return { applied: false, why: 'its deadline has passed' }
-        // A cue with a ladder may be answered while the runner re-enters it at a rung.
-        const resolve = ladder ? steps.resolveCue : steps.resolveParked
-        const moved =
-          outcome === 'resolved'
-            ? await resolve(tx, stepId, { resolvedBy: by, note: text })
-            : await steps.skip(tx, stepId, text)
-        if (!moved) return { applied: false, why: 'the step is no longer waiting' }
-        if (ladder) {
-          const answer = { outcome, by, via, at: now, note: text }
-          await ladders.recordAnswer(tx, stepId, answer)
-          if (run) await emitCueEvent(tx, 'CUE_ANSWERED', run, { ...ladder, answer }, 'answered', now)
-        }
-        // The run is woken with the answer, and its log line written before the
-        // runner can write the next step's: the runner is told at the commit,
-        // not after the statements that follow it (the next step starts at once).
-        // The runner compares wake_at with its clock, so wake by that clock, not the database's.
-        await logs.append(tx, answerLine(before, { applied: true }))
-        await runs.wakeNow(tx, before.runId, deps.clock.now())
-        return { applied: true }
-      }
-      return { before, decision: await decide() }
+      const decision = await moveCue(tx, deps, input, {
+        before,
+        run,
+        by,
+        appliedLine: answerLine(before, { applied: true }),
+      })
+      return { before, decision }
     },
     async (conn, { before, decision }) => {
       if (decision.applied) deps.nudge?.()
       if (!decision.applied && decision.forbidden) {
         await refuse(conn, before, person, action, via)
-        return { before, decision, step: before }
+        return { decision, step: before }
       }
       if (!decision.applied) await logs.append(conn, answerLine(before, decision))
       const step = (await steps.getById(conn, stepId)) ?? before
@@ -126,7 +104,7 @@ export async function answerCue(deps: ControlDeps, input: CueAnswerInput): Promi
           ...(decision.applied ? {} : { why: decision.why }),
         },
       })
-      return { before, decision, step }
+      return { decision, step }
     },
     { retryable: true },
   )
@@ -137,6 +115,47 @@ export async function answerCue(deps: ControlDeps, input: CueAnswerInput): Promi
       `This cue is exclusive to ${decision.forbidden.join(', ')}; ${person.name} may not answer it (an admin may).`,
     )
   return { applied: decision.applied, step: answered.step }
+}
+
+/**
+ * In the answer's transaction: the cue's ladder row locked, then (when the
+ * answer may apply) the step moved by its guard, the answer recorded with
+ * CUE_ANSWERED, its log line written and the run woken; or why it does not apply.
+ */
+async function moveCue(
+  tx: Queryable,
+  deps: ControlDeps,
+  input: CueAnswerInput,
+  at: { before: StepRow; run: runs.RunWithDefinition | null; by: string; appliedLine: logs.NewLog },
+): Promise<Decision> {
+  const { stepId, person, outcome, via, text } = input
+  const { before, run, by } = at
+  const ladder = await ladders.getForUpdate(tx, stepId)
+  if (ladder && !mayAnswer(person, ladder))
+    return { applied: false, why: 'the cue is exclusive to its assignees', forbidden: ladder.assignees }
+  if (ladder?.answer) return { applied: false, why: `already answered by ${ladder.answer.by}` }
+  const now = deps.clock.now()
+  if (ladder?.deadlineAt && ladder.deadlineAt.getTime() <= now.getTime())
+    return { applied: false, why: 'its deadline has passed' }
+  // A cue with a ladder may be answered while the runner re-enters it at a rung.
+  const resolve = ladder ? steps.resolveCue : steps.resolveParked
+  const moved =
+    outcome === 'resolved'
+      ? await resolve(tx, stepId, { resolvedBy: by, note: text })
+      : await steps.skip(tx, stepId, text)
+  if (!moved) return { applied: false, why: 'the step is no longer waiting' }
+  if (ladder) {
+    const answer = { outcome, by, via, at: now, note: text }
+    await ladders.recordAnswer(tx, stepId, answer)
+    if (run) await emitCueEvent(tx, 'CUE_ANSWERED', run, { ...ladder, answer }, 'answered', now)
+  }
+  // The run is woken with the answer, and its log line written before the
+  // runner can write the next step's: the runner is told at the commit,
+  // not after the statements that follow it (the next step starts at once).
+  // The runner compares wake_at with its clock, so wake by that clock, not the database's.
+  await logs.append(tx, at.appliedLine)
+  await runs.wakeNow(tx, before.runId, deps.clock.now())
+  return { applied: true }
 }
 
 async function refuse(
