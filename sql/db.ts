@@ -90,6 +90,12 @@ export interface Db extends Queryable {
     then: (conn: Queryable, committed: T) => Promise<R>,
     opts?: TransactionOptions,
   ): Promise<R>
+  /**
+   * `fn` on one pool connection taken once, each statement its own
+   * autocommit: reads that follow one another and must not queue for the
+   * pool again between them (a full queue makes each acquisition a wait).
+   */
+  withConnection<T>(fn: (conn: Queryable) => Promise<T>): Promise<T>
   /** True when a trivial query succeeds within the pool's connect timeout. */
   ping(): Promise<boolean>
   /**
@@ -335,6 +341,25 @@ export function createDb(url: string, opts: DbOptions = {}): Db {
     },
     transactionThen(fn, then, txOpts) {
       return runTransaction(fn, then, txOpts)
+    },
+    async withConnection(fn) {
+      const pool = router.pool
+      let conn: PoolConnection
+      try {
+        conn = await pool.getConnection()
+      } catch (err) {
+        if (isDbUnavailable(err)) router.failed(pool)
+        throw wrap(err, 'a connection')
+      }
+      try {
+        return await fn(makeQueryable(sendOn(conn), stats, true))
+      } catch (err) {
+        // The next caller goes to the next host, as after a failed statement.
+        if (isDbUnavailable(err)) router.failed(pool)
+        throw err
+      } finally {
+        conn.release()
+      }
     },
     async ping() {
       try {
