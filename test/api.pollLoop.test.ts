@@ -70,6 +70,48 @@ describe('PollLoop', () => {
     await l.close()
   })
 
+  it('a wake that allows time shares one poll with the wakes before it, and an urgent wake does not wait for it', async () => {
+    const { l, starts } = loop(10_000, 0, 5)
+    l.ensure()
+    const t0 = Date.now()
+    // Changes that can wait 200 ms, arriving every 10 ms: one poll, about 200 ms after the first.
+    for (let i = 0; i < 10; i++) {
+      l.wake(200)
+      await sleep(10)
+    }
+    expect(starts.length).toBe(0)
+    while (starts.length === 0 && Date.now() - t0 < 2000) await sleep(2)
+    expect(starts.length).toBe(1)
+    expect((starts[0] as number) - t0).toBeGreaterThanOrEqual(190)
+    expect((starts[0] as number) - t0).toBeLessThan(600)
+    // An urgent wake while a relaxed one is pending polls now, not at the relaxed time.
+    const t1 = Date.now()
+    l.wake(10_000)
+    l.wake()
+    while (starts.length === 1 && Date.now() - t1 < 2000) await sleep(2)
+    expect((starts[1] as number) - t1).toBeLessThan(100)
+    await sleep(300)
+    expect(starts.length).toBe(2) // the urgent poll read after both changes: the relaxed one needs no poll of its own
+    await l.close()
+  })
+
+  it('a relaxed wake during a poll in flight waits its time after it; an urgent one follows at the gap', async () => {
+    const { l, starts } = loop(10_000, 100, 5)
+    l.ensure()
+    l.wake()
+    while (starts.length === 0) await sleep(1)
+    const t0 = Date.now()
+    l.wake(300) // during the poll in flight (100 ms)
+    while (starts.length === 1 && Date.now() - t0 < 2000) await sleep(2)
+    expect((starts[1] as number) - t0).toBeGreaterThanOrEqual(290)
+    const t1 = Date.now()
+    l.wake(5_000)
+    l.wake() // urgent, also during the second poll
+    while (starts.length === 2 && Date.now() - t1 < 2000) await sleep(2)
+    expect((starts[2] as number) - t1).toBeLessThan(250) // the rest of the poll and the gap, not 5 s
+    await l.close()
+  })
+
   it('a failing poll is reported and the loop carries on', async () => {
     const errors: unknown[] = []
     let calls = 0

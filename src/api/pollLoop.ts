@@ -7,7 +7,9 @@
  * pushed without waiting out the interval. Wakes are coalesced: a burst of
  * them costs one poll (or one more right after the poll in flight), and polls
  * never come closer together than `minGapMs`, so a busy instance polls at most
- * once per gap however many changes it makes.
+ * once per gap however many changes it makes. A wake may also allow some time
+ * (`wake(withinMs)`): the poll comes no later than that, sooner if another wake
+ * or the interval asks, so frequent changes that are not urgent share polls.
  */
 
 /** Options of {@link PollLoop}. */
@@ -28,7 +30,8 @@ export class PollLoop {
   /** When the pending timer fires (epoch ms). */
   private timerDue = 0
   private inFlight: Promise<void> | null = null
-  private again = false
+  /** When the poll after the one in flight is due (epoch ms); null: none asked for. */
+  private againAt: number | null = null
   private closed = false
   private lastStart = 0
   private readonly minGapMs: number
@@ -44,17 +47,21 @@ export class PollLoop {
     this.schedule(this.opts.intervalMs)
   }
 
-  /** Something changed in this process: poll as soon as the gap allows. */
-  wake(): void {
+  /**
+   * Something changed in this process: poll as soon as the gap allows, or
+   * within `withinMs` when the change can wait that long.
+   */
+  wake(withinMs = 0): void {
     if (this.closed || !this.opts.hasListeners()) return
+    const now = Date.now()
+    const due = Math.max(now + Math.max(0, withinMs), this.lastStart + this.minGapMs)
     if (this.inFlight) {
-      this.again = true
+      this.againAt = this.againAt === null ? due : Math.min(this.againAt, due)
       return
     }
-    const delay = Math.max(0, this.lastStart + this.minGapMs - Date.now())
-    if (this.timer && this.timerDue <= Date.now() + delay) return
+    if (this.timer && this.timerDue <= due) return
     this.clearTimer()
-    this.schedule(delay)
+    this.schedule(due - now)
   }
 
   /** The last listener left: drop the pending poll (one in flight finishes). */
@@ -84,7 +91,7 @@ export class PollLoop {
 
   private run(): void {
     this.timer = null
-    this.again = false
+    this.againAt = null
     this.lastStart = Date.now()
     this.polls++
     this.inFlight = this.opts
@@ -92,9 +99,14 @@ export class PollLoop {
       .catch((err) => this.opts.onError?.(err))
       .finally(() => {
         this.inFlight = null
-        const again = this.again
-        this.again = false
-        this.schedule(again ? Math.max(0, this.lastStart + this.minGapMs - Date.now()) : this.opts.intervalMs)
+        const againAt = this.againAt
+        this.againAt = null
+        const now = Date.now()
+        this.schedule(
+          againAt === null
+            ? this.opts.intervalMs
+            : Math.max(0, againAt - now, this.lastStart + this.minGapMs - now),
+        )
       })
   }
 }
