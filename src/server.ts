@@ -26,7 +26,7 @@ import { ChangeSignal } from './api/changeSignal.ts'
 import type { ApiContext, ApiServices } from './api/context.ts'
 import { DEFINITION_SCHEMA_PATH, serveDefinitionSchema } from './api/definitionSchema.ts'
 import { GRAPHIQL_ASSET_PATH, serveGraphiqlAsset } from './api/graphiql.ts'
-import { InboxFeed } from './api/inboxFeed.ts'
+import { INBOX_SETTLE_MS, InboxFeed } from './api/inboxFeed.ts'
 import { requestTarget } from './api/requestTarget.ts'
 import { RunChangeFeed } from './api/runChangeFeed.ts'
 import { schema } from './api/schema.ts'
@@ -236,7 +236,9 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
   const runChanges = new RunChangeFeed({ ...feedOptions, deliveriesPerPoll: config.fanoutDeliveriesPerPoll })
   const inbox = new InboxFeed(feedOptions)
   changes.on(() => runChanges.wake())
-  changes.on(() => inbox.wake())
+  // New cues reach their owners at once; other changes (answers, skips) leave
+  // the inboxes within INBOX_SETTLE_MS, so a stream of answers shares polls.
+  changes.on(() => inbox.wake(INBOX_SETTLE_MS))
   cuesParked.on(() => inbox.wake())
   changes.on(() => dispatcher?.nudge())
 

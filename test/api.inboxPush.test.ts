@@ -8,13 +8,15 @@
  *   server whose feeds poll every 30 s and whose runner ticks every 30 s: it
  *   used to wait for the batch to end (or the next pass);
  * - twenty owners, each subscribed to their own inbox, are polled together:
- *   two statements (16 inboxes each at most) read all twenty inboxes and one
- *   read serves all their runs, where each owner's inbox was read in turn
- *   (twenty round trips, and twenty reads of runs).
+ *   one statement reads which cues wait for anybody, then two the new cues
+ *   and their runs in full, where each owner's inbox was read in turn (twenty
+ *   round trips, and twenty reads of runs); a later poll reads in full only
+ *   the cues parked since.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { Db } from '../sql/db.ts'
 import type { StepRow } from '../sql/eventSteps/index.ts'
+import { SETTLED_MS } from '../sql/waitingCues.ts'
 import { type Inbox, InboxFeed } from '../src/api/inboxFeed.ts'
 import { createTestDb, type TestDb } from './helpers/db.ts'
 import { makeDefinition, makeRun, makeRunWithSteps } from './helpers/fixtures.ts'
@@ -136,7 +138,7 @@ describe('twenty owners’ inboxes in one poll', () => {
     return step
   }
 
-  it('two statements read every owner’s inbox and one read their runs; each owner gets exactly their own cue', async () => {
+  it('one read serves every owner’s inbox and their runs; each owner gets exactly their own cue', async () => {
     const feed = new InboxFeed({ db, intervalMs: 60_000 })
     const owners = Array.from({ length: OWNERS }, (_, i) => `op-${i}`)
     const latest = new Map<string, Inbox>()
@@ -159,14 +161,32 @@ describe('twenty owners’ inboxes in one poll', () => {
       expect(feed.polls - polls0).toBe(1)
       for (const o of owners) expect(latest.get(o)?.steps.map((st) => st.id)).toEqual([cues.get(o)])
       // Read in turn, the twenty inboxes were twenty statements and their runs forty more
-      // (getByIds is the runs and their waiting counts): 60. Now two for the inboxes, two for the runs.
-      expect(statements).toBeLessThanOrEqual(4)
+      // (getByIds is the runs and their waiting counts): 60. Now three on one connection:
+      // the waiting cues, the new steps, their runs.
+      expect(statements).toBeLessThanOrEqual(3)
       // Every owner's runs come from that one read: `run` resolves without a statement.
       const inbox = latest.get('op-3') as Inbox
       const before = db.stats.statements
       const run = await inbox.loaders.run.load(inbox.steps[0]?.runId as number)
       expect(run?.id).toBe(inbox.steps[0]?.runId)
       expect(db.stats.statements).toBe(before)
+
+      // Once the rows have settled, a poll keeps its copies of them and reads in
+      // full only a cue parked since: one step and one run, not twenty-one of each.
+      const reads = feed.waitingCues.fullReads
+      expect(reads).toEqual({ steps: OWNERS, runs: OWNERS })
+      await new Promise((r) => setTimeout(r, SETTLED_MS + 300))
+      // Read fresh, the copies were not kept; read settled, they are.
+      feed.wake()
+      await waitFor(() => reads.steps === 2 * OWNERS || null)
+      expect(reads.runs).toBe(2 * OWNERS)
+      latest.clear()
+      const late = (await parkCue('op-0')).id
+      feed.wake()
+      await waitFor(() => latest.get('op-0') ?? null)
+      expect(latest.get('op-0')?.steps.map((st) => st.id)).toEqual([cues.get('op-0'), late])
+      expect(latest.size).toBe(1) // nobody else's inbox changed
+      expect(reads).toEqual({ steps: 2 * OWNERS + 1, runs: 2 * OWNERS + 1 })
     } finally {
       await feed.close()
       await Promise.all(reading)

@@ -18,6 +18,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { Db } from '../sql/db.ts'
 import * as runs from '../sql/eventRuns/index.ts'
 import * as steps from '../sql/eventSteps/index.ts'
+import { SETTLED_MS } from '../sql/waitingCues.ts'
 import { makeDefinition, makeRun, makeRunWithSteps } from './helpers/fixtures.ts'
 import {
   type Collected,
@@ -288,6 +289,7 @@ describe('changes made elsewhere, and the cost of many subscribers (poll interva
       `UPDATE event_run_steps SET status = 'running', parked = 1, started_at = NOW(3) WHERE id = ?`,
       [parkedSteps[0]?.id ?? 0],
     )
+    const parkedAt = Date.now()
     const target = await makeRun(elsewhere, { definition: fx })
     // 50 sockets of 80 operations each: under the per-socket cap (WS_MAX_SUBSCRIPTIONS, 100).
     const clients = Array.from({ length: 50 }, () => wsClient(s, 'viewer'))
@@ -311,7 +313,9 @@ describe('changes made elsewhere, and the cost of many subscribers (poll interva
         60_000,
       )
       await eventually(() => inboxSubs.every((sub) => sub.events.length >= 1), 60_000)
-      await sleep(INTERVAL * 2)
+      // The parked cue's rows settle (SETTLED_MS) and the next poll keeps its
+      // copies of them; until then each poll reads them again in full.
+      await sleep(Math.max(0, SETTLED_MS - (Date.now() - parkedAt)) + INTERVAL * 2)
 
       // Quiet: nothing changes, so each poll is exactly one statement.
       const s0 = db.stats.statements

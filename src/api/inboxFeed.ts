@@ -2,28 +2,47 @@
  * The one poller behind every `waitingSteps` subscription in this process: the
  * cue inbox, read once per interval for all subscribers together.
  *
- * A poll is one read of the inbox, oldest cue first, as long as the longest
- * `limit` any subscriber asked for (at most 500): a range of the waiting-steps
- * index, so its cost follows the inbox, not the history. `mine` subscribers
- * are grouped by who they are; every group's own inbox (filtered before its
- * limit) is read by the same statement, beside everybody's. Each subscriber
- * gets its first `limit` cues again whenever they differ from what it got last
- * (a cue parked, answered, skipped or timed out). The runs of the changed
- * inboxes are read once per poll for all of them, so `run { … }` in 2,000
- * subscriptions, or in ten operators' inboxes, costs one read, not one each.
+ * A poll reads the waiting cues once for everybody, oldest first, with whom
+ * each is for and its run (`WaitingCueReader`: narrow, then in full only
+ * what changed since the last poll), as many as the longest `limit` asked
+ * for, or up to {@link WAITING_READ_LIMIT} when callers watch their own
+ * (`mine`). Each caller's inbox is cut from those rows (filtered before its
+ * limit, so nobody's new cue waits behind others' older ones); a caller whose
+ * inbox is not full from them while more cues wait beyond reads its own. Each
+ * subscriber gets its first `limit` cues again whenever they differ from what
+ * it got last (a cue parked, answered, skipped or timed out), with one set of
+ * loaders holding the runs the poll read, so `run { … }` in 2,000
+ * subscriptions, or in ten operators' inboxes, costs no statement more.
  * Nobody listening costs nothing.
  */
 import { Repeater, SlidingBuffer } from 'graphql-yoga'
 import { listWaiting, listWaitingForEach } from '../../sql/cueLadders.ts'
-import type { Queryable } from '../../sql/db.ts'
+import type { Db } from '../../sql/db.ts'
 import { getByIds } from '../../sql/eventRuns/index.ts'
 import type { StepRow } from '../../sql/eventSteps/index.ts'
+import { isFor } from '../../sql/waitingCues.ts'
 import type { Logger } from '../log.ts'
 import { createLoaders, type Loaders } from './loaders.ts'
 import { PollLoop } from './pollLoop.ts'
+import { WaitingCueReader } from './waitingCueReader.ts'
 
 /** Longest inbox a subscriber can ask for. */
 export const MAX_INBOX = 500
+
+/**
+ * How long a change that brings no new cue (an answer, a skip) may wait to
+ * leave the inboxes: under a stream of answers, polls are shared instead of
+ * one per answer, each re-sending every changed inbox whole. A cue the runner
+ * parks is pushed at once.
+ */
+export const INBOX_SETTLE_MS = 200
+
+/**
+ * Waiting cues a poll reads at most when callers watch their own inboxes.
+ * Beyond it, a caller whose inbox is not full from these reads its own
+ * (ten stage managers each with 500 cues of their own fit).
+ */
+export const WAITING_READ_LIMIT = 10 * MAX_INBOX
 
 /**
  * What a `waitingSteps` subscriber receives: the cues, and the DataLoaders its
@@ -47,12 +66,14 @@ interface InboxListener {
 
 /** Options of {@link InboxFeed}. */
 export interface InboxFeedOptions {
-  db: Queryable
+  db: Db
   /** Milliseconds between polls. @default 500 */
   intervalMs?: number
   logger?: Pick<Logger, 'warn'>
   /** Called when a subscriber starts (+1) and ends (−1): the open-subscriptions gauge. */
   onWatchersChange?: (delta: 1 | -1) => void
+  /** Waiting cues a poll reads at most for `mine` callers. @default {@link WAITING_READ_LIMIT} */
+  waitingReadLimit?: number
 }
 
 /** One limit's cut of an inbox as a poll read it: its cues, their fingerprint, and the event sent for them. */
@@ -73,6 +94,8 @@ export class InboxFeed {
   private closed = false
   /** The first-inbox read that subscribers joining now share (see {@link watch}). */
   private firstRead: Promise<Inbox> | null = null
+  /** The polls' reads of the waiting cues, with the copies they keep. */
+  readonly waitingCues = new WaitingCueReader()
 
   constructor(private readonly opts: InboxFeedOptions) {
     this.loop = new PollLoop({
@@ -91,9 +114,9 @@ export class InboxFeed {
     return this.loop.polls
   }
 
-  /** Something changed in this process: look now rather than at the next interval. */
-  wake(): void {
-    this.loop.wake()
+  /** Something changed in this process: look now (or within `withinMs`) rather than at the next interval. */
+  wake(withinMs = 0): void {
+    this.loop.wake(withinMs)
   }
 
   /** The first `limit` cues and their runs, read now. */
@@ -185,7 +208,7 @@ export class InboxFeed {
   private async poll(): Promise<void> {
     const all = [...this.listeners]
     if (all.length === 0) return
-    // Everybody's inbox is read once; each distinct `mine` caller's once more.
+    // Listeners grouped by whose inbox they watch: everybody's (key ''), or one `mine` caller's.
     const groups = new Map<string, InboxListener[]>()
     for (const l of all) {
       const key = l.identities === null ? '' : JSON.stringify(l.identities)
@@ -196,28 +219,57 @@ export class InboxFeed {
     const everybody = groups.get('')
     const mine = [...groups.values()].filter((g) => g !== everybody)
     const longest = (listeners: InboxListener[]) => Math.max(...listeners.map((l) => l.limit))
-    // Every caller's inbox in one statement (per 16 callers), beside everybody's:
-    // read one after another, ten operators' inboxes were ten round trips on a
-    // loaded pool, and the last operator's new cue waited for all of them.
-    const [everybodySteps, mineSteps] = await Promise.all([
-      everybody ? listWaiting(this.opts.db, longest(everybody), null) : [],
-      listWaitingForEach(
-        this.opts.db,
-        mine.map((g) => ({ limit: longest(g), identities: g[0]?.identities ?? [] })),
-      ),
-    ])
-    const read: { listeners: InboxListener[]; steps: StepRow[] }[] = mine.map((listeners, i) => ({
-      listeners,
-      steps: mineSteps[i] ?? [],
-    }))
-    if (everybody) read.push({ listeners: everybody, steps: everybodySteps })
-    const changed = read
+    // One read of the waiting cues serves every inbox: each caller's is cut
+    // from it here. Read per caller, each caller's part walked the whole
+    // waiting-cue index again, and the runs cost two more statements naming
+    // every run. The poll's statements share one connection, so the poll
+    // queues for the API's pool once, not once per statement.
+    const read = await this.opts.db.withConnection(async (tx) => {
+      const waiting = await this.waitingCues.read(
+        tx,
+        mine.length > 0 ? (this.opts.waitingReadLimit ?? WAITING_READ_LIMIT) : longest(everybody ?? []),
+      )
+      const inboxes: { listeners: InboxListener[]; steps: StepRow[] }[] = []
+      const beyondRead: InboxListener[][] = []
+      for (const listeners of mine) {
+        const limit = longest(listeners)
+        const identities = new Set(listeners[0]?.identities ?? [])
+        const steps: StepRow[] = []
+        for (const cue of waiting.cues) {
+          if (steps.length === limit) break
+          if (isFor(cue.assignees, identities)) steps.push(cue.step)
+        }
+        // More cues wait than were read, and this caller's are not all among them: its own read.
+        if (steps.length < limit && !waiting.complete) beyondRead.push(listeners)
+        else inboxes.push({ listeners, steps })
+      }
+      const runs = [...waiting.runs]
+      if (beyondRead.length > 0) {
+        const own = await listWaitingForEach(
+          tx,
+          beyondRead.map((g) => ({ limit: longest(g), identities: g[0]?.identities ?? [] })),
+        )
+        for (const [i, listeners] of beyondRead.entries()) inboxes.push({ listeners, steps: own[i] ?? [] })
+        const known = new Set(runs.map((r) => r.id))
+        const missing = [...new Set(own.flat().map((s) => s.runId))].filter((id) => !known.has(id))
+        runs.push(...(await getByIds(tx, missing)))
+      }
+      if (everybody) {
+        inboxes.push({
+          listeners: everybody,
+          steps: waiting.cues.slice(0, longest(everybody)).map((c) => c.step),
+        })
+      }
+      return { inboxes, runs }
+    })
+    const changed = read.inboxes
       .map((r) => ({ ...r, due: this.dueOf(r.listeners, r.steps) }))
       .filter((r) => r.due.length > 0)
     if (changed.length === 0) return
-    // The runs of every changed inbox in one read, and one set of loaders for
-    // all of them, so `run { definition { … } }` is one statement per poll too.
-    const loaders = await this.loadersFor(changed.flatMap((r) => r.steps))
+    // One set of loaders for every changed inbox, holding the runs the poll
+    // read, so `run { definition { … } }` costs no statement per inbox.
+    const loaders = createLoaders(this.opts.db)
+    loaders.rememberRuns(read.runs)
     for (const { due } of changed) {
       for (const { listener, view } of due) {
         listener.sent = view.sent
