@@ -1,13 +1,14 @@
 /**
  * Subscription events are executed once per distinct (document, variables,
  * role) and fanned out (src/api/sharedSubscribe.ts), through real graphql-ws
- * sockets: many viewers with the same selection cost one execution per change,
- * and sharing never hands one role's result to another (an admin sees a
+ * sockets: many viewers with the same selection cost one execution per change
+ * (and one measure of its size), and sharing never hands one role's result to another (an admin sees a
  * webhook's literal header, a viewer "[redacted]"), nor one document's to
  * another.
  */
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import * as runs from '../sql/eventRuns/index.ts'
+import { answerSizeChecks } from '../src/api/answerSize.ts'
 import { sharedExecutions } from '../src/api/sharedSubscribe.ts'
 import { makeDefinition, makeRun } from './helpers/fixtures.ts'
 import { sleep, startTestServer, type TestServer, wsClient, wsSubscribe } from './helpers/server.ts'
@@ -57,6 +58,7 @@ describe('runChanges events are executed once per (document, variables, role)', 
     try {
       await sleep(400) // every subscription has its baseline
       const before = { ...sharedExecutions }
+      const sizesBefore = { ...answerSizeChecks }
       await runs.transition(s.t.db, run.id, 'scheduled', 'running')
       const running = (e: { data?: Change | null }) => e.data?.runChanges.status === 'RUNNING'
       const got = await Promise.all([...viewers, ...admins, other].map((c) => c.until(running, 5000)))
@@ -65,6 +67,9 @@ describe('runChanges events are executed once per (document, variables, role)', 
       // Three keys: viewers' WATCH, the admin's WATCH, the viewer's other document.
       expect(executed).toBe(3)
       expect(shared).toBe(19)
+      // Each shared result is measured against the answer-size cap once, not per subscriber.
+      expect(answerSizeChecks.measured - sizesBefore.measured).toBe(3)
+      expect(answerSizeChecks.reused - sizesBefore.reused).toBe(19)
       const headerOf = (e: (typeof got)[number]) =>
         JSON.stringify(e.data?.runChanges.version?.program ?? null).includes('literal-secret-value')
       expect(got.slice(0, 20).every((e) => !headerOf(e))).toBe(true)

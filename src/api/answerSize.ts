@@ -132,8 +132,17 @@ function isAsyncIterable(value: unknown): value is AsyncIterable<unknown> {
   return typeof value === 'object' && value !== null && Symbol.asyncIterator in value
 }
 
-/** The hard cap: every result (HTTP, SSE and WebSocket; each subscription event) measured before serialisation. */
+/** Results measured by {@link useAnswerSizeCap}, and those measured before for another subscriber (for tests). */
+export const answerSizeChecks = { measured: 0, reused: 0 }
+
+/**
+ * The hard cap: every result (HTTP, SSE and WebSocket; each subscription
+ * event) measured before serialisation. A subscription event's result is
+ * one object for every subscriber it is shared with (sharedSubscribe.ts), so
+ * it is measured once: forty dashboards cost one walk of a change, not forty.
+ */
 export function useAnswerSizeCap(maxAnswerBytes: number): Plugin {
+  const measured = new WeakMap<ExecutionResult, ExecutionResult | null>()
   const onResult = ({
     result,
     setResult,
@@ -141,7 +150,12 @@ export function useAnswerSizeCap(maxAnswerBytes: number): Plugin {
     result: ExecutionResult
     setResult: (r: ExecutionResult) => void
   }) => {
-    const replaced = capped(result, maxAnswerBytes)
+    let replaced = measured.get(result)
+    if (replaced === undefined) {
+      answerSizeChecks.measured++
+      replaced = capped(result, maxAnswerBytes)
+      measured.set(result, replaced)
+    } else answerSizeChecks.reused++
     if (replaced) setResult(replaced)
   }
   return {
