@@ -15,26 +15,19 @@
  * - an owner whose cues lie beyond the poll's read limit still gets them;
  * - the narrow read walks the waiting-steps index in order (no sort).
  */
-import { afterAll, beforeAll, beforeEach, describe, expect, it } from 'vitest'
+import { beforeEach, describe, expect, it } from 'vitest'
 import { listWaitingForEach } from '../sql/cueLadders.ts'
 import type { Db } from '../sql/db.ts'
 import type { StepRow } from '../sql/eventSteps/index.ts'
 import { isFor, listWaitingCueKeys, waitingCueKeysSql } from '../sql/waitingCues.ts'
 import { type Inbox, InboxFeed } from '../src/api/inboxFeed.ts'
 import { WaitingCueReader } from '../src/api/waitingCueReader.ts'
-import { createTestDb, type TestDb } from './helpers/db.ts'
+import { useTestDb } from './helpers/db.ts'
 import { makeDefinition, makeRunWithSteps, resetRuns } from './helpers/fixtures.ts'
 import { waitFor } from './helpers/runnerHarness.ts'
 
-let t: TestDb
 let db: Db
-beforeAll(async () => {
-  t = await createTestDb()
-  db = t.db
-})
-afterAll(async () => {
-  await t?.drop()
-})
+useTestDb({ ready: (created) => (db = created.db) })
 beforeEach(async () => {
   await resetRuns(db)
   await db.query('DELETE FROM cue_ladders')

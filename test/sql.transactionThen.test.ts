@@ -1,8 +1,14 @@
 /**
+ * Statements on one pool connection taken once.
+ *
  * `Db.transactionThen`: a transaction, then more statements on the same
  * connection once the commit is through. What a cue's answer relies on: the
  * work after the commit does not queue for the pool again, sees the commit,
  * and a failure there neither repeats the transaction nor undoes it.
+ *
+ * `Db.withConnection`: several autocommit statements on one connection. What
+ * the inbox's poll relies on: its reads queue for the pool once, not once
+ * each, and nothing is held open between them.
  */
 import { beforeAll, expect, it } from 'vitest'
 import { createDb, DB_ERRNO, type Db, isDbErrno } from '../sql/db.ts'
@@ -87,4 +93,39 @@ it('a conflict inside the transaction is still retried, and `then` runs once, af
   )
   expect(bodies).toBe(2)
   expect(thens).toBe(1)
+})
+
+it('runs every statement on one connection, acquired once, each committed as it runs', async () => {
+  const own = createDb(t.url, { connectionLimit: 2 })
+  let acquisitions = 0
+  own.pool.on('acquire', () => acquisitions++)
+  try {
+    const out = await own.withConnection(async (conn) => {
+      const first = await connectionId(conn)
+      await conn.run('INSERT INTO scratch (id, v) VALUES (101, 10)')
+      // Another connection sees the row before `fn` ends: no transaction holds it.
+      const seen = await db.query('SELECT v FROM scratch WHERE id = 101')
+      return { first, second: await connectionId(conn), seenByOthers: seen.length }
+    })
+    expect(out.second).toBe(out.first)
+    expect(out.seenByOthers).toBe(1)
+    expect(acquisitions).toBe(1)
+  } finally {
+    await own.close()
+  }
+})
+
+it('gives the connection back when `fn` fails, and the failure is the caller’s', async () => {
+  const own = createDb(t.url, { connectionLimit: 1 })
+  try {
+    await expect(
+      own.withConnection(async (conn) => {
+        await conn.query('SELECT nope FROM scratch')
+      }),
+    ).rejects.toMatchObject({ name: 'DatabaseError' })
+    // The only connection is free again: this would wait for ever otherwise.
+    expect(await own.withConnection((conn) => connectionId(conn))).toBeGreaterThan(0)
+  } finally {
+    await own.close()
+  }
 })
