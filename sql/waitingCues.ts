@@ -11,8 +11,7 @@
  * SQL filter: see {@link isFor}.
  */
 import type { Queryable } from './db.ts'
-import { hydrateList, type Raw, type RunListRow, SELECT_LIST, withWaiting } from './eventRuns/rows.ts'
-import { placeholders } from './json.ts'
+import type { Raw } from './eventRuns/rows.ts'
 
 /**
  * How old a row's `updated_at` must be, by the database's clock, before a copy
@@ -83,22 +82,6 @@ export async function listWaitingCueKeys(
     }),
   )
   return { keys, complete }
-}
-
-/**
- * Runs by id as list rows, with their counts of waiting cues: from
- * `waitingOf` when the caller counted them (every waiting cue in hand),
- * else read.
- */
-export async function getRunsWithWaiting(
-  db: Queryable,
-  ids: readonly number[],
-  waitingOf: ReadonlyMap<number, number> | null,
-): Promise<RunListRow[]> {
-  if (ids.length === 0) return []
-  const rows = await db.query<Raw>(`${SELECT_LIST} WHERE r.id IN (${placeholders(ids.length)})`, [...ids])
-  if (waitingOf === null) return withWaiting(db, rows)
-  return rows.map((row) => hydrateList(row, waitingOf.get(Number(row.id)) ?? 0))
 }
 
 /** No ladder, or a ladder for nobody in particular: the cue is for anyone (an empty list). */

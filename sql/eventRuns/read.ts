@@ -12,6 +12,7 @@ import type { RunHealth, RunStatus } from '../states.ts'
 import { KEY_HOLDING, NON_TERMINAL } from '../states.ts'
 import {
   DEFINITION_NAME_COLUMNS,
+  hydrateList,
   hydrateWithDefinition,
   type Raw,
   RUN_COLUMNS,
@@ -45,11 +46,20 @@ export async function getRunOfStep(db: Queryable, stepId: number): Promise<RunWi
   return row ? hydrateWithDefinition(row) : null
 }
 
-/** Several runs by id in one statement (for batching loaders); order not guaranteed. */
-export async function getByIds(db: Queryable, ids: readonly number[]): Promise<RunListRow[]> {
+/**
+ * Several runs by id in one statement (for batching loaders); order not
+ * guaranteed. Their counts of waiting cues are read by a second one, unless
+ * the caller counted them already (`waitingOf`, every waiting cue in hand).
+ */
+export async function getByIds(
+  db: Queryable,
+  ids: readonly number[],
+  waitingOf: ReadonlyMap<number, number> | null = null,
+): Promise<RunListRow[]> {
   if (ids.length === 0) return []
   const rows = await db.query<Raw>(`${SELECT_LIST} WHERE r.id IN (${placeholders(ids.length)})`, [...ids])
-  return withWaiting(db, rows)
+  if (waitingOf === null) return withWaiting(db, rows)
+  return rows.map((row) => hydrateList(row, waitingOf.get(Number(row.id)) ?? 0))
 }
 
 /** The occurrence the unique key names, whether or not this caller created it. */

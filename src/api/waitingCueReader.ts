@@ -12,9 +12,9 @@
  * SETTLED_MS); a row changed more recently is read in full on every poll.
  */
 import type { Queryable } from '../../sql/db.ts'
-import type { RunListRow } from '../../sql/eventRuns/index.ts'
+import { getByIds as getRunsByIds, type RunListRow } from '../../sql/eventRuns/index.ts'
 import { getByIds as getStepsByIds, type StepRow } from '../../sql/eventSteps/index.ts'
-import { getRunsWithWaiting, listWaitingCueKeys, type WaitingCueKey } from '../../sql/waitingCues.ts'
+import { listWaitingCueKeys, type WaitingCueKey } from '../../sql/waitingCues.ts'
 
 /** A waiting cue: its step, and the names and `team:` names it is for (empty: anyone). */
 export interface WaitingCue {
@@ -52,7 +52,7 @@ export class WaitingCueReader {
       db,
       staleSteps.map((k) => k.stepId),
     )
-    const freshRuns = await getRunsWithWaiting(
+    const freshRuns = await getRunsByIds(
       db,
       staleRuns.map((k) => k.runId),
       complete ? waitingOf : null,
