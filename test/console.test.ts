@@ -168,8 +168,13 @@ describe('the console', () => {
     const page = await signIn(await newContext(browser), s.url, 'operator', '#/')
     await page.getByRole('heading', { name: 'Board' }).waitFor()
     await page.locator(`[data-testid="inbox-count"]`).waitFor()
+    // A slow device (or a busy CI machine) renders the inbox well after the key
+    // press: the focus request must wait for the cue, not for a fixed delay.
+    const cdp = await page.context().newCDPSession(page)
+    await cdp.send('Emulation.setCPUThrottlingRate', { rate: 40 })
     await page.keyboard.press('a')
     await page.locator(`[data-cue-id="${older.stepId}"] input:focus`).waitFor()
+    await cdp.send('Emulation.setCPUThrottlingRate', { rate: 1 })
     await page.keyboard.type('from the keyboard')
     await page.keyboard.press('Enter')
     await page.locator(`[data-cue-id="${older.stepId}"]`).waitFor({ state: 'detached' })

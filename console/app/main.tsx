@@ -21,7 +21,7 @@ import {
 } from './identity.ts'
 import { Board } from './pages/Board.tsx'
 import { DefinitionPage, Definitions } from './pages/Definitions.tsx'
-import { FOCUS_OLDEST_EVENT, Inbox, useInbox } from './pages/Inbox.tsx'
+import { focusOldestCue, Inbox, useInbox } from './pages/Inbox.tsx'
 import { Keys } from './pages/Keys.tsx'
 import { NewShow } from './pages/NewShow.tsx'
 import { RunPage } from './pages/Run.tsx'
@@ -232,8 +232,7 @@ function Shell({ session, onSignOut }: { session: Session; onSignOut: () => void
       } else if (e.key === 'a') {
         e.preventDefault()
         go('/inbox')
-        // After the inbox renders, its oldest cue takes the focus.
-        setTimeout(() => dispatchEvent(new Event(FOCUS_OLDEST_EVENT)), 50)
+        focusOldestCue()
       } else if (e.key === '?') {
         setHelp((h) => !h)
       }

@@ -32,7 +32,20 @@ export function useInbox() {
 }
 
 /** Focus the oldest cue's answer box (the `a` shortcut lands here). */
-export const FOCUS_OLDEST_EVENT = 'showrunner:focus-oldest-cue'
+const FOCUS_OLDEST_EVENT = 'showrunner:focus-oldest-cue'
+/** How long a focus request waits for the inbox to render its oldest cue. */
+const FOCUS_REQUEST_MS = 2000
+let focusRequestedAt = 0
+
+/**
+ * Ask the oldest cue's answer box to take the focus: at once if it is on the
+ * page, otherwise as soon as it renders (the inbox may still be mounting after
+ * the navigation that came with the request, later on a slow device).
+ */
+export function focusOldestCue() {
+  focusRequestedAt = Date.now()
+  dispatchEvent(new Event(FOCUS_OLDEST_EVENT))
+}
 
 function CueCard({
   cue,
@@ -54,7 +67,12 @@ function CueCard({
 
   useEffect(() => {
     if (!oldest) return
-    const focus = () => input.current?.focus()
+    const focus = () => {
+      if (!input.current) return
+      input.current.focus()
+      focusRequestedAt = 0
+    }
+    if (Date.now() - focusRequestedAt < FOCUS_REQUEST_MS) focus()
     addEventListener(FOCUS_OLDEST_EVENT, focus)
     return () => removeEventListener(FOCUS_OLDEST_EVENT, focus)
   }, [oldest])
