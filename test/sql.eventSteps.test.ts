@@ -101,6 +101,24 @@ describe('expand', () => {
   })
 })
 
+describe("getStepWithRun (a cue answer's first read)", () => {
+  it('answers the step and its run, field for field as their own reads do, in one statement', async () => {
+    const { run, steps: made } = await makeRunWithSteps(db, 2, { scope: 'stage-left' })
+    const step = made[1] as StepRow
+    const before = db.stats.statements
+    const found = await runs.getStepWithRun(db, step.id)
+    expect(db.stats.statements - before).toBe(1)
+    // The step's columns and the run's share names (id, status, params, wake_at…): none may leak into the other.
+    expect(found?.step).toEqual(await get(step.id))
+    const { waitingSteps, versionNumber, ...ownRun } = run
+    expect(found?.run).toEqual(ownRun)
+    expect(found?.run.id).toBe(run.id)
+    expect(found?.run.scope).toBe('stage-left')
+    expect(found?.run.definitionTitle).toBe(run.definitionTitle)
+    expect(await runs.getStepWithRun(db, step.id + 1000)).toBeNull()
+  })
+})
+
 describe('insertStarted (the start transaction)', () => {
   it.each([
     ['from the INSERT’s first id', false],

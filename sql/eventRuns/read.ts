@@ -7,6 +7,7 @@
  */
 
 import type { Queryable } from '../db.ts'
+import { hydrate as hydrateStep, STEP_COLUMNS, type StepRow } from '../eventSteps/rows.ts'
 import { placeholders } from '../json.ts'
 import type { RunHealth, RunStatus } from '../states.ts'
 import { KEY_HOLDING, NON_TERMINAL } from '../states.ts'
@@ -30,20 +31,34 @@ export async function getById(db: Queryable, id: number): Promise<RunListRow | n
   return run ?? null
 }
 
+/** `RUN_COLUMNS` renamed `r__<column>`, so that they can sit beside a step's own in one row. */
+const PREFIXED_RUN_COLUMNS = RUN_COLUMNS.split(',')
+  .map((c) => c.trim().slice('r.'.length))
+  .map((column) => `r.${column} AS r__${column}`)
+  .join(', ')
+
 /**
- * The run a step belongs to, found by the step's id in one statement: what a
- * cue's answer needs of its run before it knows the run's id.
+ * A step and the run it belongs to (with its definition's names), found by the
+ * step's id in one statement: what a cue's answer reads before it knows the
+ * run's id, one round trip on the hot path of a GO. Null when there is no
+ * such step (or, which no key refuses, its run is gone).
  */
-export async function getRunOfStep(db: Queryable, stepId: number): Promise<RunWithDefinition | null> {
+export async function getStepWithRun(
+  db: Queryable,
+  stepId: number,
+): Promise<{ step: StepRow; run: RunWithDefinition } | null> {
   const [row] = await db.execute<Raw>(
-    `SELECT ${RUN_COLUMNS}, ${DEFINITION_NAME_COLUMNS}
-       FROM event_run_steps st
-       JOIN event_runs r ON r.id = st.run_id
+    `SELECT ${STEP_COLUMNS}, ${PREFIXED_RUN_COLUMNS}, ${DEFINITION_NAME_COLUMNS}
+       FROM event_run_steps s
+       JOIN event_runs r ON r.id = s.run_id
        JOIN event_definitions d ON d.id = r.definition_id
-      WHERE st.id = ?`,
+      WHERE s.id = ?`,
     [stepId],
   )
-  return row ? hydrateWithDefinition(row) : null
+  if (!row) return null
+  const runRow: Raw = { definition_title: row.definition_title, definition_slug: row.definition_slug }
+  for (const key of Object.keys(row)) if (key.startsWith('r__')) runRow[key.slice(3)] = row[key]
+  return { step: hydrateStep(row), run: hydrateWithDefinition(runRow) }
 }
 
 /**

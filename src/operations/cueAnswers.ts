@@ -71,9 +71,9 @@ export async function answerCue(deps: ControlDeps, input: CueAnswerInput): Promi
   })
   const answered = await deps.db.transactionThen(
     async (tx): Promise<{ before: StepRow; decision: Decision }> => {
-      const before = await steps.getById(tx, stepId)
-      if (!before) throw notFound('step', stepId)
-      const run = await runs.getRunOfStep(tx, stepId)
+      const found = await runs.getStepWithRun(tx, stepId)
+      if (!found) throw notFound('step', stepId)
+      const { step: before, run } = found
       const decision = await moveCue(tx, deps, input, {
         before,
         run,
@@ -126,7 +126,7 @@ async function moveCue(
   tx: Queryable,
   deps: ControlDeps,
   input: CueAnswerInput,
-  at: { before: StepRow; run: runs.RunWithDefinition | null; by: string; appliedLine: logs.NewLog },
+  at: { before: StepRow; run: runs.RunWithDefinition; by: string; appliedLine: logs.NewLog },
 ): Promise<Decision> {
   const { stepId, person, outcome, via, text } = input
   const { before, run, by } = at
@@ -147,7 +147,7 @@ async function moveCue(
   if (ladder) {
     const answer = { outcome, by, via, at: now, note: text }
     await ladders.recordAnswer(tx, stepId, answer)
-    if (run) await emitCueEvent(tx, 'CUE_ANSWERED', run, { ...ladder, answer }, 'answered', now)
+    await emitCueEvent(tx, 'CUE_ANSWERED', run, { ...ladder, answer }, 'answered', now)
   }
   // The run is woken with the answer, and its log line written before the
   // runner can write the next step's: the runner is told at the commit,
