@@ -43,10 +43,10 @@ export class WaitingCueReader {
     const waitingOf = new Map<number, number>()
     for (const k of keys) waitingOf.set(k.runId, (waitingOf.get(k.runId) ?? 0) + 1)
 
-    const staleSteps = keys.filter((k) => this.steps.get(k.stepId)?.updatedAt.getTime() !== k.stepUpdatedAt)
+    const staleSteps = keys.filter((k) => !currentCopy(this.steps, k.stepId, k.stepUpdatedAt))
     // Cut at the limit, the keys cannot count a run's cues beyond it: every run is read with its count.
     const staleRuns = complete
-      ? uniqueRuns(keys).filter((k) => this.runs.get(k.runId)?.updatedAt.getTime() !== k.runUpdatedAt)
+      ? uniqueRuns(keys).filter((k) => !currentCopy(this.runs, k.runId, k.runUpdatedAt))
       : uniqueRuns(keys)
     const freshSteps = await getStepsByIds(
       db,
@@ -62,14 +62,14 @@ export class WaitingCueReader {
 
     const steps = new Map<number, StepRow>()
     for (const k of keys) {
-      const copy = this.steps.get(k.stepId)
-      if (copy && copy.updatedAt.getTime() === k.stepUpdatedAt) steps.set(k.stepId, copy)
+      const copy = currentCopy(this.steps, k.stepId, k.stepUpdatedAt)
+      if (copy) steps.set(k.stepId, copy)
     }
     for (const s of freshSteps) steps.set(s.id, s)
     const runs = new Map<number, RunListRow>()
     for (const k of keys) {
-      const copy = this.runs.get(k.runId)
-      if (!copy || copy.updatedAt.getTime() !== k.runUpdatedAt || runs.has(k.runId)) continue
+      const copy = complete ? currentCopy(this.runs, k.runId, k.runUpdatedAt) : undefined
+      if (!copy || runs.has(k.runId)) continue
       const count = waitingOf.get(k.runId) ?? 0
       runs.set(k.runId, copy.waitingSteps === count ? copy : { ...copy, waitingSteps: count })
     }
@@ -82,14 +82,29 @@ export class WaitingCueReader {
       // Answered (or its run deleted) between the two reads: not waiting any more.
       if (!step || !isWaiting(step) || !runs.has(k.runId)) continue
       cues.push({ step, assignees: k.assignees })
-      if (k.stepSettled && step.updatedAt.getTime() === k.stepUpdatedAt) keep.steps.set(step.id, step)
+      if (k.stepSettled && readAt(step, k.stepUpdatedAt)) keep.steps.set(step.id, step)
       const run = runs.get(k.runId) as RunListRow
-      if (k.runSettled && run.updatedAt.getTime() === k.runUpdatedAt) keep.runs.set(run.id, run)
+      if (k.runSettled && readAt(run, k.runUpdatedAt)) keep.runs.set(run.id, run)
     }
     this.steps = keep.steps
     this.runs = keep.runs
     return { cues, complete, runs: [...runs.values()] }
   }
+}
+
+/** The row was read at the change a key names: its `updated_at` is the key's. */
+function readAt(row: { updatedAt: Date }, updatedAt: number): boolean {
+  return row.updatedAt.getTime() === updatedAt
+}
+
+/** The kept copy of row `id`, when it stands for the row as the key names it (else undefined: read it in full). */
+function currentCopy<T extends { updatedAt: Date }>(
+  copies: ReadonlyMap<number, T>,
+  id: number,
+  updatedAt: number,
+): T | undefined {
+  const copy = copies.get(id)
+  return copy && readAt(copy, updatedAt) ? copy : undefined
 }
 
 function uniqueRuns(keys: readonly WaitingCueKey[]): WaitingCueKey[] {
