@@ -16,6 +16,7 @@ import { createServer, Agent as HttpAgent, request } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { createClient } from 'graphql-ws'
 import WebSocket from 'ws'
+import { RECEIVER_MS } from './showtimeFigures.ts'
 import { resolveCue } from './showtimeHttp.ts'
 
 export type Command =
@@ -101,7 +102,6 @@ export interface BurstReport {
   wallMs: number
 }
 
-const RECEIVER_DELAY_MS = 15
 const HEALTH_EVERY_MS = 100
 /** Bounds: no loop here runs longer or more often than this. */
 const MAX_HEALTH_PROBES = 20_000
@@ -123,7 +123,7 @@ const receiver = createServer((req, res) => {
     setTimeout(() => {
       res.writeHead(200, { 'content-type': 'text/plain', 'content-length': 2 })
       res.end('ok')
-    }, RECEIVER_DELAY_MS)
+    }, RECEIVER_MS)
   })
 })
 receiver.keepAliveTimeout = 60_000

@@ -10,7 +10,8 @@ import type { AnswerSample, ClientsReport, HealthSample } from './showtimeClient
 /** The show's steps, by position: log, webhook, cue, wait 2 s, cue, webhook, ending log. */
 export const SEQ = { firstCue: 2, wait: 3, secondCue: 4 } as const
 export const WAIT_MS = 2000
-export const RECEIVER_MS = 15
+/** How long the show's webhook receiver takes to answer (SHOWTIME_RECEIVER_MS, default 15). */
+export const RECEIVER_MS = Number(process.env.SHOWTIME_RECEIVER_MS ?? 15)
 
 export interface StepRow {
   id: number
@@ -114,6 +115,16 @@ export interface PhaseFigures {
   beyondAnsweringMs: Spread
   /** Runs whose answering time is unknown (a cue never seen by its owner, or never answered). */
   runsWithoutAnsweringTime: number
+  /**
+   * Where the time beyond answering goes, beside the cue → owner, GO and wait
+   * figures: the instant → the run's first cue step started (the start, the
+   * first log and webhook), an answer's send → its cue step ended (resolveCue
+   * up to its commit), and the second cue ended → the run ended (GO, the last
+   * webhook and log).
+   */
+  instantToFirstCueMs: Spread
+  answerSentToCueEndedMs: Spread
+  lastCueToRunEndMs: Spread
 }
 
 const t = (d: Date | null) => (d ? d.getTime() : Number.NaN)
@@ -134,6 +145,9 @@ export function phaseFigures(
   const overshoot: number[] = []
   const cueParkedAt = new Map<string, number>()
   const runCues: { ended: number; cues: string[] }[] = []
+  const cueEndedAt = new Map<string, number>()
+  const instantToFirstCue: number[] = []
+  const lastCueToRunEnd: number[] = []
   let completed = 0
   let lastEnded = Number.NaN
   for (const list of byRun.values()) {
@@ -147,7 +161,10 @@ export function phaseFigures(
       if (cue && next) go.push(t(next.started_at) - t(cue.ended_at))
       if (cue?.started_at) cueParkedAt.set(String(cue.id), t(cue.started_at))
       if (cue) cues.push(String(cue.id))
+      if (cue?.ended_at) cueEndedAt.set(String(cue.id), t(cue.ended_at))
     }
+    instantToFirstCue.push(t(list[SEQ.firstCue]?.started_at ?? null) - window.from)
+    lastCueToRunEnd.push(t(first?.run_ended ?? null) - t(list[SEQ.secondCue]?.ended_at ?? null))
     runCues.push({ ended: t(first?.run_ended ?? null), cues })
     const wait = list[SEQ.wait]
     if (wait) overshoot.push(t(wait.ended_at) - (t(wait.started_at) + WAIT_MS))
@@ -187,6 +204,7 @@ export function phaseFigures(
     answering.push(total)
     beyond.push(r.ended - window.from - total)
   }
+  const answerSentToCueEnded = [...firstSent].map(([id, sent]) => (cueEndedAt.get(id) ?? Number.NaN) - sent)
   const inWindow = <T extends { at: number }>(xs: readonly T[]) =>
     xs.filter((x) => x.at >= window.from && x.at <= window.to)
   const health: HealthSample[] = inWindow(clients.health)
@@ -215,6 +233,9 @@ export function phaseFigures(
     answeringMs: spread(answering),
     beyondAnsweringMs: spread(beyond),
     runsWithoutAnsweringTime: beyond.filter((x) => !Number.isFinite(x)).length,
+    instantToFirstCueMs: spread(instantToFirstCue),
+    answerSentToCueEndedMs: spread(answerSentToCueEnded),
+    lastCueToRunEndMs: spread(lastCueToRunEnd),
   }
 }
 
@@ -306,6 +327,31 @@ export const COMPLETION_FIGURES: readonly ShowFigure[] = [
     of: (f) => f.beyondAnsweringMs.max,
     limit: BEYOND_ANSWERING_LIMIT_MS,
     target: `<= 1.1 x program ${PROGRAM_MS} = ${BEYOND_ANSWERING_LIMIT_MS}`,
+  },
+  {
+    figure: '  of which: instant → first cue step start p50 (ms)',
+    of: (f) => f.instantToFirstCueMs.p50,
+    limit: null,
+  },
+  {
+    figure: '  of which: instant → first cue step start p99 (ms)',
+    of: (f) => f.instantToFirstCueMs.p99,
+    limit: null,
+  },
+  {
+    figure: '  of which: answer sent → cue ended p50 (ms)',
+    of: (f) => f.answerSentToCueEndedMs.p50,
+    limit: null,
+  },
+  {
+    figure: '  of which: answer sent → cue ended p99 (ms)',
+    of: (f) => f.answerSentToCueEndedMs.p99,
+    limit: null,
+  },
+  {
+    figure: '  of which: last cue ended → run ended p99 (ms)',
+    of: (f) => f.lastCueToRunEndMs.p99,
+    limit: null,
   },
 ]
 
