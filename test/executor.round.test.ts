@@ -5,6 +5,7 @@
  */
 import { describe, expect, it } from 'vitest'
 import { executeRound } from '../src/runner/executor/round.ts'
+import { StepSlots } from '../src/runner/executor/slots.ts'
 
 const resolveAfter = <T>(ms: number, value: T) =>
   new Promise<T>((resolve) => setTimeout(() => resolve(value), ms))
@@ -57,6 +58,58 @@ describe('executeRound', () => {
     ])
     expect(settled[1]).toMatchObject({ ok: false })
     expect((settled[1] as { error: Error }).error.message).toBe('boom')
+  })
+
+  it('rounds sharing slots hold as many in flight as the slots, by rank then in turn, each whole', async () => {
+    const slots = new StepSlots(2)
+    let inFlight = 0
+    let most = 0
+    const began: string[] = []
+    const task = (name: string) => async () => {
+      began.push(name)
+      inFlight++
+      most = Math.max(most, inFlight)
+      await resolveAfter(5, null)
+      inFlight--
+      return name
+    }
+    const round = (prefix: string, rank: number) =>
+      executeRound(
+        Array.from({ length: 5 }, (_, i) => ({ run: task(`${prefix}${i}`) })),
+        // Each round alone would keep 5 in flight; the shared slots keep 2 for all.
+        5,
+        { slots: slots.lane(rank), minWaitMs: 1 },
+      )
+    // The later-ranked round asks first and takes the free slots; from then on rank 0 goes first.
+    const [third, first, second] = await Promise.all([round('c', 2), round('a', 0), round('b', 1)])
+    expect(most).toBe(2)
+    expect(began).toEqual([
+      'c0',
+      'c1',
+      'a0',
+      'a1',
+      'a2',
+      'a3',
+      'a4',
+      'b0',
+      'b1',
+      'b2',
+      'b3',
+      'b4',
+      'c2',
+      'c3',
+      'c4',
+    ])
+    // Waiting for a slot is not straggling: every task settles within its round.
+    for (const r of [first, second, third]) {
+      expect(r.pending.size).toBe(0)
+      expect(r.settled.every((x) => x?.ok)).toBe(true)
+    }
+    // Every slot is given back: a lone task gets one at once.
+    const t0 = Date.now()
+    await slots.lane(0).acquire()
+    await slots.lane(0).acquire()
+    expect(Date.now() - t0).toBeLessThan(50)
   })
 
   it('lets a straggler go once the rest settled and twice the first half’s time has passed', async () => {

@@ -206,6 +206,7 @@ async function rounds(
       })),
       deps.stepConcurrency ?? 8,
       {
+        slots: deps.stepSlots,
         onSettled: (i, done) =>
           recording.record(entries[i] as Entry, resultOf(deps, entries[i] as Entry, done)),
       },

@@ -40,7 +40,7 @@ import { isDbUnavailable } from '../../sql/db.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
 import * as steps from '../../sql/eventSteps/index.ts'
 import * as heartbeats from '../../sql/runnerHeartbeats.ts'
-import { advanceBatch } from './advance.ts'
+import { advanceInChunks } from './chunkedAdvance.ts'
 import { Doorbell } from './doorbell.ts'
 import { expandStartingRuns } from './expand.ts'
 import { type Flights, loggedFlights, settleAll } from './flights.ts'
@@ -372,9 +372,11 @@ export class Runner {
       // advanced before the pass goes on.
       const advanceNow = async (ready: ClaimedRun[], inPass = !inFlight) => {
         if (ready.length === 0) return
-        // One path for every held run: the whole batch together, step by step,
-        // each run given back as soon as it is let go (advance.ts).
-        const advance = advanceBatch(this.engineDeps(), ready, (run, answer) => held.answer(run.id, answer))
+        // One path for every held run: batches step by step, chunks of it side by side
+        // (chunkedAdvance.ts), each run given back as soon as it is let go (advance.ts).
+        const advance = advanceInChunks(this.engineDeps(), ready, (run, answer) =>
+          held.answer(run.id, answer),
+        )
         if (inPass) return advance
         // Its failure is taken at once, so it is never unhandled while the pass goes on.
         flying.push(

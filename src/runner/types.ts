@@ -7,6 +7,7 @@
 import type { Db } from '../../sql/db.ts'
 import type { RunRow } from '../../sql/eventRuns/index.ts'
 import type { Clock } from './clock.ts'
+import type { SlotLane } from './executor/slots.ts'
 import type { StepRegistry } from './steps/registry.ts'
 import type { StepSettings } from './steps/types.ts'
 
@@ -41,6 +42,8 @@ export interface EngineDeps {
   maxStepsPerClaim?: number
   /** Steps a batch executes at once (its inline kinds apart, which finish at once). @default 8 */
   stepConcurrency?: number
+  /** Places shared with other batches, used instead of `stepConcurrency` (chunkedAdvance.ts). */
+  stepSlots?: SlotLane
   observer?: RunnerObserver
   /** True once the runner is stopping: finish the current step, take no next one. */
   stopping: () => boolean

@@ -13,6 +13,8 @@
  * settles whole; only the ones far slower than their peers are let go.
  */
 
+import type { SlotLane } from './slots.ts'
+
 /** How a step's execution ended: its answer, or the error it threw. */
 export type Settled<T> = { ok: true; value: T } | { ok: false; error: unknown }
 
@@ -47,6 +49,12 @@ export function executeRound<T>(
     /** Told of each task that settles before the round answers, as it settles. */
     onSettled?: (index: number, settled: Settled<T>) => void
     minWaitMs?: number
+    /**
+     * Places shared with other rounds, used instead of `limit`: a task waits
+     * for one in its lane's turn (slots.ts), and the wait for stragglers
+     * begins only once every task of this round has one.
+     */
+    slots?: SlotLane
   } = {},
 ): Promise<RoundResult<T>> {
   const minWaitMs = opts.minWaitMs ?? MIN_STRAGGLER_WAIT_MS
@@ -58,6 +66,8 @@ export function executeRound<T>(
   let done = 0
   let inFlight = 0
   let halfAt: number | null = null
+  /** Tasks waiting for one of the shared slots. */
+  let awaitingSlots = 0
   let cutoff: NodeJS.Timeout | undefined
 
   return new Promise<RoundResult<T>>((resolve) => {
@@ -71,12 +81,20 @@ export function executeRound<T>(
       resolve({ settled, pending })
     }
     const armCutoff = () => {
-      if (cutoff !== undefined || halfAt === null || queue.length > 0) return
+      if (cutoff !== undefined || halfAt === null || queue.length > 0 || awaitingSlots > 0) return
       cutoff = setTimeout(answer, Math.max(minWaitMs, halfAt))
     }
     const start = (i: number, counted: boolean) => {
       if (counted) inFlight++
-      const p = settle((tasks[i] as { run: () => Promise<T> }).run)
+      const run = (tasks[i] as { run: () => Promise<T> }).run
+      const shared = counted ? opts.slots : undefined
+      if (shared) awaitingSlots++
+      const p = shared
+        ? shared.acquire().then(() => {
+            awaitingSlots--
+            return settle(run).finally(() => shared.release())
+          })
+        : settle(run)
       promises.set(i, p)
       void p.then((s) => {
         if (answered) return
@@ -95,7 +113,7 @@ export function executeRound<T>(
     }
     tasks.forEach((task, i) => {
       if (task.unlimited) start(i, false)
-      else if (inFlight < Math.max(1, limit)) start(i, true)
+      else if (opts.slots || inFlight < Math.max(1, limit)) start(i, true)
       else queue.push(i)
     })
   })
