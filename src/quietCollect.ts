@@ -9,8 +9,8 @@
  * a full collection left 56 (the idle level). Nothing of ours was retained;
  * the garbage was never collected, so neither the heap nor RSS came down.
  *
- * Here one full collection replaces the reducer's (two, at two quiet checks,
- * when the first leaves sparse pages held: see collectInAWindow), at a moment
+ * Here one full collection replaces the reducer's (more, at the next quiet
+ * checks, while the first leaves sparse pages held: see collectInAWindow), at a moment
  * chosen not to land on a start: the heap V8 holds has grown `growthBytes`
  * past what our last collection (or the start) left, the event loop was less than
  * `quietUtilisation` busy over the last check's interval, and the runner (if
@@ -65,6 +65,9 @@ export interface QuietCollectOptions {
   onCollected?: (c: Collected) => void
 }
 
+/** Full collections after one busy spell, at most: the first, then compactions while they give pages back. */
+export const MAX_COLLECTIONS_PER_SPELL = 4
+
 /** V8's `gc`, reached through a context of its own so no global `gc` appears in the program. */
 function v8Collect(): () => void {
   setFlagsFromString('--expose-gc')
@@ -77,8 +80,8 @@ export function startQuietCollect(opts: QuietCollectOptions): { stop(): void } {
   const quiet = opts.quietUtilisation ?? 0.1
   const freeAhead = opts.freeAheadMs ?? 800
   let lastPauseMs = 0
-  /** The last collection left sparse pages: the next is their second, and what it leaves is the floor. */
-  let secondDue = false
+  /** Collections of the current spell so far (0: none since the last one that set the floor). */
+  let spellCollections = 0
   // What the heap held after the last collection of ours (or at start). Not
   // lowered by V8's own collections: one under load leaves the load's live
   // data, which is garbage a minute later, and would hide it.
@@ -106,7 +109,8 @@ export function startQuietCollect(opts: QuietCollectOptions): { stop(): void } {
     // (Over a window long enough to say: read at once, the window is this very turn.)
     const since = performance.eventLoopUtilization(elu)
     if (since.idle + since.active > 200 && since.utilization >= quiet) return
-    const usedBefore = getHeapStatistics().used_heap_size
+    const before = getHeapStatistics()
+    const usedBefore = before.used_heap_size
     const t0 = performance.now()
     collect()
     const pauseMs = performance.now() - t0
@@ -119,16 +123,26 @@ export function startQuietCollect(opts: QuietCollectOptions): { stop(): void } {
     // the heap in use was back at 69 MB while V8 held 274. So when what V8
     // holds still exceeds what is used by `growth`, the floor is what is used,
     // and the next quiet check collects once more; that one compacts (in a
-    // test, 235 MB held fell to 51), and whatever it leaves is the floor.
-    const sparse = !secondDue && after.total_heap_size - after.used_heap_size >= growth
-    secondDue = sparse
-    floor = sparse ? after.used_heap_size : after.total_heap_size
+    // test, 235 MB held fell to 51). V8 picks only some pages for each
+    // compaction: after another show a second collection left 247 MB held of
+    // 71 used. So the checks go on collecting while each gives back at least
+    // half of `growth` and the held heap is still `growth` above the used, up
+    // to MAX_COLLECTIONS_PER_SPELL; whatever the last leaves is the floor.
+    spellCollections++
+    const sparse = after.total_heap_size - after.used_heap_size >= growth
+    const gaveBack = before.total_heap_size - after.total_heap_size
+    const again =
+      sparse &&
+      spellCollections < MAX_COLLECTIONS_PER_SPELL &&
+      (spellCollections === 1 || gaveBack >= growth / 2)
+    if (!again) spellCollections = 0
+    floor = again ? after.used_heap_size : after.total_heap_size
     opts.onCollected?.({
       pauseMs,
       usedBefore,
       usedAfter: after.used_heap_size,
       heldAfter: after.total_heap_size,
-      again: sparse,
+      again,
     })
   }
 
