@@ -164,6 +164,11 @@ export function wsClient(
   server: TestServer,
   auth: Auth,
   onClosed?: (event: { code: number; reason: string }) => void,
+  /**
+   * How long the (lazy) client keeps a socket open once none of its
+   * operations is left, before closing it itself (1000). @default 0
+   */
+  lazyCloseTimeout = 0,
 ): Client {
   const authorization = authHeader(auth)
   return createClient({
@@ -172,6 +177,7 @@ export function wsClient(
     connectionParams: authorization ? { authorization } : {},
     retryAttempts: 0,
     lazy: true,
+    lazyCloseTimeout,
     on: onClosed
       ? {
           closed: (e) => onClosed({ code: (e as CloseEvent).code, reason: String((e as CloseEvent).reason) }),
