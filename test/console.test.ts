@@ -171,7 +171,7 @@ describe('the console', () => {
     // A slow device (or a busy CI machine) renders the inbox well after the key
     // press: the focus request must wait for the cue, not for a fixed delay.
     const cdp = await page.context().newCDPSession(page)
-    await cdp.send('Emulation.setCPUThrottlingRate', { rate: 40 })
+    await cdp.send('Emulation.setCPUThrottlingRate', { rate: 10 })
     await page.keyboard.press('a')
     await page.locator(`[data-cue-id="${older.stepId}"] input:focus`).waitFor()
     await cdp.send('Emulation.setCPUThrottlingRate', { rate: 1 })

@@ -33,18 +33,37 @@ export function useInbox() {
 
 /** Focus the oldest cue's answer box (the `a` shortcut lands here). */
 const FOCUS_OLDEST_EVENT = 'showrunner:focus-oldest-cue'
-/** How long a focus request waits for the inbox to render its oldest cue. */
-const FOCUS_REQUEST_MS = 2000
+/**
+ * How long a focus request waits for the inbox to render its oldest cue: a
+ * slow device renders it seconds after the key press.
+ */
+const FOCUS_REQUEST_MS = 10_000
 let focusRequestedAt = 0
+
+/** The person moved on (another key, a click): the request is withdrawn. */
+function withdrawFocusRequest() {
+  focusRequestedAt = 0
+  removeEventListener('keydown', withdrawFocusRequest, true)
+  removeEventListener('pointerdown', withdrawFocusRequest, true)
+}
 
 /**
  * Ask the oldest cue's answer box to take the focus: at once if it is on the
  * page, otherwise as soon as it renders (the inbox may still be mounting after
- * the navigation that came with the request, later on a slow device).
+ * the navigation that came with the request, later on a slow device), unless
+ * the person presses another key or clicks first.
  */
 export function focusOldestCue() {
+  withdrawFocusRequest()
   focusRequestedAt = Date.now()
   dispatchEvent(new Event(FOCUS_OLDEST_EVENT))
+  if (focusRequestedAt === 0) return
+  // After the key press that asked has been handled, not during it.
+  setTimeout(() => {
+    if (focusRequestedAt === 0) return
+    addEventListener('keydown', withdrawFocusRequest, true)
+    addEventListener('pointerdown', withdrawFocusRequest, true)
+  }, 0)
 }
 
 function CueCard({
@@ -70,7 +89,7 @@ function CueCard({
     const focus = () => {
       if (!input.current) return
       input.current.focus()
-      focusRequestedAt = 0
+      withdrawFocusRequest()
     }
     if (Date.now() - focusRequestedAt < FOCUS_REQUEST_MS) focus()
     addEventListener(FOCUS_OLDEST_EVENT, focus)
