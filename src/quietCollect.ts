@@ -10,8 +10,8 @@
  * the garbage was never collected, so neither the heap nor RSS came down.
  *
  * Here one full collection replaces the reducer's (more, at the next quiet
- * checks, while the first leaves sparse pages held: see collectInAWindow), at a moment
- * chosen not to land on a start: the heap V8 holds has grown `growthBytes`
+ * checks, while the first leaves sparse pages held: see collectInAWindow), at
+ * a moment chosen not to land on a start: the heap V8 holds has grown `growthBytes`
  * past what our last collection (or the start) left, the event loop was less than
  * `quietUtilisation` busy over the last check's interval, and the runner (if
  * any) sleeps at least `freeAheadMs` more; if it does not, the collection

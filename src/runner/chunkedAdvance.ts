@@ -1,6 +1,6 @@
 /**
  * A pass's hand-off advanced as chunks side by side, sharing its step places
- * first come, first served, rather than as one batch.
+ * (the earliest-due chunk served first), rather than as one batch.
  *
  * Why: a batch moves in lock-step rounds (advance.ts), so none of its runs
  * begins its next step before the slowest of the round has ended this one.
@@ -12,8 +12,8 @@
  * As chunks, each is a batch of its own, all begun at once; their steps wait
  * for the hand-off's `RUNNER_PARALLELISM` places, the earliest-due chunk's
  * first (executor/slots.ts), so the first chunk's calls go out first and it
- * moves on to its cues while later chunks still call out. The places are as many as
- * the one batch had, so as many calls are in flight as before. A chunk's
+ * moves on to its cues while later chunks still call out. The places are as
+ * many as the one batch had, so as many calls are in flight as before. A chunk's
  * round is a few statements, as a batch's is: chunks of
  * {@link chunkSizeFor} runs cost a few hundredths of a statement per run and
  * round more than one batch did.
@@ -27,13 +27,14 @@ import type { ClaimedRun, EngineDeps } from './types.ts'
  * `RUNNER_PARALLELISM` 16), so the first chunk's calls are done after a few
  * of the receiver's answer times, not a hundred.
  */
-export function chunkSizeFor(parallelism: number): number {
+function chunkSizeFor(parallelism: number): number {
   return Math.max(1, parallelism) * 8
 }
 
 /**
  * Advance `ready` (held by this instance, in due order) as chunks of `size`
- * (by default {@link chunkSizeFor} the batch's parallelism), side by side.
+ * (by default {@link chunkSizeFor} `places`, the batch's parallelism), side by
+ * side, sharing `places` places.
  * Resolves once every chunk is done; rejects, once every chunk has settled,
  * with the first failure (a statement a chunk's batch shares), that chunk's
  * unanswered runs let go as advanceBatch lets them go.
@@ -42,10 +43,11 @@ export async function advanceInChunks(
   deps: EngineDeps,
   ready: readonly ClaimedRun[],
   onAnswer: OnAnswer,
-  size = chunkSizeFor(deps.stepConcurrency ?? 8),
+  places = deps.stepConcurrency ?? 8,
+  size = chunkSizeFor(places),
 ): Promise<void> {
   if (ready.length <= size) return advanceBatch(deps, ready, onAnswer)
-  const slots = new StepSlots(deps.stepConcurrency ?? 8)
+  const slots = new StepSlots(places)
   const chunks: Promise<void>[] = []
   for (let i = 0; i < ready.length; i += size) {
     const lane = slots.lane(i / size)

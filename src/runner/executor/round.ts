@@ -13,7 +13,7 @@
  * settles whole; only the ones far slower than their peers are let go.
  */
 
-import type { SlotLane } from './slots.ts'
+import { type SlotLane, StepSlots } from './slots.ts'
 
 /** How a step's execution ended: its answer, or the error it threw. */
 export type Settled<T> = { ok: true; value: T } | { ok: false; error: unknown }
@@ -50,9 +50,9 @@ export function executeRound<T>(
     onSettled?: (index: number, settled: Settled<T>) => void
     minWaitMs?: number
     /**
-     * Places shared with other rounds, used instead of `limit`: a task waits
-     * for one in its lane's turn (slots.ts), and the wait for stragglers
-     * begins only once every task of this round has one.
+     * Places shared with other rounds, used instead of `limit` places of the
+     * round's own: a task waits for one in its lane's turn (slots.ts). Either
+     * way the wait for stragglers begins only once every task has one.
      */
     slots?: SlotLane
   } = {},
@@ -62,12 +62,12 @@ export function executeRound<T>(
   const promises = new Map<number, Promise<Settled<T>>>()
   if (tasks.length === 0) return Promise.resolve({ settled, pending: promises })
   const t0 = Date.now()
-  const queue: number[] = []
+  // The round's own places unless it shares some: one way of waiting for either.
+  const places = opts.slots ?? new StepSlots(limit).lane(0)
   let done = 0
-  let inFlight = 0
   let halfAt: number | null = null
-  /** Tasks waiting for one of the shared slots. */
-  let awaitingSlots = 0
+  /** Tasks still waiting for a place. */
+  let awaitingPlaces = 0
   let cutoff: NodeJS.Timeout | undefined
 
   return new Promise<RoundResult<T>>((resolve) => {
@@ -81,18 +81,16 @@ export function executeRound<T>(
       resolve({ settled, pending })
     }
     const armCutoff = () => {
-      if (cutoff !== undefined || halfAt === null || queue.length > 0 || awaitingSlots > 0) return
+      if (cutoff !== undefined || halfAt === null || awaitingPlaces > 0) return
       cutoff = setTimeout(answer, Math.max(minWaitMs, halfAt))
     }
     const start = (i: number, counted: boolean) => {
-      if (counted) inFlight++
       const run = (tasks[i] as { run: () => Promise<T> }).run
-      const shared = counted ? opts.slots : undefined
-      if (shared) awaitingSlots++
-      const p = shared
-        ? shared.acquire().then(() => {
-            awaitingSlots--
-            return settle(run).finally(() => shared.release())
+      if (counted) awaitingPlaces++
+      const p = counted
+        ? places.acquire().then(() => {
+            awaitingPlaces--
+            return settle(run).finally(() => places.release())
           })
         : settle(run)
       promises.set(i, p)
@@ -101,20 +99,11 @@ export function executeRound<T>(
         settled[i] = s
         opts.onSettled?.(i, s)
         done++
-        if (counted) {
-          inFlight--
-          const next = queue.shift()
-          if (next !== undefined) start(next, true)
-        }
         if (done === tasks.length) return answer()
         if (halfAt === null && done * 2 >= tasks.length) halfAt = Date.now() - t0
         armCutoff()
       })
     }
-    tasks.forEach((task, i) => {
-      if (task.unlimited) start(i, false)
-      else if (opts.slots || inFlight < Math.max(1, limit)) start(i, true)
-      else queue.push(i)
-    })
+    for (const [i, task] of tasks.entries()) start(i, !task.unlimited)
   })
 }

@@ -1,6 +1,7 @@
 /**
- * Places for steps executing at once, shared by several batches: the chunks
- * of one hand-off (chunkedAdvance.ts) share `RUNNER_PARALLELISM` places.
+ * Places for steps executing at once: a round's own (executor/round.ts), or
+ * shared by several batches, as the chunks of one hand-off
+ * (chunkedAdvance.ts) share `RUNNER_PARALLELISM` places.
  * Waiting steps are served by their batch's rank, then first come, first
  * served, so the earliest-due chunk's calls go out first even when a later
  * chunk reached its round a moment sooner, and each chunk moves on as soon
@@ -16,8 +17,7 @@ export interface SlotLane {
 
 export class StepSlots {
   private free: number
-  private readonly waiting: { rank: number; seq: number; take: () => void }[] = []
-  private seq = 0
+  private readonly waiting: { rank: number; take: () => void }[] = []
 
   constructor(readonly size: number) {
     this.free = Math.max(1, size)
@@ -34,15 +34,11 @@ export class StepSlots {
       return Promise.resolve()
     }
     return new Promise((take) => {
-      const entry = { rank, seq: this.seq++, take }
-      // A few dozen waiters at most per chunk: an insertion keeps them in order.
+      // After every waiter of its rank or a lower one (they came first), before
+      // any of a higher rank: an insertion from the end keeps the order.
       let at = this.waiting.length
-      while (at > 0) {
-        const before = this.waiting[at - 1] as { rank: number; seq: number }
-        if (before.rank < rank || (before.rank === rank && before.seq < entry.seq)) break
-        at--
-      }
-      this.waiting.splice(at, 0, entry)
+      while (at > 0 && (this.waiting[at - 1] as { rank: number }).rank > rank) at--
+      this.waiting.splice(at, 0, { rank, take })
     })
   }
 
