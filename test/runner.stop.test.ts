@@ -191,3 +191,40 @@ it('a stop that lands while the loop works out its sleep ends the loop at once, 
   expect(Date.now() - t0).toBeLessThan(2000)
   expect(runner.state).toBe('stopped')
 })
+
+it('a step still waiting for a place when the stop grace runs out is not begun: its webhook is never sent', async () => {
+  // One place: the first run's webhook hangs in it, the second run's waits.
+  // When the grace runs out the first is cut short and frees its place; the
+  // second must then be handed back untouched, not sent after the stop.
+  receiver.route('/hooks/queued', () => ({ hold: true }))
+  const registry = makeRegistry()
+  const env: RunnerTestEnv = { db: t.db, registry, clock: systemClock }
+  const def = await defineEvent(env, {
+    program: program(['main', [{ kind: 'core.webhook', params: { url: `${receiver.url}/hooks/queued` } }]]),
+  })
+  // Both runs are due before the runner starts, so one advance takes them together.
+  const first = await startRun(controlDeps(env), { definitionId: def.id, actor: 'op#1' })
+  const second = await startRun(controlDeps(env), { definitionId: def.id, actor: 'op#1' })
+  const runner = new Runner({
+    db: t.db,
+    registry,
+    instanceId: 'stop-queued',
+    tickMs: 20,
+    leaseMs: LEASE_MS,
+    parallelism: 1,
+    settings: { webhookAllow: parseAllowList(receiver.url).prefixes },
+  })
+  runner.start()
+  await waitFor(() => receiver.pending().length === 1, { what: 'one webhook in flight' })
+  await sleep(200)
+  expect(receiver.calls).toHaveLength(1)
+  await runner.stop({ graceMs: 100 })
+  await sleep(300)
+  expect(receiver.calls).toHaveLength(1)
+  expect(await claimsOf('stop-queued')).toBe(0)
+  for (const r of [first, second]) {
+    const [hook] = await stepsOf(t.db, r.id)
+    expect(hook).toMatchObject({ status: 'pending', attempts: 0, claimedBy: null })
+    expect(hook!.lastError).toMatch(/shutting down/)
+  }
+})

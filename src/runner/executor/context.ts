@@ -88,15 +88,19 @@ export function stepContext(
 
 /**
  * Run `fn` with a step's timeout: the signal aborts and the promise rejects at
- * the deadline, or when the runner's stop grace runs out (`hardStop`).
+ * the deadline, or when the runner's stop grace runs out (`hardStop`). A step
+ * that only gets its place in a round after the grace ran out is not begun at
+ * all: an abort listener added to a signal already aborted never fires, so
+ * without the check it would run to the end, webhook and all, after the stop.
  */
 export async function withTimeout<T>(
   timeoutMs: number,
   hardStop: AbortSignal,
   fn: (signal: AbortSignal) => Promise<T>,
 ): Promise<T> {
+  if (hardStop.aborted) throw shuttingDown()
   const controller = new AbortController()
-  const onHardStop = () => controller.abort(new StepFailure('the runner is shutting down'))
+  const onHardStop = () => controller.abort(shuttingDown())
   hardStop.addEventListener('abort', onHardStop, { once: true })
   let timer: NodeJS.Timeout | undefined
   const deadline = new Promise<never>((_, reject) => {
@@ -115,6 +119,10 @@ export async function withTimeout<T>(
     clearTimeout(timer)
     hardStop.removeEventListener('abort', onHardStop)
   }
+}
+
+function shuttingDown(): StepFailure {
+  return new StepFailure('the runner is shutting down')
 }
 
 /** The log line a run gets when a step parks it on a person, its prompt rendered as the step saw it. */
