@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { retryDelayMs } from '../src/runner/backoff.ts'
+import { MAX_TICK_BACKOFF_MS, retryDelayMs, tickBackoffMs } from '../src/runner/backoff.ts'
 
 describe('retryDelayMs', () => {
   it('doubles from the base and caps at 60 s (equal jitter, at its top)', () => {
@@ -31,5 +31,19 @@ describe('retryDelayMs', () => {
     expect(retryDelayMs(4, 0)).toBe(0)
     expect(retryDelayMs(1, 300_000, { random: () => 0.999999 })).toBe(300_000)
     expect(retryDelayMs(0, 1000, { random: () => 0.999999 })).toBe(1000) // attempt < 1 counts as the first
+  })
+})
+
+describe('tickBackoffMs', () => {
+  it('doubles the tick per failed tick in a row, up to the cap', () => {
+    expect([1, 2, 3, 4].map((n) => tickBackoffMs(250, n))).toEqual([500, 1000, 2000, 4000])
+    expect(tickBackoffMs(250, 5)).toBe(MAX_TICK_BACKOFF_MS)
+    // 2 ** 2000 is Infinity: a long streak stays at the cap.
+    expect(tickBackoffMs(250, 2000)).toBe(MAX_TICK_BACKOFF_MS)
+  })
+
+  it('never waits less than a tick longer than the cap', () => {
+    expect(tickBackoffMs(10_000, 1)).toBe(10_000)
+    expect(tickBackoffMs(10_000, 9)).toBe(10_000)
   })
 })

@@ -36,3 +36,19 @@ export function retryDelayMs(attempt: number, baseMs: number, opts: RetryDelayOp
   const r = Math.min(Math.max(random(), 0), 1)
   return Math.round(jitter === 'full' ? delay * r : delay / 2 + (delay / 2) * r)
 }
+
+/**
+ * Cap on the runner's wait after failed ticks. Short enough that a runner
+ * notices a restarted database within seconds, long enough not to hammer one
+ * that is down.
+ */
+export const MAX_TICK_BACKOFF_MS = 5_000
+
+/**
+ * The runner's wait after `consecutiveErrors` failed ticks in a row (≥ 1):
+ * the tick doubled per failure, capped at {@link MAX_TICK_BACKOFF_MS} (or at
+ * the tick itself, when a tick is longer than that).
+ */
+export function tickBackoffMs(tickMs: number, consecutiveErrors: number): number {
+  return Math.min(tickMs * 2 ** consecutiveErrors, Math.max(MAX_TICK_BACKOFF_MS, tickMs))
+}

@@ -40,6 +40,7 @@ import { isDbUnavailable } from '../../sql/db.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
 import * as steps from '../../sql/eventSteps/index.ts'
 import * as heartbeats from '../../sql/runnerHeartbeats.ts'
+import { tickBackoffMs } from './backoff.ts'
 import { advanceInChunks } from './chunkedAdvance.ts'
 import { Doorbell } from './doorbell.ts'
 import { expandStartingRuns } from './expand.ts'
@@ -55,12 +56,6 @@ import { WakeLane } from './wakeLane.ts'
 
 export type RunnerState = 'created' | 'active' | 'stopping' | 'stopped'
 export type { RunnerLogger, RunnerOptions } from './options.ts'
-
-/**
- * Cap on the wait after failed ticks. Short enough that a runner notices a
- * restarted database within seconds, long enough not to hammer one that is down.
- */
-const MAX_ERROR_BACKOFF_MS = 5_000
 
 export class Runner {
   readonly instanceId: string
@@ -236,18 +231,11 @@ export class Runner {
     const elapsed = Date.now() - started
     this.opts.observer?.tickDuration?.(elapsed)
     if (this.stateValue !== 'active') return
-    const wait =
-      this.consecutiveErrors > 0
-        ? Math.min(
-            this.opts.tickMs * 2 ** this.consecutiveErrors,
-            Math.max(MAX_ERROR_BACKOFF_MS, this.opts.tickMs),
-          )
-        : Math.max(0, this.opts.tickMs - elapsed)
-    if (this.nudged && this.consecutiveErrors === 0) {
-      this.nudged = false
-      return
+    if (this.consecutiveErrors > 0) {
+      await this.sleep(tickBackoffMs(this.opts.tickMs, this.consecutiveErrors))
+    } else if (!this.nudged) {
+      await this.sleep(await this.untilNextWake(Math.max(0, this.opts.tickMs - elapsed)))
     }
-    await this.sleep(this.consecutiveErrors > 0 ? wait : await this.untilNextWake(wait))
     this.nudged = false
   }
 
