@@ -349,7 +349,7 @@ const envSchema = z
       'a whole number of listeners from 1 to 64',
     ),
     RUNNER_BATCH_SIZE: wholeNumber('RUNNER_BATCH_SIZE', 2000, 1, 10_000, 'a whole number from 1 to 10000'),
-    RUNNER_PARALLELISM: wholeNumber('RUNNER_PARALLELISM', 16, 1, 1000, 'a whole number from 1 to 1000'),
+    RUNNER_PARALLELISM: wholeNumber('RUNNER_PARALLELISM', 32, 1, 1000, 'a whole number from 1 to 1000'),
     RUNNER_START_CONCURRENCY: wholeNumber(
       'RUNNER_START_CONCURRENCY',
       4,

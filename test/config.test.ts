@@ -151,7 +151,7 @@ describe('loadConfig', () => {
   it('reads the runner and pool sizes, with the shipped defaults when unset', () => {
     const d = loadConfig({})
     expect([d.runnerBatchSize, d.runnerParallelism, d.runnerStartConcurrency, d.dbPoolSize]).toEqual([
-      2000, 16, 4, 10,
+      2000, 32, 4, 10,
     ])
     const c = loadConfig({
       RUNNER_BATCH_SIZE: '1000',

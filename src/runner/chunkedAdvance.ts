@@ -5,7 +5,7 @@
  * Why: a batch moves in lock-step rounds (advance.ts), so none of its runs
  * begins its next step before the slowest of the round has ended this one.
  * Two thousand shows due at one instant were handed on as one batch: each
- * called a webhook (`RUNNER_PARALLELISM` 16 at a time), then parked a cue.
+ * called a webhook (`RUNNER_PARALLELISM`, then 16, at a time), then parked a cue.
  * The first webhook answered 1.1 s after the instant, the last 5.3 s after
  * it, and every cue parked at 5.4 s, its person's wait added to every show.
  *
@@ -23,8 +23,8 @@ import { StepSlots } from './executor/slots.ts'
 import type { ClaimedRun, EngineDeps } from './types.ts'
 
 /**
- * Runs per chunk: eight rounds of parallel steps (128 runs with
- * `RUNNER_PARALLELISM` 16), so the first chunk's calls are done after a few
+ * Runs per chunk: eight rounds of parallel steps (256 runs with
+ * `RUNNER_PARALLELISM` 32, the default), so the first chunk's calls are done after a few
  * of the receiver's answer times, not a hundred.
  */
 function chunkSizeFor(parallelism: number): number {

@@ -59,7 +59,7 @@ export interface RunnerOptions {
   batchSize?: number
   /**
    * Runs advanced one by one at once (each uses one pooled connection at a
-   * time), and steps a batch executes at once (webhooks in flight, say). @default 16
+   * time), and steps a batch executes at once (webhooks in flight, say). @default 32
    */
   parallelism?: number
   /**
@@ -120,7 +120,7 @@ export function resolveOptions(options: RunnerOptions): ResolvedOptions {
     auditRetentionMs: options.auditRetentionMs ?? 90 * 24 * 3600_000,
     retentionEveryMs: options.retentionEveryMs ?? 3600_000,
     batchSize: options.batchSize ?? 2000,
-    parallelism: options.parallelism ?? 16,
+    parallelism: options.parallelism ?? 32,
     startConcurrency: Math.max(1, options.startConcurrency ?? 4),
     batchesInFlight,
     wakeBatchesInFlight: Math.max(0, options.wakeBatchesInFlight ?? 4 * batchesInFlight),
