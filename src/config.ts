@@ -97,7 +97,7 @@ export interface Config {
   dbQueueLimit: number
   /** Connections the runner holds, apart from the API's so API load cannot starve it. @default 8 */
   runnerDbPoolSize: number
-  /** GraphQL requests over HTTP worked on at once (GRAPHQL_MAX_IN_FLIGHT; src/api/admission.ts). @default 32 */
+  /** GraphQL queries and mutations (HTTP and WebSocket) worked on at once (GRAPHQL_MAX_IN_FLIGHT; src/api/admission.ts). @default 32 */
   graphqlMaxInFlight: number
   /** GraphQL requests that may wait for one of those; past them BUSY at once (GRAPHQL_MAX_QUEUED). @default 256 */
   graphqlMaxQueued: number

@@ -411,6 +411,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
       logger,
       maxOperations: config.limits.wsMaxSubscriptions,
       initTimeoutMs: config.limits.wsInitTimeoutMs,
+      admission,
     })
     acceptListeners = await listenHttp(httpServer, {
       port: config.port,

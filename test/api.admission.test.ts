@@ -7,6 +7,8 @@
  */
 import { request } from 'node:http'
 import { connect } from 'node:net'
+import type { ExecutionResult } from 'graphql'
+import type { Client } from 'graphql-ws'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import {
   ADMISSION_BUSY_MESSAGE,
@@ -24,7 +26,25 @@ import {
   startTestServer,
   type TestServer,
   TOKENS,
+  wsClient,
 } from './helpers/server.ts'
+
+/** One query over a graphql-ws client: its one result (data or errors). */
+function wsQuery(client: Client, query: string): Promise<ExecutionResult> {
+  return new Promise((resolve, reject) => {
+    let result: ExecutionResult | undefined
+    client.subscribe(
+      { query },
+      {
+        next: (r) => {
+          result = r as ExecutionResult
+        },
+        error: reject,
+        complete: () => (result ? resolve(result) : reject(new Error('completed without a result'))),
+      },
+    )
+  })
+}
 
 describe('the admission counter', () => {
   it('runs maxInFlight at once, queues maxQueued in arrival order, refuses the rest', () => {
@@ -322,6 +342,66 @@ describe('a server with two slots and a queue of three', () => {
     } finally {
       for (const st of streams) st.stop()
     }
+  })
+
+  it('WebSocket queries share the slots: ten on one socket while the database is held, two worked on, three wait, five BUSY with retryAfterSeconds', async () => {
+    const held = Array.from({ length: 2 }, () => s.app.db.query('SELECT SLEEP(1)').catch((e: unknown) => e))
+    await sleep(50)
+    const before = s.app.admission.stats()
+    const client = wsClient(s, 'viewer')
+    try {
+      const answers = Array.from({ length: 10 }, () => wsQuery(client, '{ runs(limit: 5) { id } }'))
+      await eventually(async () => {
+        const st = s.app.admission.stats()
+        return st.admitted + st.queued + st.refusedFull - before.admitted - before.refusedFull === 10 || null
+      }, 5000)
+      const mid = s.app.admission.stats()
+      expect(mid.inFlight).toBe(2)
+      expect(mid.queued).toBe(3)
+      expect(mid.refusedFull - before.refusedFull).toBe(5)
+      // An HTTP request meanwhile finds the same slots and queue taken.
+      expect((await gqlOnItsOwnConnection(s, '{ runs(limit: 1) { id } }')).status).toBe(503)
+      const done = await Promise.all(answers)
+      const busy = done.filter((a) => a.errors !== undefined)
+      expect(busy).toHaveLength(5)
+      for (const a of busy) {
+        expect(a.data).toBeUndefined()
+        expect(a.errors?.map((e) => ({ message: e.message, extensions: e.extensions }))).toEqual([
+          {
+            message: ADMISSION_BUSY_MESSAGE,
+            extensions: { code: 'BUSY', retryAfterSeconds: expect.any(Number) },
+          },
+        ])
+        expect(a.errors?.[0]?.extensions?.retryAfterSeconds).toBeGreaterThanOrEqual(1)
+      }
+      expect(done.filter((a) => Array.isArray((a.data as { runs?: unknown })?.runs))).toHaveLength(5)
+      await Promise.all(held)
+      const after = s.app.admission.stats()
+      expect(after.admitted - before.admitted).toBe(5)
+      expect(after.waited - before.waited).toBe(3)
+      expect(after.inFlight).toBe(0)
+    } finally {
+      await client.dispose()
+    }
+  })
+
+  it('WebSocket queries waiting for a slot leave the queue when their socket closes', async () => {
+    const held = Array.from({ length: 2 }, () => s.app.db.query('SELECT SLEEP(0.6)').catch((e: unknown) => e))
+    await sleep(50)
+    const before = s.app.admission.stats()
+    const inFlight = [s.gql('{ runs(limit: 1) { id } }'), s.gql('{ runs(limit: 1) { id } }')]
+    await eventually(async () => s.app.admission.stats().inFlight === 2 || null, 5000)
+    const client = wsClient(s, 'viewer')
+    const waiting = Array.from({ length: 3 }, () =>
+      wsQuery(client, '{ runs(limit: 1) { id } }').catch(() => 'closed'),
+    )
+    await eventually(async () => s.app.admission.stats().queued === 3 || null, 5000)
+    await client.dispose()
+    await eventually(async () => s.app.admission.stats().abandoned - before.abandoned === 3 || null, 5000)
+    expect(s.app.admission.stats().queued).toBe(0)
+    await Promise.all([...inFlight, ...held, ...waiting])
+    // Nothing of theirs was worked on: only the two HTTP requests were admitted.
+    expect(s.app.admission.stats().admitted - before.admitted).toBe(2)
   })
 
   it('a waiting request whose client goes away leaves the queue', async () => {

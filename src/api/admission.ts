@@ -12,6 +12,9 @@
  * as far as its first statement. Bounding the requests in flight bounds the
  * work in any one turn; a refusal here costs one small write.
  *
+ * A WebSocket's queries and mutations take the same slots once parsed and
+ * validated ({@link admitOperation}); a refusal is a BUSY result there.
+ *
  * A request holds its slot until its answer starts (the status line is
  * written) or its work settles, whichever is first: a streamed answer
  * (Server-Sent Events) gives its slot back once its stream opens, so
@@ -350,4 +353,33 @@ export function admitHttp(
     },
   )
   res.once('close', leave)
+}
+
+/**
+ * Run `work` when `admission` lets it in, else answer `busy` with the
+ * refusal's Retry-After: the WebSocket path's queries and mutations, which
+ * share the instance's slots with HTTP's (a socket's hundred operations
+ * would otherwise all be worked on at once, beside the slots). The slot is
+ * given back when the work settles. `leave` takes a waiting operation out
+ * of the queue (its socket closed); it then answers `busy` for nobody.
+ */
+export function admitOperation<T>(
+  admission: Admission,
+  work: () => T | Promise<T>,
+  busy: (retryAfterSeconds: number) => T,
+): { answer: Promise<T>; leave: () => void } {
+  let leave: () => void = () => {}
+  const answer = new Promise<T>((resolve, reject) => {
+    const left = admission.enter(
+      (release) => {
+        Promise.resolve().then(work).then(resolve, reject).finally(release)
+      },
+      () => resolve(busy(admission.retryAfterSeconds())),
+    )
+    leave = () => {
+      left()
+      resolve(busy(0))
+    }
+  })
+  return { answer, leave }
 }

@@ -15,8 +15,10 @@ import { useServer } from 'graphql-ws/use/ws'
 import type { YogaServerInstance } from 'graphql-yoga'
 import { type WebSocket, WebSocketServer } from 'ws'
 import type { Principal } from '../auth.ts'
+import { ERROR_CODES } from '../errors.ts'
 import type { Authenticator, Refusal } from '../identity/authenticator.ts'
 import type { Logger } from '../log.ts'
+import { ADMISSION_BUSY_MESSAGE, type Admission, admitOperation } from './admission.ts'
 import { logRefusedAuthentication, refusedCredential, unauthenticatedError } from './authz.ts'
 import type { ApiContext } from './context.ts'
 import { API_CODES } from './errors.ts'
@@ -26,9 +28,22 @@ export const WS_PRINCIPAL = Symbol('showrunner.wsPrincipal')
 
 type Extra = { principal?: Principal }
 
+/** A query or mutation refused for want of a slot: BUSY, with when to ask again (as HTTP's Retry-After). */
+function busyResult(retryAfterSeconds: number): { errors: GraphQLError[] } {
+  return {
+    errors: [
+      new GraphQLError(ADMISSION_BUSY_MESSAGE, {
+        extensions: { code: ERROR_CODES.BUSY, retryAfterSeconds },
+      }),
+    ],
+  }
+}
+
 interface EnvelopedRoot {
   execute: (args: ExecutionArgs) => unknown
   subscribe: (args: ExecutionArgs) => unknown
+  /** The operation's socket: a query waiting for a slot leaves the queue when it closes. */
+  socket: WebSocket
 }
 
 export interface WsTransport {
@@ -110,6 +125,12 @@ export function attachGraphqlWs(opts: {
   maxOperations?: number
   /** Milliseconds a socket has to send connection_init; then it is closed with 4408. @default 3000 */
   initTimeoutMs?: number
+  /**
+   * The instance's GraphQL slots (admission.ts), shared with HTTP: a query or
+   * mutation waits for one or is answered BUSY. Subscriptions take none (their
+   * own caps bound them, as an SSE stream's do). None: no admission.
+   */
+  admission?: Admission
 }): WsTransport {
   const maxOperations = opts.maxOperations ?? 100
   const wss = new WebSocketServer({
@@ -117,7 +138,17 @@ export function attachGraphqlWs(opts: {
     path: opts.path,
     maxPayload: opts.maxPayloadBytes,
   })
-  wss.on('connection', (socket) => batchWrites(socket))
+  /** Per open socket, how to take its queries still waiting for a slot out of the queue. */
+  const waitingOn = new WeakMap<WebSocket, Set<() => void>>()
+  wss.on('connection', (socket) => {
+    batchWrites(socket)
+    const waiting = new Set<() => void>()
+    waitingOn.set(socket, waiting)
+    socket.once('close', () => {
+      for (const leave of waiting) leave()
+      waitingOn.delete(socket)
+    })
+  })
   const disposable = useServer<Record<string, unknown> | undefined, Extra>(
     {
       // Never put internal error text into close reasons.
@@ -199,7 +230,11 @@ export function attachGraphqlWs(opts: {
         }
         const errors = enveloped.validate(enveloped.schema, document)
         if (errors.length > 0) return errors
-        const root: EnvelopedRoot = { execute: enveloped.execute, subscribe: enveloped.subscribe }
+        const root: EnvelopedRoot = {
+          execute: enveloped.execute,
+          subscribe: enveloped.subscribe,
+          socket: ctx.extra.socket,
+        }
         return {
           schema: enveloped.schema,
           document,
@@ -209,7 +244,16 @@ export function attachGraphqlWs(opts: {
           rootValue: root,
         }
       },
-      execute: (args) => (args.rootValue as EnvelopedRoot).execute(args) as never,
+      execute: (args) => {
+        const root = args.rootValue as EnvelopedRoot
+        if (!opts.admission) return root.execute(args) as never
+        const { answer, leave } = admitOperation(opts.admission, () => root.execute(args), busyResult)
+        // One close listener per socket, not one per operation (a hundred would warn).
+        const waiting = waitingOn.get(root.socket)
+        if (waiting === undefined) return answer as never
+        waiting.add(leave)
+        return answer.finally(() => waiting.delete(leave)) as never
+      },
       subscribe: (args) => (args.rootValue as EnvelopedRoot).subscribe(args) as never,
     },
     wss,
