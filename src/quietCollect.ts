@@ -68,6 +68,28 @@ export interface QuietCollectOptions {
 /** Full collections after one busy spell, at most: the first, then compactions while they give pages back. */
 export const MAX_COLLECTIONS_PER_SPELL = 4
 
+/** The two figures of V8's heap statistics a decision reads. */
+export interface HeapSizes {
+  /** What V8 holds (`total_heap_size`). */
+  total_heap_size: number
+  /** What live objects and not yet collected garbage use (`used_heap_size`). */
+  used_heap_size: number
+}
+
+/**
+ * Whether the next quiet check collects again, after the `nth` collection of
+ * a spell took the heap from `before` to `after`: while what V8 holds is
+ * still `growth` above what is used (sparse pages left), up to
+ * {@link MAX_COLLECTIONS_PER_SPELL}, and, after the first, only while the
+ * last one gave back at least half of `growth` (one that compacts nothing
+ * will not be followed by one that does).
+ */
+export function collectAgain(nth: number, before: HeapSizes, after: HeapSizes, growth: number): boolean {
+  const sparse = after.total_heap_size - after.used_heap_size >= growth
+  const gaveBack = before.total_heap_size - after.total_heap_size
+  return sparse && nth < MAX_COLLECTIONS_PER_SPELL && (nth === 1 || gaveBack >= growth / 2)
+}
+
 /** V8's `gc`, reached through a context of its own so no global `gc` appears in the program. */
 function v8Collect(): () => void {
   setFlagsFromString('--expose-gc')
@@ -129,12 +151,7 @@ export function startQuietCollect(opts: QuietCollectOptions): { stop(): void } {
     // half of `growth` and the held heap is still `growth` above the used, up
     // to MAX_COLLECTIONS_PER_SPELL; whatever the last leaves is the floor.
     spellCollections++
-    const sparse = after.total_heap_size - after.used_heap_size >= growth
-    const gaveBack = before.total_heap_size - after.total_heap_size
-    const again =
-      sparse &&
-      spellCollections < MAX_COLLECTIONS_PER_SPELL &&
-      (spellCollections === 1 || gaveBack >= growth / 2)
+    const again = collectAgain(spellCollections, before, after, growth)
     if (!again) spellCollections = 0
     floor = again ? after.used_heap_size : after.total_heap_size
     opts.onCollected?.({

@@ -7,7 +7,12 @@
  */
 import { getHeapStatistics } from 'node:v8'
 import { describe, expect, it } from 'vitest'
-import { type Collected, MAX_COLLECTIONS_PER_SPELL, startQuietCollect } from '../src/quietCollect.ts'
+import {
+  type Collected,
+  collectAgain,
+  MAX_COLLECTIONS_PER_SPELL,
+  startQuietCollect,
+} from '../src/quietCollect.ts'
 
 const MB = 2 ** 20
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
@@ -125,5 +130,28 @@ describe('the quiet collection after a busy spell', () => {
     } finally {
       q.stop()
     }
+  })
+})
+
+describe('whether a spell collects again (the rule, on given heap sizes)', () => {
+  const growth = 64 * MB
+  const heap = (held: number, used: number) => ({ total_heap_size: held * MB, used_heap_size: used * MB })
+
+  it('after the first collection: again while the held heap is growth above the used, whatever it gave back', () => {
+    expect(collectAgain(1, heap(300, 250), heap(280, 70), growth)).toBe(true)
+    expect(collectAgain(1, heap(300, 250), heap(130, 70), growth)).toBe(false)
+  })
+
+  it('after the second and third: again only while each gives back at least half of growth', () => {
+    // Compacted 280 → 240 (40 MB back, more than 32): a third collection follows.
+    expect(collectAgain(2, heap(280, 70), heap(240, 70), growth)).toBe(true)
+    // The third gave back 20 MB: no fourth, though the pages are still sparse.
+    expect(collectAgain(3, heap(240, 70), heap(220, 70), growth)).toBe(false)
+    expect(collectAgain(3, heap(240, 70), heap(190, 70), growth)).toBe(true)
+  })
+
+  it(`never more than ${MAX_COLLECTIONS_PER_SPELL} in a spell`, () => {
+    expect(collectAgain(MAX_COLLECTIONS_PER_SPELL, heap(400, 70), heap(300, 70), growth)).toBe(false)
+    expect(collectAgain(MAX_COLLECTIONS_PER_SPELL - 1, heap(400, 70), heap(300, 70), growth)).toBe(true)
   })
 })
