@@ -118,7 +118,7 @@ const ELD_RESOLUTION_MS = 10
  * its own cues, as a stage manager's console does; `all`: everybody's inbox
  * (the oldest 500 cues, whoever they are for), as before cues had assignees.
  */
-const INBOX = env.SHOWTIME_INBOX === 'all' ? 'all' : 'mine'
+const INBOX = env.SHOWTIME_INBOX === 'all' ? 'all' : env.SHOWTIME_INBOX === 'changes' ? 'changes' : 'mine'
 const nodeFlags = process.execArgv.filter((a, i, all) => a !== '--import' && all[i - 1] !== '--import')
 
 /** The runner's passes so far: how many, and their total seconds (the tick-duration histogram). */
@@ -330,7 +330,12 @@ async function single(): Promise<{ results: Record<string, BenchResult>; loaded:
     const settings = {
       WEBHOOK_ALLOW: 'the local receiver',
       SHOWRUNNER_TOKENS: 'admin, viewer, 10 named operators (each the assignee of its shows’ cues)',
-      inbox: INBOX === 'mine' ? 'waitingSteps(mine: true)' : 'waitingSteps (everybody’s)',
+      inbox:
+        INBOX === 'mine'
+          ? 'waitingSteps(mine: true)'
+          : INBOX === 'changes'
+            ? 'waitingStepChanges(mine: true)'
+            : 'waitingSteps (everybody’s)',
       ...passedThrough(),
     }
     const scale = {

@@ -36,8 +36,12 @@ export type Command =
       answersInFlight: number
       /** Operators answer only cues of definitions whose slug matches this; its group 1 is the show's number. */
       answerSlugPattern: string
-      /** `mine`: each operator's own cues (`waitingSteps(mine: true)`); `all`: everybody's inbox. */
-      inbox: 'mine' | 'all'
+      /**
+       * `mine`: each operator's own cues (`waitingSteps(mine: true)`); `all`:
+       * everybody's inbox; `changes`: their own cues as changes
+       * (`waitingStepChanges(mine: true)`), only what is new in each event.
+       */
+      inbox: 'mine' | 'all' | 'changes'
     }
   | { type: 'report' }
   | { type: 'health' }
@@ -149,8 +153,11 @@ function wsClient(url: string, token: string): ReturnType<typeof createClient> {
   })
 }
 
-const inboxQuery = (mine: boolean) =>
-  `subscription Inbox { waitingSteps(limit: 500${mine ? ', mine: true' : ''}) { id startedAt run { id definition { slug } } } }`
+const INBOX_STEP = 'id startedAt run { id definition { slug } }'
+const inboxQuery = (inbox: 'mine' | 'all' | 'changes') =>
+  inbox === 'changes'
+    ? `subscription Inbox { waitingStepChanges(limit: 500, mine: true) { added { ${INBOX_STEP} } } }`
+    : `subscription Inbox { waitingSteps(limit: 500${inbox === 'mine' ? ', mine: true' : ''}) { ${INBOX_STEP} } }`
 const DASHBOARD = `subscription Board { runChanges { id status currentPhase waitingSteps updatedAt definition { slug } } }`
 
 interface InboxStep {
@@ -246,13 +253,14 @@ async function connect(cmd: Extract<Command, { type: 'connect' }>): Promise<{ su
     opened.push(
       new Promise<void>((ready) => {
         let first = true
-        client.subscribe<{ waitingSteps: InboxStep[] }>(
-          { query: inboxQuery(cmd.inbox === 'mine') },
+        client.subscribe<{ waitingSteps?: InboxStep[]; waitingStepChanges?: { added: InboxStep[] } }>(
+          { query: inboxQuery(cmd.inbox) },
           {
             next(result) {
               const at = Date.now()
               if (result.errors?.length) noteError(`inbox: ${result.errors[0]?.message}`)
-              const steps = result.data?.waitingSteps ?? []
+              // A change's added cues are the new ones; a whole inbox is looked through for them.
+              const steps = result.data?.waitingStepChanges?.added ?? result.data?.waitingSteps ?? []
               for (const s of steps) {
                 const owner = ownerOf(s.run.definition.slug, pattern, operators)
                 let seen = sightings.get(s.id)

@@ -104,7 +104,7 @@ export async function scaleOutShow(
     shows: number
     leadMs: number
     dashboards: number
-    inbox: 'mine' | 'all'
+    inbox: 'mine' | 'all' | 'changes'
     env: Record<string, string>
   },
 ): Promise<ScaleOutShow> {

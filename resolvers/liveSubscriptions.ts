@@ -1,15 +1,16 @@
 /**
- * `runChanges` and `waitingSteps`: what a live console watches. Each is fed by
+ * `runChanges`, `waitingSteps` and `waitingStepChanges`: what a live console watches. Each is fed by
  * one poller per process (src/api/runChangeFeed.ts, src/api/inboxFeed.ts), so
  * subscribers add no database load of their own.
  */
 
 import { builder } from '../schema/builder.ts'
-import { EventRunRef, RunStepRef } from '../schema/refs.ts'
+import { EventRunRef, RunStepRef, WaitingStepsChangeRef } from '../schema/refs.ts'
 import { RunFilterInput } from '../schema/runPage.ts'
 import { withDefault } from '../src/api/args.ts'
 import { requires } from '../src/api/authz.ts'
 import type { ApiContext } from '../src/api/context.ts'
+import { type InboxChange, inboxChanges } from '../src/api/inboxChanges.ts'
 import type { Inbox } from '../src/api/inboxFeed.ts'
 import type { Loaders } from '../src/api/loaders.ts'
 import { identitiesOf } from '../src/api/person.ts'
@@ -51,6 +52,23 @@ builder.subscriptionFields((t) => ({
     resolve: (inbox: Inbox, _args, ctx) => {
       useEventLoaders(ctx, inbox.loaders)
       return inbox.steps
+    },
+  }),
+  waitingStepChanges: t.field({
+    type: WaitingStepsChangeRef,
+    description: `The cue inbox (steps parked on a person, oldest first) as changes: the whole inbox at once (reset: true), then what changed each time it changes, instead of the whole inbox again. limit is clamped to 1..500. ${MINE_DESCRIPTION}`,
+    extensions: requires('viewer'),
+    args: { limit: t.arg.int({ defaultValue: 100 }), mine: t.arg.boolean({ defaultValue: false }) },
+    subscribe: async (_root, args, ctx) =>
+      inboxChanges(
+        await ctx.services.inbox.watch(
+          withDefault(args.limit, 100),
+          args.mine ? identitiesOf(callerOf(ctx)) : null,
+        ),
+      ),
+    resolve: (change: InboxChange, _args, ctx) => {
+      useEventLoaders(ctx, change.loaders)
+      return change
     },
   }),
 }))

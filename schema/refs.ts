@@ -39,6 +39,13 @@ export interface BackfillResultShape {
   runs: RunListRow[]
 }
 
+/** One event of `waitingStepChanges` (src/api/inboxChanges.ts). */
+export interface WaitingStepsChangeShape {
+  reset: boolean
+  added: StepRow[]
+  removed: string[]
+}
+
 export const EventRunRef = builder.objectRef<RunListRow>('EventRun')
 export const RunStepRef = builder.objectRef<StepRow>('RunStep')
 export const RunLogRef = builder.objectRef<LogRow>('RunLog')
@@ -50,3 +57,4 @@ export const RunnerInstanceRef = builder.objectRef<HeartbeatRow>('RunnerInstance
 export const TransitionResultRef = builder.objectRef<TransitionResultShape>('TransitionResult')
 export const StepResultRef = builder.objectRef<StepResultShape>('StepResult')
 export const BackfillResultRef = builder.objectRef<BackfillResultShape>('BackfillResult')
+export const WaitingStepsChangeRef = builder.objectRef<WaitingStepsChangeShape>('WaitingStepsChange')

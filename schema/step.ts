@@ -7,7 +7,7 @@ import {
   withheldWebhookResult,
 } from '../src/api/redact.ts'
 import { StepStatusEnum } from './enums.ts'
-import { EventRunRef, RunStepRef } from './refs.ts'
+import { EventRunRef, RunStepRef, WaitingStepsChangeRef } from './refs.ts'
 
 RunStepRef.implement({
   description:
@@ -62,6 +62,26 @@ RunStepRef.implement({
         "What the step answered. A webhook's response body reads as withheld (with its size in bodyBytes) unless the caller is an operator or admin.",
       resolve: (step, _args, ctx) =>
         seesResponseBodies(ctx) ? step.result : withheldWebhookResult(step.kind, step.result),
+    }),
+  }),
+})
+
+WaitingStepsChangeRef.implement({
+  description:
+    'What changed in a cue inbox since the last event of waitingStepChanges. The first event has reset: true and the whole inbox in added; later ones the cues new to the inbox or changed since (put them in, or replace them by id) and the ids of those that left it (answered, skipped, timed out, or pushed past limit by older ones). Keep the inbox sorted by startedAt, oldest first.',
+  fields: (t) => ({
+    reset: t.exposeBoolean('reset', {
+      description: 'True on the first event only: added is then the whole inbox.',
+    }),
+    added: t.field({
+      type: [RunStepRef],
+      description: 'Cues new to the inbox, or changed since the last event, oldest first.',
+      resolve: (c) => c.added,
+    }),
+    removed: t.field({
+      type: ['ID'],
+      description: 'Ids of the cues that left the inbox since the last event.',
+      resolve: (c) => c.removed,
     }),
   }),
 })

@@ -197,6 +197,7 @@ describe('schema', () => {
       'Subscription.runStatus': 'viewer',
       'Subscription.runChanges': 'viewer',
       'Subscription.waitingSteps': 'viewer',
+      'Subscription.waitingStepChanges': 'viewer',
       'Mutation.startRun': 'operator',
       'Mutation.pauseRun': 'operator',
       'Mutation.resumeRun': 'operator',
