@@ -44,7 +44,7 @@ import { entryOf, failureWrite, isAdvancing, notYet, phaseMove } from './executo
 import { degradeLine, handleFailure, retryLine } from './executor/failure.ts'
 import { executeRound, type Settled } from './executor/round.ts'
 import { BufferedWriter, GroupWriter, recordOutcome, type StepWriter } from './executor/writer.ts'
-import type { ClaimedRun, EngineDeps, RunAnswer } from './types.ts'
+import { type ClaimedRun, DEFAULT_STEP_CONCURRENCY, type EngineDeps, type RunAnswer } from './types.ts'
 
 /** Told once per run, when the batch lets it go: when it next needs the runner, or `stop`. */
 export type OnAnswer = (run: ClaimedRun, answer: RunAnswer) => void
@@ -204,7 +204,7 @@ async function rounds(
         unlimited: registry.get(e.step.kind)?.inline === true,
         run: () => attempt(deps, { run: e.run, step: e.executing, resumed: e.how === 'resume', lines }),
       })),
-      deps.stepConcurrency ?? 8,
+      deps.stepConcurrency ?? DEFAULT_STEP_CONCURRENCY,
       {
         slots: deps.stepSlots,
         onSettled: (i, done) =>

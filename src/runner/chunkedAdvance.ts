@@ -5,7 +5,8 @@
  * Why: a batch moves in lock-step rounds (advance.ts), so none of its runs
  * begins its next step before the slowest of the round has ended this one.
  * Two thousand shows due at one instant were handed on as one batch: each
- * called a webhook (`RUNNER_PARALLELISM`, then 16, at a time), then parked a cue.
+ * called a webhook (`RUNNER_PARALLELISM`, then 16, at a time), then parked a
+ * cue.
  * The first webhook answered 1.1 s after the instant, the last 5.3 s after
  * it, and every cue parked at 5.4 s, its person's wait added to every show.
  *
@@ -20,12 +21,12 @@
  */
 import { advanceBatch, type OnAnswer } from './advance.ts'
 import { StepSlots } from './executor/slots.ts'
-import type { ClaimedRun, EngineDeps } from './types.ts'
+import { type ClaimedRun, DEFAULT_STEP_CONCURRENCY, type EngineDeps } from './types.ts'
 
 /**
  * Runs per chunk: eight rounds of parallel steps (256 runs with
- * `RUNNER_PARALLELISM` 32, the default), so the first chunk's calls are done after a few
- * of the receiver's answer times, not a hundred.
+ * `RUNNER_PARALLELISM` 32, the default), so the first chunk's calls are
+ * done after a few of the receiver's answer times, not a hundred.
  */
 function chunkSizeFor(parallelism: number): number {
   return Math.max(1, parallelism) * 8
@@ -43,7 +44,7 @@ export async function advanceInChunks(
   deps: EngineDeps,
   ready: readonly ClaimedRun[],
   onAnswer: OnAnswer,
-  places = deps.stepConcurrency ?? 8,
+  places = deps.stepConcurrency ?? DEFAULT_STEP_CONCURRENCY,
   size = chunkSizeFor(places),
 ): Promise<void> {
   if (ready.length <= size) return advanceBatch(deps, ready, onAnswer)

@@ -30,6 +30,9 @@ export interface RunnerObserver {
 /** A run this instance holds a claim on, with what its steps' templates need. */
 export type ClaimedRun = RunRow & { definitionTitle: string; definitionSlug: string }
 
+/** Steps a batch executes at once when its deps do not say (the runner passes RUNNER_PARALLELISM). */
+export const DEFAULT_STEP_CONCURRENCY = 8
+
 /** What the code that starts and advances held runs is given by the runner. */
 export interface EngineDeps {
   db: Db
@@ -40,7 +43,10 @@ export interface EngineDeps {
   settings: StepSettings
   /** Steps executed per run per claim before the run is given back. @default 25 */
   maxStepsPerClaim?: number
-  /** Steps a batch executes at once (its inline kinds apart, which finish at once). @default 8 */
+  /**
+   * Steps a batch executes at once (its inline kinds apart, which finish at
+   * once). @default {@link DEFAULT_STEP_CONCURRENCY}
+   */
   stepConcurrency?: number
   /** Places shared with other batches, used instead of `stepConcurrency` (chunkedAdvance.ts). */
   stepSlots?: SlotLane

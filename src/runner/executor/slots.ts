@@ -19,7 +19,7 @@ export class StepSlots {
   private free: number
   private readonly waiting: { rank: number; take: () => void }[] = []
 
-  constructor(readonly size: number) {
+  constructor(size: number) {
     this.free = Math.max(1, size)
   }
 
