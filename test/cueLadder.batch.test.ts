@@ -26,7 +26,6 @@ import {
 } from './helpers/runnerHarness.ts'
 
 const t = useTestDb()
-const quiet = { info() {}, debug() {}, warn() {}, error() {} }
 
 const CUE = {
   kind: 'core.cue',
@@ -60,7 +59,6 @@ async function parkCues(count: number): Promise<{ statements: number; definition
     registry: env.registry,
     instanceId: `cues-${count}`,
     tickMs: 50,
-    logger: quiet,
     settings: { webhookAllow: [], cueLadder: new DbCueLadder(ladderDb) },
   })
   runner.start()

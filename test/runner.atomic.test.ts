@@ -24,7 +24,6 @@ import {
 } from './helpers/runnerHarness.ts'
 
 const t = useTestDb()
-const quiet = { info() {}, debug() {}, warn() {}, error() {} }
 
 /** The real pool, except that inside a transaction the first write matching `pattern` fails after the ones before it ran. */
 function failingInTransaction(db: Db, pattern: RegExp): { db: Db; faults: () => number } {
@@ -61,7 +60,7 @@ describe('cancelRun', () => {
       program: program(['main', [{ kind: 'core.cue', params: { prompt: 'Open the gates' } }]]),
     })
     const run = await startRun(controlDeps(env), { definitionId: def.id, actor: 'op#1' })
-    await new Runner({ db: t.db, registry, clock, instanceId: 'a', logger: quiet }).tick()
+    await new Runner({ db: t.db, registry, clock, instanceId: 'a' }).tick()
     expect((await stepsOf(t.db, run.id)).map((s) => [s.status, s.parked])).toEqual([['running', true]])
 
     const faulty = failingInTransaction(t.db, CANCEL_STEPS)
@@ -101,7 +100,7 @@ describe("the engine's failing of a run", () => {
     const run = await startRun(controlDeps(env), { definitionId: def.id, actor: 'op#1' })
 
     const faulty = failingInTransaction(t.db, CANCEL_STEPS)
-    await new Runner({ db: faulty.db, registry, clock, instanceId: 'a', logger: quiet }).tick()
+    await new Runner({ db: faulty.db, registry, clock, instanceId: 'a' }).tick()
     expect(calls).toBe(1)
     expect(faulty.faults()).toBe(1)
     await expectNoLiveStepUnderFinishedRun(t.db, run.id)
@@ -116,7 +115,7 @@ describe("the engine's failing of a run", () => {
       [run.id],
     )
     clock.advance(10 * 60_000)
-    await new Runner({ db: t.db, registry, clock, instanceId: 'b', logger: quiet }).tick()
+    await new Runner({ db: t.db, registry, clock, instanceId: 'b' }).tick()
     expect(calls).toBe(2)
     expect(await runOf(t.db, run.id)).toMatchObject({ status: 'failed' })
     expect((await stepsOf(t.db, run.id)).map((s) => s.status)).toEqual(['failed', 'cancelled'])

@@ -32,7 +32,6 @@ import {
 
 const t = useTestDb()
 const receiver = useReceiver({ resetEach: true })
-const quiet = { info() {}, debug() {}, warn() {}, error() {} }
 
 const dueRuns = (def: Pick<DefinitionRow, 'id' | 'currentVersionId'>, count: number) =>
   materialiseDueRuns(t.db, def, count)
@@ -77,7 +76,6 @@ function liveRunner(db: Db, instanceId: string): Runner {
     registry: makeRegistry(),
     instanceId,
     tickMs: 50,
-    logger: quiet,
     settings: { webhookAllow: parseAllowList(`${receiver.url}/hooks/`).prefixes },
   })
 }
@@ -229,7 +227,6 @@ it('cues of a whole batch park together, each logged and woken at its own timeou
     registry: env.registry,
     clock,
     instanceId: 'cues',
-    logger: quiet,
   })
   await runner.tick()
   for (const [i, id] of starts.entries()) {
@@ -279,7 +276,7 @@ it('a step’s log lines are written while it runs, not held until its round end
     program: program(['show', [{ kind: 'test.slow', params: {} }]]),
   })
   const ids = await dueRuns(def, 3)
-  const runner = new Runner({ db: t.db, registry, instanceId: 'lines', tickMs: 50, logger: quiet })
+  const runner = new Runner({ db: t.db, registry, instanceId: 'lines', tickMs: 50 })
   runner.start()
   try {
     await waitFor(
@@ -332,7 +329,6 @@ it('a receiver down for a whole batch: its attempts fail together, wait out thei
     registry: env.registry,
     clock,
     instanceId: 'retries',
-    logger: quiet,
     settings: { webhookAllow: parseAllowList(`${receiver.url}/hooks/`).prefixes },
   })
 
@@ -393,7 +389,6 @@ it('a batch that fails part-way gives its claims back, and a run gone on alone s
     db: faulty,
     registry: env.registry,
     instanceId: 'part-way',
-    logger: quiet,
     settings: { webhookAllow: parseAllowList(`${receiver.url}/hooks/`).prefixes },
   })
   const tick = runner.tick()

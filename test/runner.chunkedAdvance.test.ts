@@ -22,7 +22,6 @@ import {
 
 const t = useTestDb()
 const receiver = useReceiver({ resetEach: true })
-const quiet = { info() {}, debug() {}, warn() {}, error() {} }
 
 /** Most calls the receiver held at once (from their arrival to their answer). */
 function mostInFlight(): number {
@@ -64,7 +63,6 @@ it('2 at a time, 64 runs (4 chunks of 16): the first cues park while later runs 
     instanceId: 'chunks',
     tickMs: 50,
     parallelism: PARALLELISM,
-    logger: quiet,
     settings: { webhookAllow: parseAllowList(`${receiver.url}/hooks/`).prefixes },
   })
   runner.start()

@@ -21,7 +21,6 @@ import {
 } from './helpers/runnerHarness.ts'
 
 const t = useTestDb()
-const quiet = { info() {}, debug() {}, warn() {}, error() {} }
 const CUES = 50
 
 /** `db` counting the statements that park steps (set them aside). */
@@ -52,7 +51,6 @@ it(`a round of ${CUES} cues parks in one write, told once`, async () => {
     registry: env.registry,
     clock,
     instanceId: 'cues-parked',
-    logger: quiet,
     observer: { cuesParked: () => told++ },
   })
   await runner.tick()

@@ -22,7 +22,6 @@ import {
 } from './helpers/runnerHarness.ts'
 
 const t = useTestDb()
-const quiet = { info() {}, debug() {}, warn() {}, error() {} }
 
 /** Real time, shifted: an instance whose clock is off by `offsetMs`. */
 const skewed = (offsetMs: number): Clock => ({ now: () => new Date(Date.now() + offsetMs) })
@@ -55,7 +54,7 @@ it('instances 60 s ahead and 60 s behind do not take over each other’s live le
     at: new Date(Date.now() - 120_000),
     actor: 'op#1',
   })
-  const common = { db: t.db, registry, logger: quiet, leaseMs: 5_000 }
+  const common = { db: t.db, registry, leaseMs: 5_000 }
   const a = new Runner({ ...common, clock: behind, instanceId: 'behind' })
   const b = new Runner({ ...common, clock: ahead, instanceId: 'ahead' })
 
@@ -106,7 +105,7 @@ it('a lease whose owner is gone is reclaimed once it has run out, by either inst
       10,
     )
     expect(leased.map((r) => r.id)).toEqual([run.id])
-    const runner = new Runner({ db: t.db, registry, clock, instanceId: name, logger: quiet, leaseMs: 5_000 })
+    const runner = new Runner({ db: t.db, registry, clock, instanceId: name, leaseMs: 5_000 })
     await runner.tick()
     // Still live on the database's clock: not taken.
     expect((await runOf(t.db, run.id)).claimedBy).toBe('crashed')

@@ -65,7 +65,7 @@ it('a begin whose answer was lost is put back: no lease, no attempt counted, and
   const flaky = losingFirstBeginAnswer(t.db)
   // The batch's begin lost its answer: the tick gives its claims back and fails (the loop backs off).
   await expect(
-    new Runner({ db: flaky.db, registry, clock, instanceId: 'lost-answer', logger: quiet }).tick(),
+    new Runner({ db: flaky.db, registry, clock, instanceId: 'lost-answer' }).tick(),
   ).rejects.toThrow(/unavailable/)
   expect(flaky.lost()).toBe(1)
   expect(calls).toBe(0)
@@ -78,5 +78,3 @@ it('a begin whose answer was lost is put back: no lease, no attempt counted, and
   expect((await stepsOf(t.db, run.id)).map((s) => [s.status, s.attempts])).toEqual([['completed', 1]])
   expect(await runOf(t.db, run.id)).toMatchObject({ status: 'completed', health: 'ok' })
 })
-
-const quiet = { info() {}, debug() {}, warn() {}, error() {} }
