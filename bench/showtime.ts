@@ -114,11 +114,18 @@ const AFTER_MS = Number(env.SHOWTIME_AFTER_MS ?? 60_000)
 const LEAD_MS = Number(env.BENCH_LEAD_MS ?? Math.max(8000, SHOWS * 8))
 const ELD_RESOLUTION_MS = 10
 /**
- * `mine` (the default): each operator subscribes to `waitingSteps(mine: true)`,
- * its own cues, as a stage manager's console does; `all`: everybody's inbox
- * (the oldest 500 cues, whoever they are for), as before cues had assignees.
+ * What each operator subscribes to, by `SHOWTIME_INBOX`: `mine` (the
+ * default), its own cues, as a stage manager's console does; `changes`, its
+ * own cues as changes; `all`, everybody's inbox (the oldest 500 cues,
+ * whoever they are for), as before cues had assignees.
  */
-const INBOX = env.SHOWTIME_INBOX === 'all' ? 'all' : env.SHOWTIME_INBOX === 'changes' ? 'changes' : 'mine'
+const INBOX_SUBSCRIPTIONS = {
+  mine: 'waitingSteps(mine: true)',
+  changes: 'waitingStepChanges(mine: true)',
+  all: 'waitingSteps (everybody’s)',
+} as const
+const INBOX: keyof typeof INBOX_SUBSCRIPTIONS =
+  env.SHOWTIME_INBOX === 'all' || env.SHOWTIME_INBOX === 'changes' ? env.SHOWTIME_INBOX : 'mine'
 const nodeFlags = process.execArgv.filter((a, i, all) => a !== '--import' && all[i - 1] !== '--import')
 
 /** The runner's passes so far: how many, and their total seconds (the tick-duration histogram). */
@@ -330,12 +337,7 @@ async function single(): Promise<{ results: Record<string, BenchResult>; loaded:
     const settings = {
       WEBHOOK_ALLOW: 'the local receiver',
       SHOWRUNNER_TOKENS: 'admin, viewer, 10 named operators (each the assignee of its shows’ cues)',
-      inbox:
-        INBOX === 'mine'
-          ? 'waitingSteps(mine: true)'
-          : INBOX === 'changes'
-            ? 'waitingStepChanges(mine: true)'
-            : 'waitingSteps (everybody’s)',
+      inbox: INBOX_SUBSCRIPTIONS[INBOX],
       ...passedThrough(),
     }
     const scale = {
