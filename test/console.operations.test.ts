@@ -13,7 +13,7 @@ import * as runsOps from '../console/app/runsOps.ts'
 import * as showOps from '../console/app/showOps.ts'
 import { nextCue, standbyList } from '../console/app/standby.ts'
 import { schema } from '../src/api/schema.ts'
-import { startTestServer, type TestServer, TOKENS } from './helpers/server.ts'
+import { startTestServer, type TestServer, TOKENS, wsClient, wsSubscribe } from './helpers/server.ts'
 
 /** Each exported document as text (the typed documents are ASTs; the server gets them printed). */
 const documents: [string, string][] = Object.entries({
@@ -71,7 +71,8 @@ describe('the console operations', () => {
         'BOARD',
         'IN_PROGRESS_PAGE',
         'INBOX',
-        'INBOX_LIVE',
+        'INBOX_CHANGES',
+        'INBOX_MINE_CHANGES',
         'RUN_CHANGES',
         'RUN',
       ]),
@@ -80,6 +81,33 @@ describe('the console operations', () => {
 
   it.each(documents)('%s validates against the schema', (_name, text) => {
     expect(validate(schema, parse(text)).map(String)).toEqual([])
+  })
+
+  it('every subscription is accepted over the socket, within the budget', async () => {
+    const subscriptions = documents.filter(([, text]) => /^\s*subscription/.test(text))
+    expect(subscriptions.length).toBeGreaterThan(0)
+    const client = wsClient(s, 'operator')
+    try {
+      const outcomes = await Promise.all(
+        subscriptions.map(async ([name, text]) => {
+          const sub = wsSubscribe(client, text, VARIABLES)
+          // A refusal (validation, budget, auth) comes back at once; an accepted one stays open.
+          const outcome = await Promise.race([
+            sub.done.then(
+              () => 'completed',
+              (err) => JSON.stringify(err),
+            ),
+            new Promise<string>((r) => setTimeout(() => r('open'), 1500)),
+          ])
+          sub.stop()
+          return [name, outcome]
+        }),
+      )
+      // RUN_STATUS of a run that does not exist ends at once: ended, not refused.
+      expect(outcomes.filter(([, outcome]) => outcome !== 'open' && outcome !== 'completed')).toEqual([])
+    } finally {
+      await client.dispose()
+    }
   })
 
   it.each(documents.filter(([, text]) => !/^\s*subscription/.test(text)))(

@@ -81,11 +81,14 @@ export const ASSUMED_LIST_SIZE = 10
 /**
  * Lists without a size argument whose real bound is known. A run has as many
  * steps as its program, up to the program limit; a page's `nodes` are already
- * counted by the page's `first`; a backfill makes at most 1,000 runs.
+ * counted by the page's `first`, and an inbox change's cues by its `limit`;
+ * a backfill makes at most 1,000 runs.
  */
 export const LIST_BOUNDS: Readonly<Record<string, number>> = {
   'EventRun.steps': PROGRAM_LIMITS.maxSteps,
   'RunPage.nodes': 1,
+  'WaitingStepsChange.added': 1,
+  'WaitingStepsChange.removed': 1,
   'BackfillResult.runs': 1000,
 }
 /** Arguments that size the list a field returns, and the most the server ever returns for each. */
