@@ -5,8 +5,9 @@
  */
 import { useEffect, useRef, useState } from 'preact/hooks'
 import { promptOf } from './format.ts'
+import { reduceInbox } from './inboxState.ts'
 import { useLive } from './live.ts'
-import { INBOX_MINE, INBOX_MINE_LIVE, type InboxData } from './operations.ts'
+import { INBOX_MINE, INBOX_MINE_CHANGES, type InboxData } from './operations.ts'
 
 const KEY = 'showrunner.cueAlerts'
 
@@ -66,7 +67,7 @@ export function useAlertToggle(): [boolean, () => Promise<void>] {
 
 function CueAlertWatcher({ token }: { token: string }) {
   const mine = useLive<InboxData>(token, INBOX_MINE, {
-    subscription: { query: INBOX_MINE_LIVE, apply: (event) => event as InboxData },
+    subscription: { query: INBOX_MINE_CHANGES, reduce: reduceInbox },
   })
   const seen = useRef<Set<string> | null>(null)
   useEffect(() => {

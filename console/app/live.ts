@@ -3,6 +3,12 @@
  * change (or a nudge to refetch); when the server offers no such subscription
  * (or the WebSocket is blocked), the query is polled instead. Polling waits for
  * each answer before scheduling the next, so a slow server is never queued up.
+ *
+ * A subscription that sends changes rather than whole data (`reduce`) owns the
+ * data while its socket is up: a poll's answer is read at another moment than
+ * the change that follows it is relative to, so it is not shown then, and the
+ * slow safety poll subscribes afresh instead (the stream starts again with
+ * the whole data).
  */
 
 import { print } from '@0no-co/graphql.web'
@@ -20,6 +26,12 @@ export interface LiveOptions<T> {
     query: Document<unknown>
     variables?: Record<string, unknown>
     apply?: (event: unknown) => T | null
+    /**
+     * The events are changes: the data after `event`, given what this
+     * subscription's events made so far (undefined before its first), or
+     * null when the event cannot be placed (then it subscribes afresh).
+     */
+    reduce?: (held: T | undefined, event: unknown) => T | null
   }
   /** Poll interval while no subscription feeds the data. @default the server's suggestion */
   pollMs?: number
@@ -35,6 +47,7 @@ export interface Live<T> {
   error: ApiError | null
   /** True while a subscription (not polling) keeps the data current. */
   live: boolean
+  /** Read the data again now (a `reduce` subscription that owns it starts afresh instead). */
   refetch(): Promise<void>
 }
 
@@ -62,13 +75,17 @@ export function useLive<T>(
   const optsRef = useRef(opts)
   optsRef.current = opts
   const generation = useRef(0)
+  /** Set while a `reduce` subscription owns the data: subscribes afresh. */
+  const resubscribe = useRef<(() => void) | null>(null)
 
   const refetch = useCallback(async () => {
+    if (resubscribe.current) return resubscribe.current()
     const mine = generation.current
     try {
       const next =
         typeof query === 'function' ? await query(token) : await gql(token, query, optsRef.current.variables)
-      if (mine !== generation.current) return
+      // A change stream took the data over while this read was out: its answer is older.
+      if (mine !== generation.current || resubscribe.current) return
       setData(next)
       setError(null)
     } catch (err) {
@@ -103,22 +120,36 @@ export function useLive<T>(
     }
 
     let unsubscribe = () => {}
-    if (sub && !refused.has(subKey)) {
-      subscribed = true
-      setLive(true)
+    /** A subscription that sends whole data makes a first read redundant, unless it stays mute. */
+    let awaitingFirstEvent = false
+    /** Counts this effect's subscriptions, so a replaced one's late events are dropped. */
+    let opened = 0
+    /** What a `reduce` subscription's events made so far. */
+    let held: T | undefined
+    const open = () => {
+      if (!sub) return
+      unsubscribe()
+      const mine = ++opened
+      held = undefined
       unsubscribe = subscribe(token, sub.query, sub.variables, {
         next: (event) => {
-          if (stopped) return
+          if (stopped || mine !== opened) return
+          if (sub.reduce) {
+            const next = sub.reduce(held, event)
+            // A change relative to nothing this page holds: start again from the whole data.
+            if (next === null) return void setTimeout(() => !stopped && mine === opened && open(), 0)
+            held = next
+            resubscribe.current = () => open()
+            setData(next)
+            setError(null)
+            firstEventArrived()
+            return
+          }
           const applied = sub.apply?.(event) ?? null
           if (applied !== null) {
             setData(applied)
             setError(null)
-            if (awaitingFirstEvent) {
-              // The subscription answered: the fallback read is not needed; poll slowly from here.
-              awaitingFirstEvent = false
-              clearTimeout(timer)
-              timer = setTimeout(loop, every())
-            }
+            firstEventArrived()
             return
           }
           // Many changes in a burst cost one refetch, at most every 100 ms.
@@ -128,24 +159,39 @@ export function useLive<T>(
           }, 100)
         },
         unsupported: () => {
-          if (stopped || !subscribed) return
+          if (stopped || !subscribed || mine !== opened) return
           refused.add(subKey)
           subscribed = false
+          resubscribe.current = null
           setLive(false)
           restartPolling()
         },
       })
+    }
+    const firstEventArrived = () => {
+      if (!awaitingFirstEvent) return
+      // The subscription answered: the fallback read is not needed; poll slowly from here.
+      awaitingFirstEvent = false
+      clearTimeout(timer)
+      timer = setTimeout(loop, every())
+    }
+    if (sub && !refused.has(subKey)) {
+      subscribed = true
+      setLive(true)
+      open()
     } else {
       setLive(false)
     }
     // A subscription that sends the whole data at once makes a first read redundant;
     // read anyway if it has said nothing soon (a socket a proxy holds open but mute).
-    let awaitingFirstEvent = subscribed && sub?.apply !== undefined
+    awaitingFirstEvent = subscribed && (sub?.apply !== undefined || sub?.reduce !== undefined)
     if (awaitingFirstEvent) timer = setTimeout(loop, 1500)
     else loop()
     // A socket that drops hands over to polling at once; one that comes back lets polling slow down.
     const stopListening = onSocketChange((up) => {
       if (stopped || !subscribed) return
+      // Down, a change stream owns nothing: polls show the data until it starts again whole.
+      if (!up) resubscribe.current = null
       clearTimeout(timer)
       if (up) timer = setTimeout(loop, every())
       else loop()
@@ -153,6 +199,7 @@ export function useLive<T>(
     return () => {
       stopListening()
       stopped = true
+      resubscribe.current = null
       clearTimeout(timer)
       clearTimeout(debounce)
       unsubscribe()

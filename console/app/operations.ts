@@ -123,19 +123,26 @@ export type Cue = ResultOf<typeof CUE_FIELDS>
 
 /** The inbox: every parked cue, oldest first. */
 export const INBOX = graphql(`query Inbox { waitingSteps(limit: 500) { ...CueFields } }`, [CUE_FIELDS])
-export const INBOX_LIVE = graphql(`subscription InboxLive { waitingSteps(limit: 500) { ...CueFields } }`, [
-  CUE_FIELDS,
-])
 export type InboxData = ResultOf<typeof INBOX>
 /** The cues for me: assigned to my name or one of my teams, or to nobody. */
 export const INBOX_MINE = graphql(
   `query InboxMine { waitingSteps(limit: 500, mine: true) { ...CueFields } }`,
   [CUE_FIELDS],
 )
-export const INBOX_MINE_LIVE = graphql(
-  `subscription InboxMineLive { waitingSteps(limit: 500, mine: true) { ...CueFields } }`,
+/**
+ * The inbox as changes: the whole inbox first (`reset`), then only the cues
+ * new or changed and the ids that left. Each new cue costs the server and the
+ * page one cue, not a whole inbox; inboxState.ts applies the changes.
+ */
+export const INBOX_CHANGES = graphql(
+  `subscription InboxChanges { waitingStepChanges(limit: 500) { reset added { ...CueFields } removed } }`,
   [CUE_FIELDS],
 )
+export const INBOX_MINE_CHANGES = graphql(
+  `subscription InboxMineChanges { waitingStepChanges(limit: 500, mine: true) { reset added { ...CueFields } removed } }`,
+  [CUE_FIELDS],
+)
+export type InboxChangeData = ResultOf<typeof INBOX_CHANGES>
 
 /**
  * A step as stand-by and the run page show it. The whole ladder (`cue`) is the

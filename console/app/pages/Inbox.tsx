@@ -1,20 +1,21 @@
 /**
  * The cue inbox: every parked cue, oldest first, answerable here. Live in every
- * open console: the server pushes the whole inbox on each change (or, on a
- * server without that subscription, the page polls).
+ * open console: the server sends the inbox once, then each cue that parks,
+ * changes or leaves (or, with the WebSocket blocked, the page polls).
  */
 import { useEffect, useRef, useState } from 'preact/hooks'
 import { ApiError, gql, subscribe } from '../api.ts'
 import { useAlertToggle } from '../cueAlerts.tsx'
 import { duration, promptOf, scopeLabel } from '../format.ts'
+import { reduceInbox } from '../inboxState.ts'
 import { Ladder } from '../ladder.tsx'
 import { type Live, useLive, useNow } from '../live.ts'
 import {
   type Cue,
   INBOX,
-  INBOX_LIVE,
+  INBOX_CHANGES,
   INBOX_MINE,
-  INBOX_MINE_LIVE,
+  INBOX_MINE_CHANGES,
   type InboxData,
   PAUSE_CHANGES,
   RESOLVE_CUE,
@@ -26,9 +27,7 @@ import { ErrorNote, Loading, ZoneNote } from '../ui.tsx'
 /** The inbox query, live; shared by the page and the header's count. */
 export function useInbox() {
   const { token } = useSession()
-  return useLive<InboxData>(token, INBOX, {
-    subscription: { query: INBOX_LIVE, apply: (event) => event as InboxData },
-  })
+  return useLive<InboxData>(token, INBOX, { subscription: { query: INBOX_CHANGES, reduce: reduceInbox } })
 }
 
 /** Focus the oldest cue's answer box (the `a` shortcut lands here). */
@@ -192,7 +191,7 @@ function CueCard({
 function MineInbox() {
   const { token } = useSession()
   const mine = useLive<InboxData>(token, INBOX_MINE, {
-    subscription: { query: INBOX_MINE_LIVE, apply: (event) => event as InboxData },
+    subscription: { query: INBOX_MINE_CHANGES, reduce: reduceInbox },
   })
   return <CueList inbox={mine} />
 }
@@ -248,7 +247,16 @@ export function Inbox({ inbox }: { inbox: Live<InboxData> }) {
 function CueList({ inbox }: { inbox: Live<InboxData> }) {
   const now = useNow()
   const { token } = useSession()
-  const cues = inbox.data?.waitingSteps
+  // Cues answered here leave the list at once; the server's change (or the next poll) confirms it.
+  const [answered, setAnswered] = useState<ReadonlySet<string>>(new Set())
+  const held = inbox.data?.waitingSteps
+  useEffect(() => {
+    if (!held || answered.size === 0) return
+    const still = new Set(held.map((c) => c.id))
+    if ([...answered].some((id) => !still.has(id)))
+      setAnswered(new Set([...answered].filter((id) => still.has(id))))
+  }, [held, answered])
+  const cues = held?.filter((c) => !answered.has(c.id))
   // A pause or resume of a run with a cue here: read the inbox again for its "run paused" mark.
   const runIds = new Set(cues?.map((c) => c.run.id))
   const runIdsRef = useRef(runIds)
@@ -280,7 +288,17 @@ function CueList({ inbox }: { inbox: Live<InboxData> }) {
           aria-label={`${cues.length} waiting cue${cues.length === 1 ? '' : 's'}, oldest first`}
         >
           {cues.map((cue, i) => (
-            <CueCard key={cue.id} cue={cue} now={now} oldest={i === 0} onDone={() => void inbox.refetch()} />
+            <CueCard
+              key={cue.id}
+              cue={cue}
+              now={now}
+              oldest={i === 0}
+              onDone={() => {
+                setAnswered(new Set([...answered, cue.id]))
+                // Live, the change is on its way; polling, read now rather than at the next interval.
+                if (!inbox.live) void inbox.refetch()
+              }}
+            />
           ))}
         </ul>
       )}
