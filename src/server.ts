@@ -18,7 +18,7 @@ import { createServer, type IncomingMessage, type ServerResponse } from 'node:ht
 import type { AddressInfo } from 'node:net'
 import type { YogaServerInstance } from 'graphql-yoga'
 import { CONSOLE_PATHS, createConsoleHandler } from '../console/serve.ts'
-import { createDb, type Db } from '../sql/db.ts'
+import type { Db } from '../sql/db.ts'
 import { migrate } from '../sql/migrate.ts'
 import { type AcceptListeners, listenHttp } from './acceptListeners.ts'
 import { Admission, admitHttp } from './api/admission.ts'
@@ -44,6 +44,7 @@ import { AUTH_PATHS, createSsoHandler } from './identity/ssoEndpoints.ts'
 import { createLogger, type Logger } from './log.ts'
 import { createMetrics, type Metrics } from './metrics.ts'
 import { createAnswerPageHandler, isAnswerPath } from './notify/answerPage.ts'
+import { openPools } from './pools.ts'
 import { createProbes, PROBE_SNAPSHOT_MS } from './probes.ts'
 import { startLoggedQuietCollect } from './quietCollect.ts'
 import { refusals } from './refusalSampler.ts'
@@ -106,6 +107,8 @@ export interface App {
   readonly db: Db
   /** The runner's own pool (the API's when no DATABASE_URL was given); null with RUNNER=off. */
   readonly runnerDb: Db | null
+  /** The cue inbox's polls' connection (the API's pool when no DATABASE_URL was given). */
+  readonly inboxDb: Db
   // biome-ignore lint/suspicious/noExplicitAny: node:http server context
   readonly yoga: YogaServerInstance<any, ApiContext>
   readonly registry: StepRegistry
@@ -155,29 +158,9 @@ function urlHost(host: string): string {
  */
 export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
   const logger = deps.logger ?? createLogger({ level: config.logLevel, instance: config.instanceId })
-  if (!deps.db && !config.databaseUrl) {
-    throw new Error(
-      'buildApp needs a database: set DATABASE_URL (mysql://user:pass@host:3306/db) or pass deps.db.',
-    )
-  }
-  // Two pools: the API's, whose wait queue is bounded so a flood answers "busy"
-  // instead of queueing for ever, and the runner's own, so no amount of API
-  // load can keep a tick waiting for a connection.
-  const db =
-    deps.db ??
-    createDb(config.databaseUrl as string, {
-      connectionLimit: config.dbPoolSize,
-      queueLimit: config.dbQueueLimit,
-    })
-  const ownsDb = deps.db === undefined
-  const runnerDb =
-    config.runner !== 'on'
-      ? null
-      : (deps.runnerDb ??
-        (config.databaseUrl
-          ? createDb(config.databaseUrl, { connectionLimit: config.runnerDbPoolSize })
-          : db))
-  const ownsRunnerDb = runnerDb !== null && runnerDb !== db && deps.runnerDb === undefined
+  // The API's pool, the runner's, and the inbox's connection (see pools.ts).
+  const pools = openPools(config, deps)
+  const { db, runnerDb } = pools
   const registry = deps.registry ?? createDefaultRegistry()
   const clock = deps.clock ?? systemClock
   const metrics = deps.metrics ?? createMetrics({ log: logger, now: () => clock.now().getTime() })
@@ -234,7 +217,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     onWatchersChange: (delta: 1 | -1) => metrics.openSubscriptions.inc(delta),
   }
   const runChanges = new RunChangeFeed({ ...feedOptions, deliveriesPerPoll: config.fanoutDeliveriesPerPoll })
-  const inbox = new InboxFeed(feedOptions)
+  const inbox = new InboxFeed({ ...feedOptions, pollDb: pools.inboxDb })
   changes.on(() => runChanges.wake())
   // New cues reach their owners at once; other changes (answers, skips) leave
   // the inboxes within INBOX_SETTLE_MS, so a stream of answers shares polls.
@@ -471,8 +454,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     metrics.setRunsByStatusSource(null)
     metrics.setAttentionSource(null)
     await ringer?.settled()
-    if (ownsDb) await db.close()
-    if (ownsRunnerDb) await runnerDb?.close()
+    await pools.close()
     logger.info({}, 'stopped')
   }
 
@@ -485,6 +467,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     runner,
     db,
     runnerDb,
+    inboxDb: pools.inboxDb,
     yoga,
     registry,
     metrics,

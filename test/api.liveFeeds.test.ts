@@ -282,7 +282,14 @@ describe('changes made elsewhere, and the cost of many subscribers (poll interva
   })
 
   it('2,000 subscribers of each kind: one statement per interval per kind, none once they leave', async () => {
-    const db = s.app.db
+    // The API's pool and the inbox's own connection (src/pools.ts), counted together.
+    const db = {
+      stats: {
+        get statements() {
+          return s.app.db.stats.statements + s.app.inboxDb.stats.statements
+        },
+      },
+    }
     // A parked cue, so the inbox has something in it.
     const { steps: parkedSteps } = await makeRunWithSteps(elsewhere, 1, { definition: fx })
     await elsewhere.query(

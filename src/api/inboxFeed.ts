@@ -38,6 +38,15 @@ export const MAX_INBOX = 500
 export const INBOX_SETTLE_MS = 200
 
 /**
+ * Least time between the starts of two inbox polls, however many cues park.
+ * In a show, cues park a few at a time for seconds on end: polls as close
+ * as the live feeds' usual 25 ms took CPU from the runner (GO p99 20–50 ms
+ * later) and each found only a cue or two; at this gap a poll finds them
+ * together and a cue still reaches its person sooner than behind the API.
+ */
+export const INBOX_MIN_GAP_MS = 100
+
+/**
  * Waiting cues a poll reads at most when callers watch their own inboxes.
  * Beyond it, a caller whose inbox is not full from these reads its own
  * (ten stage managers each with 500 cues of their own fit).
@@ -67,6 +76,12 @@ interface InboxListener {
 /** Options of {@link InboxFeed}. */
 export interface InboxFeedOptions {
   db: Db
+  /**
+   * Where the polls read: a connection of their own, so a parked cue's poll
+   * does not queue behind the API's requests. First reads for new
+   * subscribers stay on `db`. @default db
+   */
+  pollDb?: Db
   /** Milliseconds between polls. @default 500 */
   intervalMs?: number
   logger?: Pick<Logger, 'warn'>
@@ -100,6 +115,7 @@ export class InboxFeed {
   constructor(private readonly opts: InboxFeedOptions) {
     this.loop = new PollLoop({
       intervalMs: opts.intervalMs ?? 500,
+      minGapMs: Math.min(INBOX_MIN_GAP_MS, opts.intervalMs ?? 500),
       poll: () => this.poll(),
       hasListeners: () => this.listeners.size > 0,
       onError: (err) => opts.logger?.warn({ err }, 'waitingSteps poll failed; retrying at the next interval'),
@@ -222,9 +238,9 @@ export class InboxFeed {
     // One read of the waiting cues serves every inbox: each caller's is cut
     // from it here. Read per caller, each caller's part walked the whole
     // waiting-cue index again, and the runs cost two more statements naming
-    // every run. The poll's statements share one connection, so the poll
-    // queues for the API's pool once, not once per statement.
-    const read = await this.opts.db.withConnection(async (tx) => {
+    // every run. The poll's statements share one connection: its own
+    // (pollDb), so a parked cue's poll does not queue behind the API.
+    const read = await (this.opts.pollDb ?? this.opts.db).withConnection(async (tx) => {
       const waiting = await this.waitingCues.read(
         tx,
         mine.length > 0 ? (this.opts.waitingReadLimit ?? WAITING_READ_LIMIT) : longest(everybody ?? []),

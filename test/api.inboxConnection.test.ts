@@ -1,0 +1,132 @@
+/**
+ * The cue inbox polls on a connection of its own (src/pools.ts), so a cue the
+ * runner parks reaches its person while the API's pool is busy: here the
+ * API's only connection is held for seconds, and a `waitingSteps` subscriber
+ * still gets a cue parked elsewhere within a second. Under a storm of wakes
+ * (cues parking all through a show) the inbox polls at most once per
+ * INBOX_MIN_GAP_MS. And the pools: who opens what, and who closes it.
+ */
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import type { Db } from '../sql/db.ts'
+import type { StepRow } from '../sql/eventSteps/index.ts'
+import { INBOX_MIN_GAP_MS } from '../src/api/inboxFeed.ts'
+import { loadConfig } from '../src/config.ts'
+import { openPools } from '../src/pools.ts'
+import { createTestDb } from './helpers/db.ts'
+import { makeDefinition, makeRunWithSteps } from './helpers/fixtures.ts'
+import { startTestServer, type TestServer, wsClient, wsSubscribe } from './helpers/server.ts'
+
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
+
+describe('the inbox’s own connection', () => {
+  let s: TestServer
+  let elsewhere: Db
+  let cue: StepRow
+
+  beforeAll(async () => {
+    // One API connection, so holding it leaves the API none.
+    s = await startTestServer({ env: { STATUS_POLL_MS: '100', DB_POOL_SIZE: '1' } })
+    elsewhere = s.t.open()
+    const { steps } = await makeRunWithSteps(elsewhere, 1, { definition: await makeDefinition(elsewhere) })
+    cue = steps[0] as StepRow
+  }, 60_000)
+  afterAll(async () => {
+    await elsewhere?.close()
+    await s?.close()
+  })
+
+  it('a cue parked while the API’s pool is held still reaches a subscriber within a second', async () => {
+    const client = wsClient(s, 'viewer')
+    const inbox = wsSubscribe<{ waitingSteps: { id: string }[] }>(
+      client,
+      'subscription { waitingSteps(limit: 10) { id } }',
+    )
+    let release = () => {}
+    let held: Promise<void> = Promise.resolve()
+    try {
+      // The first inbox is read on the API's pool; from here on, its polls.
+      await inbox.until((e) => e.data?.waitingSteps !== undefined)
+      held = s.app.db.withConnection(() => new Promise<void>((r) => (release = r)))
+      await sleep(50)
+      const parkedAt = Date.now()
+      await elsewhere.query(
+        `UPDATE event_run_steps SET status = 'running', parked = 1, started_at = NOW(3), updated_at = NOW(3)
+         WHERE id = ?`,
+        [cue.id],
+      )
+      await inbox.until((e) => (e.data?.waitingSteps ?? []).some((st) => st.id === String(cue.id)), 1000)
+      expect(Date.now() - parkedAt).toBeLessThan(1000)
+      // The API is still waiting for its connection all the while.
+      const query = s.gql('{ health { ok } }', { auth: 'viewer' })
+      const raced = await Promise.race([query.then(() => 'answered'), sleep(300).then(() => 'waiting')])
+      expect(raced).toBe('waiting')
+      release()
+      await query
+    } finally {
+      release()
+      await held
+      inbox.stop()
+      await client.dispose()
+    }
+  }, 30_000)
+
+  it('polls at most once per INBOX_MIN_GAP_MS however often it is woken', async () => {
+    const client = wsClient(s, 'viewer')
+    const inbox = wsSubscribe(client, 'subscription { waitingSteps(limit: 10) { id } }')
+    try {
+      await inbox.until((e) => e.data !== undefined)
+      const before = s.app.inbox.polls
+      const started = Date.now()
+      while (Date.now() - started < 1000) {
+        s.app.inbox.wake()
+        await sleep(5)
+      }
+      const polls = s.app.inbox.polls - before
+      const elapsed = Date.now() - started
+      // Woken all the time: one poll per gap, give or take the one in flight.
+      expect(polls).toBeGreaterThanOrEqual(Math.floor(elapsed / INBOX_MIN_GAP_MS) - 3)
+      expect(polls).toBeLessThanOrEqual(Math.ceil(elapsed / INBOX_MIN_GAP_MS) + 1)
+    } finally {
+      inbox.stop()
+      await client.dispose()
+    }
+  })
+})
+
+describe('openPools', () => {
+  it('opens the API’s pool, the runner’s and the inbox’s connection on a URL, and closes them all', async () => {
+    const t = await createTestDb({ migrate: false })
+    try {
+      const config = loadConfig({ DATABASE_URL: t.url })
+      const pools = openPools(config, {})
+      expect(new Set([pools.db, pools.runnerDb, pools.inboxDb]).size).toBe(3)
+      for (const db of [pools.db, pools.runnerDb, pools.inboxDb]) expect(await db?.ping()).toBe(true)
+      await pools.close()
+      for (const db of [pools.db, pools.runnerDb, pools.inboxDb]) expect(await db?.ping()).toBe(false)
+
+      const apiOnly = openPools(loadConfig({ DATABASE_URL: t.url, RUNNER: 'off' }), {})
+      expect(apiOnly.runnerDb).toBeNull()
+      expect(apiOnly.inboxDb).not.toBe(apiOnly.db)
+      await apiOnly.close()
+    } finally {
+      await t.drop()
+    }
+  })
+
+  it('with a pool passed in and no URL, uses it for everything and leaves it open', async () => {
+    const t = await createTestDb({ migrate: false })
+    try {
+      const given = t.open()
+      const pools = openPools(loadConfig({}), { db: given })
+      expect(pools.db).toBe(given)
+      expect(pools.runnerDb).toBe(given)
+      expect(pools.inboxDb).toBe(given)
+      await pools.close()
+      expect(await given.ping()).toBe(true)
+      await given.close()
+      expect(() => openPools(loadConfig({}), {})).toThrow(/DATABASE_URL/)
+    } finally {
+      await t.drop()
+    }
+  })
+})
