@@ -6,7 +6,8 @@
  * SHOWTIME_SHOWS (2,000) runs due at one instant, 20 scopes per definition
  * (100 definitions), each: core.log → core.webhook (a receiver answering in
  * 15 ms) → core.cue → core.wait 2 s → core.cue → core.webhook → an ending
- * core.log. Ten operators on graphql-ws `waitingSteps` answer the cues they
+ * core.log. Ten operators on graphql-ws `waitingStepChanges(mine: true)`, as
+ * the console's inbox follows cues, answer the cues they
  * own (definition n belongs to operator n mod 10) with `resolveCue`, four
  * answers in flight each; one cue in ten is answered again by the next
  * operator, who must get `applied: false`. SHOWTIME_DASHBOARDS (40) dashboards
@@ -114,10 +115,11 @@ const AFTER_MS = Number(env.SHOWTIME_AFTER_MS ?? 60_000)
 const LEAD_MS = Number(env.BENCH_LEAD_MS ?? Math.max(8000, SHOWS * 8))
 const ELD_RESOLUTION_MS = 10
 /**
- * What each operator subscribes to, by `SHOWTIME_INBOX`: `mine` (the
- * default), its own cues, as a stage manager's console does; `changes`, its
- * own cues as changes; `all`, everybody's inbox (the oldest 500 cues,
- * whoever they are for), as before cues had assignees.
+ * What each operator subscribes to, by `SHOWTIME_INBOX`: `changes` (the
+ * default), its own cues as changes, as the console's "Mine only" inbox
+ * does; `mine`, its own cues sent whole on each change (`waitingSteps`);
+ * `all`, everybody's inbox sent whole (the oldest 500 cues, whoever they
+ * are for), as before cues had assignees.
  */
 const INBOX_SUBSCRIPTIONS = {
   mine: 'waitingSteps(mine: true)',
@@ -125,7 +127,7 @@ const INBOX_SUBSCRIPTIONS = {
   all: 'waitingSteps (everybody’s)',
 } as const
 const INBOX: keyof typeof INBOX_SUBSCRIPTIONS =
-  env.SHOWTIME_INBOX === 'all' || env.SHOWTIME_INBOX === 'changes' ? env.SHOWTIME_INBOX : 'mine'
+  env.SHOWTIME_INBOX === 'all' || env.SHOWTIME_INBOX === 'mine' ? env.SHOWTIME_INBOX : 'changes'
 const nodeFlags = process.execArgv.filter((a, i, all) => a !== '--import' && all[i - 1] !== '--import')
 
 /** The runner's passes so far: how many, and their total seconds (the tick-duration histogram). */

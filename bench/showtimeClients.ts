@@ -1,7 +1,7 @@
 /**
  * Everyone around the show of bench/showtime.ts, in their own process so the
  * server's CPU, event loop and RSS are its own: the webhook receiver (answers
- * after 15 ms), the operators (graphql-ws `waitingSteps`, answering the cues
+ * after 15 ms), the operators (graphql-ws inbox subscriptions, answering the cues
  * they own with `resolveCue` over HTTP, four in flight each; one cue in ten is
  * also answered by the next operator, who must get `applied: false`), the
  * dashboards (graphql-ws `runChanges`), a `/healthz` prober, the burst of
