@@ -2,7 +2,8 @@
  * The cue inbox polls on a connection of its own (src/pools.ts), so a cue the
  * runner parks reaches its person while the API's pool is busy: here the
  * API's only connection is held for seconds, and a `waitingSteps` subscriber
- * still gets a cue parked elsewhere within a second. Under a storm of wakes
+ * still gets a cue parked elsewhere within a second, with its run's definition
+ * (read on the inbox's connection too). Under a storm of wakes
  * (cues parking all through a show) the inbox polls at most once per
  * INBOX_MIN_GAP_MS. And the pools: who opens what, and who closes it.
  */
@@ -13,7 +14,7 @@ import { INBOX_MIN_GAP_MS } from '../src/api/inboxFeed.ts'
 import { loadConfig } from '../src/config.ts'
 import { openPools } from '../src/pools.ts'
 import { createTestDb } from './helpers/db.ts'
-import { makeDefinition, makeRunWithSteps } from './helpers/fixtures.ts'
+import { type DefinitionFixture, makeDefinition, makeRunWithSteps } from './helpers/fixtures.ts'
 import { startTestServer, type TestServer, wsClient, wsSubscribe } from './helpers/server.ts'
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
@@ -21,54 +22,83 @@ const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
 describe('the inbox’s own connection', () => {
   let s: TestServer
   let elsewhere: Db
-  let cue: StepRow
+  const cues: StepRow[] = []
+  let definition: DefinitionFixture
 
   beforeAll(async () => {
     // One API connection, so holding it leaves the API none.
     s = await startTestServer({ env: { STATUS_POLL_MS: '100', DB_POOL_SIZE: '1' } })
     elsewhere = s.t.open()
-    const { steps } = await makeRunWithSteps(elsewhere, 1, { definition: await makeDefinition(elsewhere) })
-    cue = steps[0] as StepRow
+    definition = await makeDefinition(elsewhere)
+    for (let i = 0; i < 2; i++) {
+      const { steps } = await makeRunWithSteps(elsewhere, 1, { definition })
+      cues.push(steps[0] as StepRow)
+    }
   }, 60_000)
   afterAll(async () => {
     await elsewhere?.close()
     await s?.close()
   })
 
-  it('a cue parked while the API’s pool is held still reaches a subscriber within a second', async () => {
-    const client = wsClient(s, 'viewer')
-    const inbox = wsSubscribe<{ waitingSteps: { id: string }[] }>(
-      client,
-      'subscription { waitingSteps(limit: 10) { id } }',
-    )
-    let release = () => {}
-    let held: Promise<void> = Promise.resolve()
-    try {
-      // The first inbox is read on the API's pool; from here on, its polls.
-      await inbox.until((e) => e.data?.waitingSteps !== undefined)
-      held = s.app.db.withConnection(() => new Promise<void>((r) => (release = r)))
-      await sleep(50)
-      const parkedAt = Date.now()
-      await elsewhere.query(
-        `UPDATE event_run_steps SET status = 'running', parked = 1, started_at = NOW(3), updated_at = NOW(3)
+  type Cue = { id: string; run: { definition: { slug: string } } }
+  const subscriptions = [
+    {
+      name: 'waitingSteps',
+      query: 'subscription { waitingSteps(limit: 10) { id run { definition { slug } } } }',
+      cues: (data: Record<string, unknown>) => (data.waitingSteps ?? []) as Cue[],
+    },
+    {
+      name: 'waitingStepChanges',
+      query: 'subscription { waitingStepChanges(limit: 10) { added { id run { definition { slug } } } } }',
+      cues: (data: Record<string, unknown>) =>
+        ((data.waitingStepChanges as { added: Cue[] } | undefined)?.added ?? []) as Cue[],
+    },
+  ]
+
+  it.each(subscriptions.map((sub, i) => [sub.name, i] as const))(
+    'a cue parked while the API’s pool is held still reaches a %s subscriber within a second, with its definition',
+    async (_name, i) => {
+      const sub = subscriptions[i] as (typeof subscriptions)[number]
+      const cue = cues[i] as StepRow
+      const client = wsClient(s, 'viewer')
+      const inbox = wsSubscribe<Record<string, unknown>>(client, sub.query)
+      let release = () => {}
+      let held: Promise<void> = Promise.resolve()
+      try {
+        // The first inbox is read on the API's pool; from here on, its polls.
+        await inbox.until((e) => e.data !== undefined)
+        held = s.app.db.withConnection(() => new Promise<void>((r) => (release = r)))
+        await sleep(50)
+        const parkedAt = Date.now()
+        await elsewhere.query(
+          `UPDATE event_run_steps SET status = 'running', parked = 1, started_at = NOW(3), updated_at = NOW(3)
          WHERE id = ?`,
-        [cue.id],
-      )
-      await inbox.until((e) => (e.data?.waitingSteps ?? []).some((st) => st.id === String(cue.id)), 1000)
-      expect(Date.now() - parkedAt).toBeLessThan(1000)
-      // The API is still waiting for its connection all the while.
-      const query = s.gql('{ health { ok } }', { auth: 'viewer' })
-      const raced = await Promise.race([query.then(() => 'answered'), sleep(300).then(() => 'waiting')])
-      expect(raced).toBe('waiting')
-      release()
-      await query
-    } finally {
-      release()
-      await held
-      inbox.stop()
-      await client.dispose()
-    }
-  }, 30_000)
+          [cue.id],
+        )
+        // Its run's definition is not among what the first inbox read: the
+        // poll's loaders read it, on the inbox's connection, not the held one.
+        const event = await inbox.until(
+          (e) => (e.data ? sub.cues(e.data) : []).some((c) => c.id === String(cue.id)),
+          1000,
+        )
+        expect(Date.now() - parkedAt).toBeLessThan(1000)
+        const delivered = sub.cues(event.data ?? {}).find((c) => c.id === String(cue.id))
+        expect(delivered?.run.definition.slug).toBe(definition.def.slug)
+        // The API is still waiting for its connection all the while.
+        const query = s.gql('{ health { ok } }', { auth: 'viewer' })
+        const raced = await Promise.race([query.then(() => 'answered'), sleep(300).then(() => 'waiting')])
+        expect(raced).toBe('waiting')
+        release()
+        await query
+      } finally {
+        release()
+        await held
+        inbox.stop()
+        await client.dispose()
+      }
+    },
+    30_000,
+  )
 
   it('polls at most once per INBOX_MIN_GAP_MS however often it is woken', async () => {
     const client = wsClient(s, 'viewer')
