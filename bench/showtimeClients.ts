@@ -14,6 +14,7 @@
  */
 import { createServer, Agent as HttpAgent, request } from 'node:http'
 import type { AddressInfo } from 'node:net'
+import { monitorEventLoopDelay } from 'node:perf_hooks'
 import { createClient } from 'graphql-ws'
 import WebSocket from 'ws'
 import { RECEIVER_MS } from './showtimeFigures.ts'
@@ -44,6 +45,8 @@ export type Command =
       inbox: 'mine' | 'all' | 'changes'
     }
   | { type: 'report' }
+  /** The show's instant: the event-loop delay the next report gives is from now. */
+  | { type: 'instant' }
   | { type: 'health' }
   | { type: 'burst'; stepIds: string[]; timeoutMs: number; retryRounds: number }
   | { type: 'hostile'; sockets: number; perSocket: number }
@@ -87,6 +90,12 @@ export interface ClientsReport {
   receiverKeys: string[]
   errors: string[]
   rssMb: number
+  /**
+   * This process's own event-loop delay since the last report (ms, the
+   * sampling resolution subtracted): a client that lags stamps what it
+   * receives late, and that lag is the bench's, not the server's.
+   */
+  eld: { p99Ms: number; maxMs: number }
 }
 
 export interface BurstAnswer {
@@ -111,6 +120,18 @@ const HEALTH_EVERY_MS = 100
 const MAX_HEALTH_PROBES = 20_000
 const MAX_ANSWERS = 50_000
 const MAX_DASHBOARD_SAMPLES = 2_000_000
+
+const ELD_RESOLUTION_MS = 10
+const eld = monitorEventLoopDelay({ resolution: ELD_RESOLUTION_MS })
+eld.enable()
+const eldSinceLastReport = () => {
+  const figures = {
+    p99Ms: Math.max(0, Math.round(eld.percentile(99) / 1e6 - ELD_RESOLUTION_MS)),
+    maxMs: Math.max(0, Math.round(eld.max / 1e6 - ELD_RESOLUTION_MS)),
+  }
+  eld.reset()
+  return figures
+}
 
 const send = (msg: unknown) => process.send?.(msg)
 const errors: string[] = []
@@ -452,8 +473,13 @@ process.on('message', (cmd: Command) => {
           receiverKeys,
           errors,
           rssMb: process.memoryUsage().rss / 2 ** 20,
+          eld: eldSinceLastReport(),
         }
         send(report)
+        return
+      }
+      case 'instant': {
+        eld.reset()
         return
       }
       case 'health': {
