@@ -20,12 +20,25 @@ import type { Logger } from './log.ts'
 const BELLS_TTL_MS = 2000
 
 export interface DoorbellRingerDeps {
-  /** The API's pool. */
+  /** The pool it reads the doorbells and rings on (the API's, for the runners' doorbells). */
   db: Db
   logger: Pick<Logger, 'warn' | 'info'>
   /** A runner whose heartbeat is older than this is not rung (LEASE_MS: others take its runs by then). */
   freshMs: number
   now?: () => number
+  /**
+   * Which doorbells to ring: those renewed since `since`. @default the live
+   * runners' (runner_heartbeats); the inboxes' are rung with the same ringer
+   * (src/api/inboxBell.ts).
+   */
+  bells?: (db: Db, since: Date) => Promise<DoorbellAddress[]>
+  /** Whose doorbells, for the log lines. @default "runners'" */
+  whose?: { failed: string; back: string }
+}
+
+const RUNNERS: NonNullable<DoorbellRingerDeps['whose']> = {
+  failed: "could not ring the runners' doorbells: runs made due here start at the runners' next tick",
+  back: "runners' doorbells can be rung again",
 }
 
 export class DoorbellRinger {
@@ -62,15 +75,12 @@ export class DoorbellRinger {
       const answers = await Promise.all(bells.map((bell) => ringOnServer(this.deps.db, bell)))
       // A runner that reconnected or stopped: its new address is in its next heartbeat.
       if (answers.includes('gone')) this.bells = null
-      if (this.failing) this.deps.logger.info({}, "runners' doorbells can be rung again")
+      if (this.failing) this.deps.logger.info({}, (this.deps.whose ?? RUNNERS).back)
       this.failing = false
     } catch (err) {
       this.bells = null
       if (!this.failing) {
-        this.deps.logger.warn(
-          { err },
-          "could not ring the runners' doorbells: runs made due here start at the runners' next tick",
-        )
+        this.deps.logger.warn({ err }, (this.deps.whose ?? RUNNERS).failed)
       }
       this.failing = true
     }
@@ -79,7 +89,7 @@ export class DoorbellRinger {
   private async liveBells(): Promise<DoorbellAddress[]> {
     const now = (this.deps.now ?? Date.now)()
     if (this.bells && now - this.bells.readAt < BELLS_TTL_MS) return this.bells.list
-    const list = await liveDoorbells(this.deps.db, new Date(now - this.deps.freshMs))
+    const list = await (this.deps.bells ?? liveDoorbells)(this.deps.db, new Date(now - this.deps.freshMs))
     this.bells = { list, readAt: now }
     return list
   }

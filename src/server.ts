@@ -26,6 +26,7 @@ import { ChangeSignal } from './api/changeSignal.ts'
 import type { ApiContext, ApiServices } from './api/context.ts'
 import { DEFINITION_SCHEMA_PATH, serveDefinitionSchema } from './api/definitionSchema.ts'
 import { GRAPHIQL_ASSET_PATH, serveGraphiqlAsset } from './api/graphiql.ts'
+import { type InboxBell, wireInboxDoorbells } from './api/inboxBell.ts'
 import { INBOX_SETTLE_MS, InboxFeed } from './api/inboxFeed.ts'
 import { requestTarget } from './api/requestTarget.ts'
 import { RunChangeFeed } from './api/runChangeFeed.ts'
@@ -117,6 +118,8 @@ export interface App {
   /** The pollers behind `runChanges` and `waitingSteps`. */
   readonly runChanges: RunChangeFeed
   readonly inbox: InboxFeed
+  /** The inbox's doorbell, up while it has subscribers (src/api/inboxBell.ts). */
+  readonly inboxBell: InboxBell
   /** The admin token generated because none was configured (printed once by start()); null otherwise. */
   readonly generatedToken: string | null
   /** How many GraphQL requests over HTTP are worked on and wait (src/api/admission.ts). */
@@ -223,6 +226,14 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
   // the inboxes within INBOX_SETTLE_MS, so a stream of answers shares polls.
   changes.on(() => inbox.wake(INBOX_SETTLE_MS))
   cuesParked.on(() => inbox.wake())
+  // Cues parked by a runner elsewhere wake this inbox too, and ours wake theirs.
+  const inboxBells = wireInboxDoorbells({
+    db: pools.inboxDb,
+    instanceId: config.instanceId,
+    logger,
+    inbox,
+    cuesParked: runner ? cuesParked : null,
+  })
   changes.on(() => dispatcher?.nudge())
 
   // API keys are read through the API's pool; revocations are polled at the live feeds' pace.
@@ -444,6 +455,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     await dispatcher?.stop()
     // Completing every watcher ends SSE streams and sends `complete` on WebSockets.
     await Promise.all([poller.close(), runChanges.close(), inbox.close()])
+    await inboxBells.stop()
     await ws?.close()
     await keyring.close()
     httpServer.closeIdleConnections()
@@ -474,6 +486,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     poller,
     runChanges,
     inbox,
+    inboxBell: inboxBells.bell,
     generatedToken,
     admission,
   }

@@ -31,9 +31,16 @@ export interface DoorbellDeps {
   db: Db
   /** Called on each ring. */
   onRing: () => void
+  /** Called with the new address each time a connection is opened (the first, and after a loss). */
+  onOpen?: (address: DoorbellAddress) => void
   logger: RunnerLogger
   instanceId: string
+  /** What its log lines say when it loses its connection, and what that costs (the runner's by default). */
+  lostMessage?: string
 }
+
+const RUNNER_LOST =
+  "the runner's doorbell lost its connection: instances without a runner wake it at its next tick until it is back"
 
 export class Doorbell {
   private bell: DoorbellConnection | null = null
@@ -82,6 +89,7 @@ export class Doorbell {
           this.bell = await openDoorbell(this.deps.db)
           if (failures > 0) this.deps.logger.info({ instance: this.deps.instanceId }, 'the doorbell is back')
           failures = 0
+          this.deps.onOpen?.({ connectionId: this.bell.connectionId, server: this.bell.server })
         }
         const rung = await this.bell.wait(SLEEP_SECONDS)
         if (rung && !this.stopping) {
@@ -93,10 +101,7 @@ export class Doorbell {
         if (this.stopping) break
         failures++
         if (failures === 1) {
-          this.deps.logger.warn(
-            { err, instance: this.deps.instanceId },
-            "the runner's doorbell lost its connection: instances without a runner wake it at its next tick until it is back",
-          )
+          this.deps.logger.warn({ err, instance: this.deps.instanceId }, this.deps.lostMessage ?? RUNNER_LOST)
         }
         await this.pause.sleep(Math.min(MAX_RETRY_MS, FIRST_RETRY_MS * 2 ** (failures - 1)))
       }

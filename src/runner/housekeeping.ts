@@ -9,6 +9,7 @@ import * as audit from '../../sql/auditLog.ts'
 import type { Db } from '../../sql/db.ts'
 import * as logs from '../../sql/eventRunLogs.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
+import * as inboxDoorbells from '../../sql/inboxDoorbells.ts'
 import * as overrides from '../../sql/occurrenceOverrides.ts'
 import type { DoorbellAddress } from '../../sql/runnerHeartbeats.ts'
 import * as heartbeats from '../../sql/runnerHeartbeats.ts'
@@ -270,5 +271,9 @@ export class Housekeeping {
     const silentSince = new Date(now.getTime() - HEARTBEAT_KEEP_MS)
     const forgotten = await heartbeats.pruneBefore(db, silentSince)
     if (forgotten > 0) logger.info({ instances: forgotten }, 'forgot runner instances silent for a week')
+    // An instance that crashed leaves its inbox doorbell behind; it is never rung (stale), only kept.
+    const bellsForgotten = await inboxDoorbells.pruneBefore(db, silentSince)
+    if (bellsForgotten > 0)
+      logger.info({ instances: bellsForgotten }, 'forgot inbox doorbells silent for a week')
   }
 }
