@@ -104,8 +104,16 @@ describe('a cue parked by a runner in another process', () => {
       await startSecondInstance(runnerInstance, {
         env: { STATUS_POLL_MS: String(POLL_MS), INSTANCE_ID: `bell-api-${process.pid}` },
       }),
+      // It ticks once a minute, so the cue is parked by the first instance's
+      // runner (nudged by the start), not by its own.
       await startSecondInstance(runnerInstance, {
-        env: { RUNNER: 'on', STATUS_POLL_MS: String(POLL_MS), INSTANCE_ID: `bell-full-${process.pid}` },
+        env: {
+          RUNNER: 'on',
+          TICK_MS: '60000',
+          LEASE_MS: '120000',
+          STATUS_POLL_MS: String(POLL_MS),
+          INSTANCE_ID: `bell-full-${process.pid}`,
+        },
       }),
     ]
     definitionId = await createDefinition(runnerInstance, {
