@@ -68,11 +68,8 @@ export class InboxBell {
 
   constructor(private readonly deps: InboxBellDeps) {}
 
-  /** Rings heard so far (tests). */
-  get rings(): number {
-    return this.doorbell?.rings ?? 0
-  }
-
+  /** Rings heard so far, by every doorbell it has kept (tests). */
+  rings = 0
   /** Statements it has sent on `db` (tests that count the feeds' statements leave these out). */
   statements = 0
 
@@ -122,7 +119,10 @@ export class InboxBell {
       logger: this.deps.logger,
       lostMessage:
         "the inbox's doorbell lost its connection: cues parked by other instances reach this one's subscribers at its next poll until it is back",
-      onRing: () => this.deps.onRing(),
+      onRing: () => {
+        this.rings++
+        this.deps.onRing()
+      },
       onOpen: (address) => {
         this.address = address
         // Said at once, not at the next check: rings can reach it from now on.
