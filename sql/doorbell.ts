@@ -10,6 +10,15 @@
  * (`@@hostname:@@port`, as its own connection sees it), and a ringer rings
  * only the doorbells on the server its own connection reaches
  * ({@link ringOnServer} checks on the connection that rings).
+ *
+ * Connection ids also belong to a server's lifetime: after a restart it counts
+ * from 1 again, and an address listed before it (kept for up to a lease) may
+ * name a stranger's connection, a runner's transaction or another program's
+ * query. So a ring kills only a statement that is a doorbell's sleep, marked
+ * with {@link DOORBELL_MARK} and seen in the server's process list on the
+ * ringing connection; a stranger's statement is never interrupted. Between
+ * the look and the kill the connection can only go on to its next sleep: a
+ * doorbell's connection runs nothing else.
  */
 import type { Connection, PoolConnection } from 'mysql2/promise'
 import { DatabaseError, DB_ERRNO, type Db, isDbErrno } from './db.ts'
@@ -18,6 +27,10 @@ import { DatabaseError, DB_ERRNO, type Db, isDbErrno } from './db.ts'
 const END_TIMEOUT_MS = 1000
 /** How a connection names its server; the same expression on both sides. */
 const SERVER_IDENTITY = "CONCAT(@@hostname, ':', @@port)"
+/** Ends every doorbell sleep's text, so a ringer can tell a doorbell from a stranger. */
+export const DOORBELL_MARK = '/* showrunner doorbell */'
+/** The process list's view of a doorbell asleep: its statement's text, as sent. */
+const SLEEPING_LIKE = `SELECT SLEEP(%) ${DOORBELL_MARK}`
 
 /** The runner's side: one connection that sleeps until it is rung or its time is up. */
 export interface DoorbellConnection {
@@ -51,7 +64,7 @@ function doorbellOn(conn: Connection, connectionId: number, server: string): Doo
     server,
     async wait(seconds) {
       try {
-        await conn.query('SELECT SLEEP(?)', [Math.max(0, seconds)])
+        await conn.query(`SELECT SLEEP(?) ${DOORBELL_MARK}`, [Math.max(0, seconds)])
         return false
       } catch (err) {
         if (isDbErrno(err, DB_ERRNO.QUERY_INTERRUPTED)) return true
@@ -75,16 +88,17 @@ function doorbellOn(conn: Connection, connectionId: number, server: string): Doo
 
 /**
  * Ring one doorbell: end its sleep if it is on the server `db` reaches now.
- * Answers `rung` (its sleep ended, or it was between sleeps), `elsewhere`
- * (another server: not ours to ring) or `gone` (no such connection there).
- * Throws when the server refuses (another user's connection, say).
+ * Answers `rung` (its sleep ended), `idle` (the connection is there but runs
+ * no doorbell's sleep: a doorbell between two sleeps, or a stranger holding
+ * the id after a restart; nothing interrupted), `elsewhere` (another server:
+ * not ours to ring) or `gone` (no such connection there). Throws when the
+ * server refuses.
  */
 export async function ringOnServer(
   db: Db,
   bell: { connectionId: number; server: string },
-): Promise<'rung' | 'elsewhere' | 'gone'> {
+): Promise<'rung' | 'idle' | 'elsewhere' | 'gone'> {
   if (!Number.isSafeInteger(bell.connectionId) || bell.connectionId <= 0) return 'gone'
-  db.stats.statements += 2
   // The server check and the ring on one connection: a failover between two
   // pooled statements could otherwise ring a stranger's connection on another node.
   let conn: PoolConnection
@@ -94,8 +108,21 @@ export async function ringOnServer(
     throw new DatabaseError('The database is unavailable (no connection to ring a runner on).', err)
   }
   try {
-    const [rows] = await conn.query(`SELECT ${SERVER_IDENTITY} = ? AS here`, [bell.server])
-    if (Number((rows as Array<{ here: unknown }>)[0]?.here) !== 1) return 'elsewhere'
+    db.stats.statements++
+    // The ringer's own connection is left out: its statement holds the pattern's text.
+    const [rows] = await conn.query(
+      `SELECT ${SERVER_IDENTITY} = ? AS here,
+              COUNT(p.ID) AS present,
+              COALESCE(MAX(p.INFO LIKE ?), 0) AS asleep
+         FROM (SELECT 1) AS one
+         LEFT JOIN information_schema.PROCESSLIST AS p ON p.ID = ? AND p.ID <> CONNECTION_ID()`,
+      [bell.server, SLEEPING_LIKE, bell.connectionId],
+    )
+    const seen = (rows as Array<{ here: unknown; present: unknown; asleep: unknown }>)[0]
+    if (Number(seen?.here) !== 1) return 'elsewhere'
+    if (Number(seen?.present) === 0) return 'gone'
+    if (Number(seen?.asleep) !== 1) return 'idle'
+    db.stats.statements++
     await conn.query(`KILL QUERY ${bell.connectionId}`)
     return 'rung'
   } catch (err) {

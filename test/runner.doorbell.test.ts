@@ -64,6 +64,33 @@ describe('the doorbell, in SQL', () => {
       await bell.end()
     }
   })
+
+  it("a listed address that now names a stranger's connection (ids restart with the server) interrupts nothing", async () => {
+    // The stranger: any other connection of the same user, busy with a statement of its own.
+    const stranger = await s.app.db.openConnection()
+    try {
+      const [idRows] = await stranger.query('SELECT CONNECTION_ID() AS id')
+      const connectionId = Number((idRows as Array<{ id: number }>)[0]?.id)
+      const bell = await openDoorbell(s.app.db)
+      try {
+        const t0 = performance.now()
+        const busy = stranger.query('SELECT SLEEP(1.5) AS slept')
+        await sleep(200)
+        // Rung as if it were the doorbell listed under that id: the look finds no doorbell's sleep.
+        expect(await ringOnServer(s.app.db, { connectionId, server: bell.server })).toBe('idle')
+        const [rows] = await busy
+        // SLEEP answers 0 when it ran its course, 1 when it was interrupted.
+        expect(Number((rows as Array<{ slept: number }>)[0]?.slept)).toBe(0)
+        expect(performance.now() - t0).toBeGreaterThanOrEqual(1400)
+        // A doorbell between two sleeps is there but not asleep: nothing to end.
+        expect(await ringOnServer(s.app.db, bell)).toBe('idle')
+      } finally {
+        await bell.end()
+      }
+    } finally {
+      stranger.destroy()
+    }
+  })
 })
 
 describe('a runner ticking every 10 s behind an instance without a runner', () => {

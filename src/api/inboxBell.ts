@@ -154,8 +154,7 @@ export class InboxBell {
     const doorbell = this.doorbell
     if (!doorbell) return
     await this.announcing
-    // The withdrawal, and the doorbell's stop ringing its own sleep (two: sql/doorbell.ts).
-    this.statements += this.address ? 3 : 1
+    this.statements++ // the withdrawal; the doorbell's stop says what its ring took
     this.doorbell = null
     this.address = null
     try {
@@ -167,7 +166,7 @@ export class InboxBell {
         "could not take the inbox's doorbell off the list; it goes stale on its own",
       )
     }
-    await doorbell.stop()
+    this.statements += await doorbell.stop()
   }
 }
 

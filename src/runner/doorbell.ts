@@ -65,20 +65,28 @@ export class Doorbell {
     this.loopDone ??= this.listen()
   }
 
-  /** Stop listening: a sleep under way is rung to an end and the connection closed. */
-  async stop(): Promise<void> {
+  /**
+   * Stop listening: a sleep under way is rung to an end and the connection
+   * closed. Answers the statements that took on `db` (the look, and the kill
+   * if it was asleep), for callers that count theirs.
+   */
+  async stop(): Promise<number> {
     this.stopping = true
     this.pause.wake()
     const bell = this.bell
+    let statements = 0
     if (bell) {
-      await ringOnServer(this.deps.db, bell).catch((err: unknown) => {
+      const answer = await ringOnServer(this.deps.db, bell).catch((err: unknown) => {
         this.deps.logger.warn(
           { err, instance: this.deps.instanceId },
           "could not end the doorbell's sleep; the server ends it within a minute",
         )
+        return 'failed' as const
       })
+      statements = answer === 'rung' ? 2 : 1
     }
     await this.loopDone
+    return statements
   }
 
   private async listen(): Promise<void> {
