@@ -34,6 +34,8 @@ afterAll(async () => {
 
 /** Slack above an exact instant: one tick (50 ms) plus the runner's write under a shared CPU. */
 const LATE_MS = 300
+/** Slack for a runner in a process started a moment ago (its first passes, a loaded CI machine). */
+const FIRST_PASS_LATE_MS = 1000
 
 interface Step {
   id: string
@@ -338,7 +340,9 @@ it('a pause held across a restart: a second runner instance resumes with the tim
       return w.status === 'COMPLETED' ? w : null
     })
     expect(ms(done.endedAt)).toBeGreaterThanOrEqual(ms(after.wakeAt))
-    expect(ms(done.endedAt)).toBeLessThanOrEqual(ms(after.wakeAt) + LATE_MS)
+    // B is a process a few seconds old on a shared machine (CI saw 476 ms
+    // late once); a wait that ignored the time left would end 2 s late, far past this.
+    expect(ms(done.endedAt)).toBeLessThanOrEqual(ms(after.wakeAt) + FIRST_PASS_LATE_MS)
   } finally {
     await b?.stop()
     await a.t.drop()

@@ -6,7 +6,7 @@
  * Escape) drops it and nothing is sent. Leaving the page inside the window
  * sends it at once (best effort): what a person asked for is not silently lost.
  */
-import { useCallback, useEffect, useRef, useState } from 'preact/hooks'
+import { useCallback, useEffect, useLayoutEffect, useRef, useState } from 'preact/hooks'
 
 /** How long an action waits for an Undo before it is sent. */
 export const UNDO_MS = 5000
@@ -86,7 +86,10 @@ export function UndoToasts({ queue }: { queue: UndoQueue }) {
     return () => clearInterval(t)
   }, [pending.length])
   const newest = pending.at(-1)
-  useEffect(() => {
+  // Layout effects, attached as the toast is put in the page: a plain effect
+  // runs a frame later, and an Escape pressed as soon as the toast shows (a
+  // quick hand, a loaded machine) went unheard and the action was sent.
+  useLayoutEffect(() => {
     if (!newest) return
     const onKey = (e: KeyboardEvent) => {
       if (e.key === 'Escape') {
@@ -99,7 +102,7 @@ export function UndoToasts({ queue }: { queue: UndoQueue }) {
   }, [newest, undo])
   // The newest action's Undo takes the focus once, when it appears (the form that asked has closed).
   const newestN = newest?.n
-  useEffect(() => {
+  useLayoutEffect(() => {
     if (newestN !== undefined)
       document.querySelector<HTMLButtonElement>(`button[data-undo="${newestN}"]`)?.focus()
   }, [newestN])
