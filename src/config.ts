@@ -62,6 +62,8 @@ export interface Config {
   statusPollMs: number
   /** Deliveries (changed runs × subscribers) one runChanges poll starts at most; the rest waits an interval (FANOUT_DELIVERIES_PER_POLL). @default 20000 */
   fanoutDeliveriesPerPoll: number
+  /** Deliveries all runChanges subscribers together take per second at most; waiting ones fold into runs' newest states (FANOUT_DELIVERIES_PER_SECOND). @default 2000 */
+  fanoutDeliveriesPerSecond: number
   /**
    * How far ahead schedules are materialised into runs, in hours
    * (MATERIALIZE_HORIZON_HOURS: the variable, like the column
@@ -200,6 +202,13 @@ const envSchema = z
       100,
       100_000_000,
       'a whole number from 100 to 100000000',
+    ),
+    FANOUT_DELIVERIES_PER_SECOND: wholeNumber(
+      'FANOUT_DELIVERIES_PER_SECOND',
+      2000,
+      10,
+      100_000_000,
+      'a whole number from 10 to 100000000',
     ),
     MATERIALIZE_HORIZON_HOURS: wholeNumber(
       'MATERIALIZE_HORIZON_HOURS',
@@ -426,6 +435,7 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     runRetentionDays: e.RUN_RETENTION_DAYS,
     statusPollMs: e.STATUS_POLL_MS,
     fanoutDeliveriesPerPoll: e.FANOUT_DELIVERIES_PER_POLL,
+    fanoutDeliveriesPerSecond: e.FANOUT_DELIVERIES_PER_SECOND,
     materialiseHorizonHours: e.MATERIALIZE_HORIZON_HOURS,
     runnerBatchSize: e.RUNNER_BATCH_SIZE,
     runnerParallelism: e.RUNNER_PARALLELISM,

@@ -110,6 +110,8 @@ export interface App {
   readonly runnerDb: Db | null
   /** The cue inbox's polls' connection (the API's pool when no DATABASE_URL was given). */
   readonly inboxDb: Db
+  /** The runChanges feed's connection (the API's pool when no DATABASE_URL was given). */
+  readonly changesDb: Db
   // biome-ignore lint/suspicious/noExplicitAny: node:http server context
   readonly yoga: YogaServerInstance<any, ApiContext>
   readonly registry: StepRegistry
@@ -219,7 +221,12 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     logger,
     onWatchersChange: (delta: 1 | -1) => metrics.openSubscriptions.inc(delta),
   }
-  const runChanges = new RunChangeFeed({ ...feedOptions, deliveriesPerPoll: config.fanoutDeliveriesPerPoll })
+  const runChanges = new RunChangeFeed({
+    ...feedOptions,
+    db: pools.changesDb,
+    deliveriesPerPoll: config.fanoutDeliveriesPerPoll,
+    deliveriesPerSecond: config.fanoutDeliveriesPerSecond,
+  })
   const inbox = new InboxFeed({ ...feedOptions, pollDb: pools.inboxDb })
   changes.on(() => runChanges.wake())
   // New cues reach their owners at once; other changes (answers, skips) leave
@@ -480,6 +487,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     db,
     runnerDb,
     inboxDb: pools.inboxDb,
+    changesDb: pools.changesDb,
     yoga,
     registry,
     metrics,

@@ -124,19 +124,21 @@ describe('the inbox’s own connection', () => {
 })
 
 describe('openPools', () => {
-  it('opens the API’s pool, the runner’s and the inbox’s connection on a URL, and closes them all', async () => {
+  it('opens the API’s pool, the runner’s, and the inbox’s and the change feed’s connections on a URL, and closes them all', async () => {
     const t = await createTestDb({ migrate: false })
     try {
       const config = loadConfig({ DATABASE_URL: t.url })
       const pools = openPools(config, {})
-      expect(new Set([pools.db, pools.runnerDb, pools.inboxDb]).size).toBe(3)
-      for (const db of [pools.db, pools.runnerDb, pools.inboxDb]) expect(await db?.ping()).toBe(true)
+      const all = [pools.db, pools.runnerDb, pools.inboxDb, pools.changesDb]
+      expect(new Set(all).size).toBe(4)
+      for (const db of all) expect(await db?.ping()).toBe(true)
       await pools.close()
-      for (const db of [pools.db, pools.runnerDb, pools.inboxDb]) expect(await db?.ping()).toBe(false)
+      for (const db of all) expect(await db?.ping()).toBe(false)
 
       const apiOnly = openPools(loadConfig({ DATABASE_URL: t.url, RUNNER: 'off' }), {})
       expect(apiOnly.runnerDb).toBeNull()
       expect(apiOnly.inboxDb).not.toBe(apiOnly.db)
+      expect(apiOnly.changesDb).not.toBe(apiOnly.db)
       await apiOnly.close()
     } finally {
       await t.drop()
@@ -151,6 +153,7 @@ describe('openPools', () => {
       expect(pools.db).toBe(given)
       expect(pools.runnerDb).toBe(given)
       expect(pools.inboxDb).toBe(given)
+      expect(pools.changesDb).toBe(given)
       await pools.close()
       expect(await given.ping()).toBe(true)
       await given.close()

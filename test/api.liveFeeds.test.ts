@@ -282,11 +282,11 @@ describe('changes made elsewhere, and the cost of many subscribers (poll interva
   })
 
   it('2,000 subscribers of each kind: one statement per interval per kind, none once they leave', async () => {
-    // The API's pool and the inbox's own connection (src/pools.ts), counted together.
+    // The API's pool and the feeds' own connections (src/pools.ts), counted together.
     const db = {
       stats: {
         get statements() {
-          return s.app.db.stats.statements + s.app.inboxDb.stats.statements
+          return s.app.db.stats.statements + s.app.inboxDb.stats.statements + s.app.changesDb.stats.statements
         },
       },
     }

@@ -33,6 +33,7 @@ describe('loadConfig', () => {
       runRetentionDays: 90,
       statusPollMs: 500,
       fanoutDeliveriesPerPoll: 20_000,
+      fanoutDeliveriesPerSecond: 2000,
       materialiseHorizonHours: 24,
       warnings: [],
     })
@@ -55,6 +56,7 @@ describe('loadConfig', () => {
       LOG_RETENTION_DAYS: '7',
       RUN_RETENTION_DAYS: '0',
       STATUS_POLL_MS: '100',
+      FANOUT_DELIVERIES_PER_SECOND: '750',
       MATERIALIZE_HORIZON_HOURS: '48',
       INSTANCE_ID: 'node-a',
     })
@@ -70,6 +72,7 @@ describe('loadConfig', () => {
       logRetentionDays: 7,
       runRetentionDays: 0,
       statusPollMs: 100,
+      fanoutDeliveriesPerSecond: 750,
       materialiseHorizonHours: 48,
       instanceId: 'node-a',
       warnings: [],

@@ -39,6 +39,7 @@ import { getByIds, type RunListRow } from '../../sql/eventRuns/index.ts'
 import { changeBaseline, changedSince, type RunChangeRow } from '../../sql/runPage.ts'
 import { isTerminal, type RunStatus } from '../../sql/states.ts'
 import type { Logger } from '../log.ts'
+import { DeliveryPace } from './deliveryPace.ts'
 import { createLoaders, type Loaders } from './loaders.ts'
 import { PollLoop } from './pollLoop.ts'
 import { matchesFilter, type RunFilter } from './runFilter.ts'
@@ -57,8 +58,17 @@ const MAX_PENDING = 1000
 const FETCH_CHUNK = 1000
 /** Changed runs a poll reads at least, however many listen, so a flood drains in bounded time. */
 const MIN_ROWS_PER_POLL = 50
+/**
+ * Least time between two polls, however often this process's changes wake the
+ * feed. At showtime the changes never stop: polled at every wake (25 ms
+ * apart), a run's states a moment apart each went to every dashboard, and
+ * that fan-out took the runner's CPU. Four times a second is live to a person.
+ */
+export const CHANGES_MIN_GAP_MS = 250
 /** Deliveries (changed runs × subscribers) one poll starts at most, by default (FANOUT_DELIVERIES_PER_POLL). */
 export const DEFAULT_DELIVERIES_PER_POLL = 20_000
+/** Deliveries all subscribers together take per second at most, by default (FANOUT_DELIVERIES_PER_SECOND). */
+export const DEFAULT_DELIVERIES_PER_SECOND = 2000
 
 /**
  * One change as subscribers receive it: the whole run as it is now, and the
@@ -95,6 +105,12 @@ export interface RunChangeFeedOptions {
    * @default DEFAULT_DELIVERIES_PER_POLL
    */
   deliveriesPerPoll?: number
+  /**
+   * Deliveries all subscribers together take per second at most; a change
+   * waiting meanwhile folds into its run's newest state (deliveryPace.ts).
+   * @default DEFAULT_DELIVERIES_PER_SECOND
+   */
+  deliveriesPerSecond?: number
 }
 
 interface Seen {
@@ -144,6 +160,7 @@ export class RunChangeFeed {
   private closed = false
   private readonly intervalMs: number
   private readonly deliveriesPerPoll: number
+  private readonly pace: DeliveryPace
   /** When a poll last stopped at the delivery budget with changes left to read (epoch ms). */
   private budgetCutAt = 0
   /** Deliveries handed to subscribers since creation, and the most one poll handed out (tests, metrics). */
@@ -152,8 +169,10 @@ export class RunChangeFeed {
   constructor(private readonly opts: RunChangeFeedOptions) {
     this.intervalMs = opts.intervalMs ?? 500
     this.deliveriesPerPoll = opts.deliveriesPerPoll ?? DEFAULT_DELIVERIES_PER_POLL
+    this.pace = new DeliveryPace(opts.deliveriesPerSecond ?? DEFAULT_DELIVERIES_PER_SECOND)
     this.loop = new PollLoop({
       intervalMs: this.intervalMs,
+      minGapMs: Math.min(CHANGES_MIN_GAP_MS, this.intervalMs),
       poll: () => this.poll(),
       hasListeners: () => this.listeners.size > 0,
       onError: (err) => opts.logger?.warn({ err }, 'runChanges poll failed; retrying at the next interval'),
@@ -220,7 +239,9 @@ export class RunChangeFeed {
       const unlisten = this.listen({
         filter,
         onChange: (change) => {
-          pending.delete(change.run.id)
+          // A run already waiting keeps its place with its newest state: moved
+          // to the back, a run that changes often could wait behind the backlog
+          // for as long as it keeps changing.
           pending.set(change.run.id, change)
           if (pending.size > MAX_PENDING) pending.delete(pending.keys().next().value as number)
           wakeUp?.()
@@ -228,13 +249,17 @@ export class RunChangeFeed {
         onClose: () => {
           ended = true
           wakeUp?.()
+          paceOver?.()
         },
       })
       this.opts.onWatchersChange?.(1)
       let stopped = false
+      /** Ends a wait for the pace (a stop or the feed's close; a new change does not). */
+      let paceOver: (() => void) | null = null
       stop.then(() => {
         stopped = true
         wakeUp?.()
+        paceOver?.()
       })
       try {
         while (!stopped) {
@@ -245,6 +270,19 @@ export class RunChangeFeed {
               wakeUp = resolve
             })
             wakeUp = null
+            continue
+          }
+          const wait = ended ? 0 : this.pace.take()
+          if (wait > 0) {
+            // Not yet: changes arriving meanwhile fold into the pending ones.
+            await new Promise<void>((resolve) => {
+              const timer = setTimeout(resolve, wait)
+              paceOver = () => {
+                clearTimeout(timer)
+                resolve()
+              }
+            })
+            paceOver = null
             continue
           }
           const [id, change] = next.value
@@ -413,6 +451,14 @@ export class RunChangeFeed {
     }
     const loaders = createLoaders(this.opts.db)
     loaders.rememberRuns(runs)
+    // Their definitions read now, in one statement: a dashboard's selection
+    // almost always names the definition. Left to the loader, a definition was
+    // read when the first subscriber reached a change of it, a statement per
+    // definition per poll, and every stream waited there with its changes
+    // behind it (at showtime a dashboard took about 20 changes a second and
+    // fell 4-6 s behind).
+    await loaders.preloadParents(runs, { definitions: true, versions: false })
+    if (generation !== this.generation) return
     let handed = 0
     for (const run of runs) {
       const change = { run, loaders }
