@@ -281,14 +281,16 @@ async function measureStatements(
   during?: () => Promise<void>,
 ): Promise<Record<string, number>> {
   const app = server.app
-  const s0 = app.db.stats.statements
+  // The API's pool and the feeds' own connections (src/pools.ts).
+  const sent = () => app.db.stats.statements + app.inboxDb.stats.statements + app.changesDb.stats.statements
+  const s0 = sent()
   const c0 = app.runChanges.polls
   const i0 = app.inbox.polls
   const t0 = Date.now()
   if (during) await during()
   else await sleep(windowMs)
   const ms = Date.now() - t0
-  const statements = app.db.stats.statements - s0
+  const statements = sent() - s0
   const runChangesPolls = app.runChanges.polls - c0
   const inboxPolls = app.inbox.polls - i0
   return {

@@ -23,6 +23,14 @@ import {
 } from './configSettings.ts'
 import { loadOidcConfig, type OidcConfig } from './identity/oidcConfig.ts'
 
+/**
+ * runChanges deliveries per second on an instance with a runner, unless
+ * FANOUT_DELIVERIES_PER_SECOND says otherwise: at showtime (2,000 shows, 40
+ * dashboards) it kept GO and the show's length where they were without the
+ * dashboards' full fan-out (docs/performance.md, eleventh round).
+ */
+const DEFAULT_FANOUT_PER_SECOND_WITH_RUNNER = 2000
+
 export { MIN_TOKEN_LENGTH, splitNamedToken } from './configSettings.ts'
 
 /** pino's level names, lowest-volume last; `silent` turns logging off. */
@@ -62,7 +70,13 @@ export interface Config {
   statusPollMs: number
   /** Deliveries (changed runs × subscribers) one runChanges poll starts at most; the rest waits an interval (FANOUT_DELIVERIES_PER_POLL). @default 20000 */
   fanoutDeliveriesPerPoll: number
-  /** Deliveries all runChanges subscribers together take per second at most; waiting ones fold into runs' newest states (FANOUT_DELIVERIES_PER_SECOND). @default 2000 */
+  /**
+   * Deliveries all runChanges subscribers together take per second at most;
+   * waiting ones fold into runs' newest states; 0: no pace
+   * (FANOUT_DELIVERIES_PER_SECOND). @default 2000 with a runner, 0 without
+   * (the pace keeps the runner's share of the CPU; an API-only instance is
+   * there to serve the API).
+   */
   fanoutDeliveriesPerSecond: number
   /**
    * How far ahead schedules are materialised into runs, in hours
@@ -203,12 +217,13 @@ const envSchema = z
       100_000_000,
       'a whole number from 100 to 100000000',
     ),
+    // Unset (-1) takes its default from RUNNER, below.
     FANOUT_DELIVERIES_PER_SECOND: wholeNumber(
       'FANOUT_DELIVERIES_PER_SECOND',
-      2000,
-      10,
+      -1,
+      0,
       100_000_000,
-      'a whole number from 10 to 100000000',
+      'a whole number from 0 (no pace) to 100000000',
     ),
     MATERIALIZE_HORIZON_HOURS: wholeNumber(
       'MATERIALIZE_HORIZON_HOURS',
@@ -435,7 +450,12 @@ export function loadConfig(env: Record<string, string | undefined> = process.env
     runRetentionDays: e.RUN_RETENTION_DAYS,
     statusPollMs: e.STATUS_POLL_MS,
     fanoutDeliveriesPerPoll: e.FANOUT_DELIVERIES_PER_POLL,
-    fanoutDeliveriesPerSecond: e.FANOUT_DELIVERIES_PER_SECOND,
+    fanoutDeliveriesPerSecond:
+      e.FANOUT_DELIVERIES_PER_SECOND >= 0
+        ? e.FANOUT_DELIVERIES_PER_SECOND
+        : e.RUNNER === 'on'
+          ? DEFAULT_FANOUT_PER_SECOND_WITH_RUNNER
+          : 0,
     materialiseHorizonHours: e.MATERIALIZE_HORIZON_HOURS,
     runnerBatchSize: e.RUNNER_BATCH_SIZE,
     runnerParallelism: e.RUNNER_PARALLELISM,

@@ -41,6 +41,17 @@ describe('loadConfig', () => {
     expect(loadConfig({}).instanceId).not.toBe(c.instanceId)
   })
 
+  it('paces the runChanges fan-out by default only where a runner shares the CPU', () => {
+    expect(loadConfig({}).fanoutDeliveriesPerSecond).toBe(2000)
+    expect(loadConfig({ RUNNER: 'off' }).fanoutDeliveriesPerSecond).toBe(0)
+    expect(loadConfig({ RUNNER: 'off', FANOUT_DELIVERIES_PER_SECOND: '500' }).fanoutDeliveriesPerSecond).toBe(
+      500,
+    )
+    expect(loadConfig({ FANOUT_DELIVERIES_PER_SECOND: '0' }).fanoutDeliveriesPerSecond).toBe(0)
+    expect(() => loadConfig({ FANOUT_DELIVERIES_PER_SECOND: '-5' })).toThrow(/FANOUT_DELIVERIES_PER_SECOND/)
+    expect(() => loadConfig({ FANOUT_DELIVERIES_PER_SECOND: 'lots' })).toThrow(/FANOUT_DELIVERIES_PER_SECOND/)
+  })
+
   it('reads every variable', () => {
     const c = loadConfig({
       PORT: '8080',

@@ -67,8 +67,6 @@ const MIN_ROWS_PER_POLL = 50
 export const CHANGES_MIN_GAP_MS = 250
 /** Deliveries (changed runs × subscribers) one poll starts at most, by default (FANOUT_DELIVERIES_PER_POLL). */
 export const DEFAULT_DELIVERIES_PER_POLL = 20_000
-/** Deliveries all subscribers together take per second at most, by default (FANOUT_DELIVERIES_PER_SECOND). */
-export const DEFAULT_DELIVERIES_PER_SECOND = 2000
 
 /**
  * One change as subscribers receive it: the whole run as it is now, and the
@@ -108,7 +106,7 @@ export interface RunChangeFeedOptions {
   /**
    * Deliveries all subscribers together take per second at most; a change
    * waiting meanwhile folds into its run's newest state (deliveryPace.ts).
-   * @default DEFAULT_DELIVERIES_PER_SECOND
+   * 0: no pace. @default 0
    */
   deliveriesPerSecond?: number
 }
@@ -160,7 +158,7 @@ export class RunChangeFeed {
   private closed = false
   private readonly intervalMs: number
   private readonly deliveriesPerPoll: number
-  private readonly pace: DeliveryPace
+  private readonly pace: DeliveryPace | null
   /** When a poll last stopped at the delivery budget with changes left to read (epoch ms). */
   private budgetCutAt = 0
   /** Deliveries handed to subscribers since creation, and the most one poll handed out (tests, metrics). */
@@ -169,7 +167,8 @@ export class RunChangeFeed {
   constructor(private readonly opts: RunChangeFeedOptions) {
     this.intervalMs = opts.intervalMs ?? 500
     this.deliveriesPerPoll = opts.deliveriesPerPoll ?? DEFAULT_DELIVERIES_PER_POLL
-    this.pace = new DeliveryPace(opts.deliveriesPerSecond ?? DEFAULT_DELIVERIES_PER_SECOND)
+    const perSecond = opts.deliveriesPerSecond ?? 0
+    this.pace = perSecond > 0 ? new DeliveryPace(perSecond) : null
     this.loop = new PollLoop({
       intervalMs: this.intervalMs,
       minGapMs: Math.min(CHANGES_MIN_GAP_MS, this.intervalMs),
@@ -272,7 +271,7 @@ export class RunChangeFeed {
             wakeUp = null
             continue
           }
-          const wait = ended ? 0 : this.pace.take()
+          const wait = ended || !this.pace ? 0 : this.pace.take()
           if (wait > 0) {
             // Not yet: changes arriving meanwhile fold into the pending ones.
             await new Promise<void>((resolve) => {
