@@ -9,6 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import type { Db } from '../sql/db.ts'
 import type { RunListRow } from '../sql/eventRuns/index.ts'
 import { type DefinitionFixture, makeDefinition, makeRun } from './helpers/fixtures.ts'
+import { type HeldPool, holdApiPool } from './helpers/heldPool.ts'
 import { eventually, startTestServer, type TestServer, wsClient, wsSubscribe } from './helpers/server.ts'
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
@@ -36,13 +37,11 @@ describe('the runChanges feed’s own connection', () => {
     type Change = { runChanges: { id: string; status: string; definition: { slug: string } } }
     const client = wsClient(s, 'viewer')
     const board = wsSubscribe<Change>(client, 'subscription { runChanges { id status definition { slug } } }')
-    let release = () => {}
-    let held: Promise<void> = Promise.resolve()
+    let pool: HeldPool | null = null
     try {
       await eventually(() => s.app.runChanges.listenerCount === 1)
       await sleep(300)
-      held = s.app.db.withConnection(() => new Promise<void>((r) => (release = r)))
-      await sleep(50)
+      pool = await holdApiPool(s)
       const changedAt = Date.now()
       await elsewhere.run(`UPDATE event_runs SET status = 'running', updated_at = NOW(3) WHERE id = ?`, [
         run.id,
@@ -54,14 +53,9 @@ describe('the runChanges feed’s own connection', () => {
         definition: { slug: definition.def.slug },
       })
       // The API is still waiting for its connection all the while.
-      const query = s.gql('{ health { ok } }', { auth: 'viewer' })
-      const raced = await Promise.race([query.then(() => 'answered'), sleep(300).then(() => 'waiting')])
-      expect(raced).toBe('waiting')
-      release()
-      await query
+      expect(await pool.apiIsWaiting()).toBe(true)
     } finally {
-      release()
-      await held
+      await pool?.release()
       board.stop()
       await client.dispose()
     }

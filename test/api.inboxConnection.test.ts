@@ -15,6 +15,7 @@ import { loadConfig } from '../src/config.ts'
 import { openPools } from '../src/pools.ts'
 import { createTestDb } from './helpers/db.ts'
 import { type DefinitionFixture, makeDefinition, makeRunWithSteps } from './helpers/fixtures.ts'
+import { type HeldPool, holdApiPool } from './helpers/heldPool.ts'
 import { startTestServer, type TestServer, wsClient, wsSubscribe } from './helpers/server.ts'
 
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms))
@@ -62,13 +63,11 @@ describe('the inbox’s own connection', () => {
       const cue = cues[i] as StepRow
       const client = wsClient(s, 'viewer')
       const inbox = wsSubscribe<Record<string, unknown>>(client, sub.query)
-      let release = () => {}
-      let held: Promise<void> = Promise.resolve()
+      let pool: HeldPool | null = null
       try {
         // The first inbox is read on the API's pool; from here on, its polls.
         await inbox.until((e) => e.data !== undefined)
-        held = s.app.db.withConnection(() => new Promise<void>((r) => (release = r)))
-        await sleep(50)
+        pool = await holdApiPool(s)
         const parkedAt = Date.now()
         await elsewhere.query(
           `UPDATE event_run_steps SET status = 'running', parked = 1, started_at = NOW(3), updated_at = NOW(3)
@@ -85,14 +84,9 @@ describe('the inbox’s own connection', () => {
         const delivered = sub.cues(event.data ?? {}).find((c) => c.id === String(cue.id))
         expect(delivered?.run.definition.slug).toBe(definition.def.slug)
         // The API is still waiting for its connection all the while.
-        const query = s.gql('{ health { ok } }', { auth: 'viewer' })
-        const raced = await Promise.race([query.then(() => 'answered'), sleep(300).then(() => 'waiting')])
-        expect(raced).toBe('waiting')
-        release()
-        await query
+        expect(await pool.apiIsWaiting()).toBe(true)
       } finally {
-        release()
-        await held
+        await pool?.release()
         inbox.stop()
         await client.dispose()
       }
