@@ -180,6 +180,26 @@ describe('the runChanges feed', () => {
   })
 })
 
+describe('a closed feed', () => {
+  let t: TestDb
+  beforeAll(async () => {
+    t = await createTestDb()
+  })
+  afterAll(async () => {
+    await t?.drop()
+  })
+
+  it('ends a subscription that arrives after it closed, paced or not', async () => {
+    for (const deliveriesPerSecond of [0, 100]) {
+      const feed = new RunChangeFeed({ db: t.db, intervalMs: 600_000, deliveriesPerSecond })
+      await feed.ready()
+      await feed.close()
+      const stream = await feed.watch(NO_FILTER)
+      expect(await stream[Symbol.asyncIterator]().next()).toEqual({ done: true, value: undefined })
+    }
+  })
+})
+
 describe('DeliveryPace', () => {
   it('lets a second’s worth go at once, then one per 1/rate, and says how long to wait', () => {
     let now = 0

@@ -234,6 +234,8 @@ export class RunChangeFeed {
     return new Repeater<RunChange>(async (push, stop) => {
       const pending = new Map<number, RunChange>()
       let wakeUp: (() => void) | null = null
+      /** Ends a wait for the pace (a stop or the feed's close; a new change does not). */
+      let paceOver: (() => void) | null = null
       let ended = false
       const unlisten = this.listen({
         filter,
@@ -253,8 +255,6 @@ export class RunChangeFeed {
       })
       this.opts.onWatchersChange?.(1)
       let stopped = false
-      /** Ends a wait for the pace (a stop or the feed's close; a new change does not). */
-      let paceOver: (() => void) | null = null
       stop.then(() => {
         stopped = true
         wakeUp?.()
