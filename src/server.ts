@@ -26,12 +26,13 @@ import { ChangeSignal } from './api/changeSignal.ts'
 import type { ApiContext, ApiServices } from './api/context.ts'
 import { DEFINITION_SCHEMA_PATH, serveDefinitionSchema } from './api/definitionSchema.ts'
 import { GRAPHIQL_ASSET_PATH, serveGraphiqlAsset } from './api/graphiql.ts'
-import { type InboxBell, wireInboxDoorbells } from './api/inboxBell.ts'
-import { INBOX_SETTLE_MS, InboxFeed } from './api/inboxFeed.ts'
+import type { InboxBell } from './api/inboxBell.ts'
+import type { InboxFeed } from './api/inboxFeed.ts'
+import { openLiveFeeds } from './api/liveFeeds.ts'
 import { requestTarget } from './api/requestTarget.ts'
-import { RunChangeFeed } from './api/runChangeFeed.ts'
+import type { RunChangeFeed } from './api/runChangeFeed.ts'
 import { schema } from './api/schema.ts'
-import { StatusPoller } from './api/statusPoller.ts'
+import type { StatusPoller } from './api/statusPoller.ts'
 import { attachGraphqlWs, type WsTransport } from './api/ws.ts'
 import { createApiYoga, GRAPHQL_PATH } from './api/yoga.ts'
 import { type TokenEntry, tokenEntry } from './auth.ts'
@@ -163,7 +164,7 @@ function urlHost(host: string): string {
  */
 export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
   const logger = deps.logger ?? createLogger({ level: config.logLevel, instance: config.instanceId })
-  // The API's pool, the runner's, and the inbox's connection (see pools.ts).
+  // The API's pool, the runner's, and the live feeds' connections (see pools.ts).
   const pools = openPools(config, deps)
   const { db, runnerDb } = pools
   const registry = deps.registry ?? createDefaultRegistry()
@@ -208,37 +209,18 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
   const ringer = runner ? null : new DoorbellRinger({ db, logger, freshMs: config.leaseMs })
   const nudgeRunner = () => (runner ? runner.nudge() : ringer?.ring())
 
-  const poller = new StatusPoller({
-    db,
-    intervalMs: config.statusPollMs,
-    logger,
-    onWatchersChange: (delta) => metrics.openSubscriptions.inc(delta),
-  })
-
-  const feedOptions = {
-    db,
-    intervalMs: config.statusPollMs,
-    logger,
-    onWatchersChange: (delta: 1 | -1) => metrics.openSubscriptions.inc(delta),
-  }
-  const runChanges = new RunChangeFeed({
-    ...feedOptions,
-    db: pools.changesDb,
-    deliveriesPerPoll: config.fanoutDeliveriesPerPoll,
-    deliveriesPerSecond: config.fanoutDeliveriesPerSecond,
-  })
-  const inbox = new InboxFeed({ ...feedOptions, pollDb: pools.inboxDb })
-  changes.on(() => runChanges.wake())
-  // New cues reach their owners at once; other changes (answers, skips) leave
-  // the inboxes within INBOX_SETTLE_MS, so a stream of answers shares polls.
-  changes.on(() => inbox.wake(INBOX_SETTLE_MS))
-  cuesParked.on(() => inbox.wake())
-  // Cues parked by a runner elsewhere wake this inbox too, and ours wake theirs.
-  const inboxBells = wireInboxDoorbells({
-    db: pools.inboxDb,
-    instanceId: config.instanceId,
-    logger,
+  const {
+    poller,
+    runChanges,
     inbox,
+    inboxBell,
+    close: closeLiveFeeds,
+  } = openLiveFeeds({
+    config,
+    pools,
+    logger,
+    metrics,
+    changes,
     cuesParked: runner ? cuesParked : null,
   })
   changes.on(() => dispatcher?.nudge())
@@ -460,9 +442,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
       logger.error({ err }, 'the runner did not stop cleanly')
     }
     await dispatcher?.stop()
-    // Completing every watcher ends SSE streams and sends `complete` on WebSockets.
-    await Promise.all([poller.close(), runChanges.close(), inbox.close()])
-    await inboxBells.stop()
+    await closeLiveFeeds()
     await ws?.close()
     await keyring.close()
     httpServer.closeIdleConnections()
@@ -494,7 +474,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     poller,
     runChanges,
     inbox,
-    inboxBell: inboxBells.bell,
+    inboxBell,
     generatedToken,
     admission,
   }
