@@ -92,11 +92,13 @@ function doorbellOn(conn: Connection, connectionId: number, server: string): Doo
  * no doorbell's sleep: a doorbell between two sleeps, or a stranger holding
  * the id after a restart; nothing interrupted), `elsewhere` (another server:
  * not ours to ring) or `gone` (no such connection there). Throws when the
- * server refuses.
+ * server refuses. Each statement sent is counted on `db.stats` and, for a
+ * caller that keeps its own count, on `sent`.
  */
 export async function ringOnServer(
   db: Db,
   bell: { connectionId: number; server: string },
+  sent?: { statements: number },
 ): Promise<'rung' | 'idle' | 'elsewhere' | 'gone'> {
   if (!Number.isSafeInteger(bell.connectionId) || bell.connectionId <= 0) return 'gone'
   // The server check and the ring on one connection: a failover between two
@@ -107,8 +109,12 @@ export async function ringOnServer(
   } catch (err) {
     throw new DatabaseError('The database is unavailable (no connection to ring a runner on).', err)
   }
-  try {
+  const count = () => {
     db.stats.statements++
+    if (sent) sent.statements++
+  }
+  try {
+    count()
     // The ringer's own connection is left out: its statement holds the pattern's text.
     const [rows] = await conn.query(
       `SELECT ${SERVER_IDENTITY} = ? AS here,
@@ -122,7 +128,7 @@ export async function ringOnServer(
     if (Number(seen?.here) !== 1) return 'elsewhere'
     if (Number(seen?.present) === 0) return 'gone'
     if (Number(seen?.asleep) !== 1) return 'idle'
-    db.stats.statements++
+    count()
     await conn.query(`KILL QUERY ${bell.connectionId}`)
     return 'rung'
   } catch (err) {

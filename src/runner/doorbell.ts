@@ -74,19 +74,17 @@ export class Doorbell {
     this.stopping = true
     this.pause.wake()
     const bell = this.bell
-    let statements = 0
+    const sent = { statements: 0 }
     if (bell) {
-      const answer = await ringOnServer(this.deps.db, bell).catch((err: unknown) => {
+      await ringOnServer(this.deps.db, bell, sent).catch((err: unknown) => {
         this.deps.logger.warn(
           { err, instance: this.deps.instanceId },
           "could not end the doorbell's sleep; the server ends it within a minute",
         )
-        return 'failed' as const
       })
-      statements = answer === 'rung' ? 2 : 1
     }
     await this.loopDone
-    return statements
+    return sent.statements
   }
 
   private async listen(): Promise<void> {
