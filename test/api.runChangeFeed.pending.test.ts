@@ -178,16 +178,6 @@ describe('the runChanges feed', () => {
       await Promise.all(pulling)
     }
   })
-})
-
-describe('a closed feed', () => {
-  let t: TestDb
-  beforeAll(async () => {
-    t = await createTestDb()
-  })
-  afterAll(async () => {
-    await t?.drop()
-  })
 
   it('ends a subscription that arrives after it closed, paced or not', async () => {
     for (const deliveriesPerSecond of [0, 100]) {
