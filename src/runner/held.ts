@@ -65,6 +65,20 @@ export class HeldClaims {
     return [...this.open]
   }
 
+  /**
+   * Renew every claim held for `leaseMs` more (a long pass: a claim taken at
+   * its start may have run out and been taken over by another instance) and
+   * drop what is no longer ours, or two instances would advance one run.
+   * Answers the runs still held.
+   */
+  async renewAll(leaseMs: number): Promise<Set<number>> {
+    const { db, owner, clock } = this.deps
+    const from = clock.now()
+    const mine = await runs.renewClaims(db, this.holding, owner, new Date(from.getTime() + leaseMs), from)
+    this.drop(this.holding.filter((id) => !mine.has(id)))
+    return mine
+  }
+
   /** A run is let go: give its claim back, due when `answer` says (`stop`: as it is, due now). */
   answer(id: number, answer: RunAnswer): void {
     if (!this.open.delete(id)) return

@@ -50,6 +50,7 @@ import { Housekeeping } from './housekeeping.ts'
 import { KeyedStarter } from './keyedStart.ts'
 import { LoopSleep } from './loopSleep.ts'
 import { type ResolvedOptions, type RunnerOptions, resolveOptions } from './options.ts'
+import { PassPhases, SlowPassWarning } from './passPhases.ts'
 import { startKeylessDue } from './start.ts'
 import type { ClaimedRun, EngineDeps } from './types.ts'
 import { WakeLane } from './wakeLane.ts'
@@ -81,12 +82,14 @@ export class Runner {
   private nudged = false
   /** The instant the last pass looked for due work at: what came due after it was not seen. */
   private dueCheckedAt: Date | null = null
+  private readonly slowPass: SlowPassWarning
 
   constructor(options: RunnerOptions) {
     // Every in-flight step listens on the hard-stop signal; there may be many.
     setMaxListeners(0, this.hardStop.signal)
     this.instanceId = options.instanceId ?? `${hostname()}-${process.pid}-${randomUUID().slice(0, 4)}`
     this.opts = resolveOptions(options)
+    this.slowPass = new SlowPassWarning({ ...this.opts, instanceId: this.instanceId })
     const stopping = () => this.windingDown
     const { db, logger, doorbell } = this.opts
     this.doorbell = doorbell
@@ -198,9 +201,10 @@ export class Runner {
     try {
       while (this.stateValue === 'active') {
         // A pass hands what it claimed to a flight; at most `batchesInFlight` at once.
+        const waitFrom = performance.now()
         await this.flights.slot()
         if (this.stateValue !== 'active') break
-        await this.loopOnce()
+        await this.loopOnce(performance.now() - waitFrom)
       }
     } finally {
       // Stopping: the steps in flight finish (or are cut short at the grace), no next one starts.
@@ -210,10 +214,11 @@ export class Runner {
     }
   }
 
-  private async loopOnce(): Promise<void> {
+  private async loopOnce(waitedForFlightMs: number): Promise<void> {
     const started = Date.now()
+    const phases = new PassPhases()
     try {
-      await this.pass(true)
+      await this.pass(true, phases)
       this.consecutiveErrors = 0
     } catch (err) {
       this.consecutiveErrors++
@@ -230,6 +235,7 @@ export class Runner {
     }
     const elapsed = Date.now() - started
     this.opts.observer?.tickDuration?.(elapsed)
+    this.slowPass.passEnded(waitedForFlightMs, phases)
     if (this.stateValue !== 'active') return
     if (this.consecutiveErrors > 0) {
       await this.sleep(tickBackoffMs(this.opts.tickMs, this.consecutiveErrors))
@@ -312,7 +318,7 @@ export class Runner {
    * goes on as a flight (flights.ts) and the pass returns once its claims and
    * sweeps are done, so the next pass can take what comes due meanwhile.
    */
-  private async pass(inFlight: boolean): Promise<void> {
+  private async pass(inFlight: boolean, phases = new PassPhases()): Promise<void> {
     const { db, clock } = this.opts
     // A definition changed: materialise first, its runs may be due now. The
     // periodic pass (and a dense schedule's refill) waits until the due runs
@@ -322,6 +328,7 @@ export class Runner {
     const requested = this.housekeeping.materialiseRequestedNow
     if (requested && inFlight) this.materialiseAside()
     else if (requested) await this.housekeeping.materialiseIfDue(clock.now())
+    phases.mark('materialiseFirst')
     // Due key-less runs start first, then due in-flight runs are leased, both
     // before the sweeps: the sleep was aimed at their time, and every statement
     // ahead of a start makes it that much later (the start's lock stamps
@@ -342,6 +349,7 @@ export class Runner {
     const flying: Promise<{ err: unknown } | null>[] = []
     try {
       const started = await this.startDue(token, held)
+      phases.mark('start')
       const claimed = await runs.claimTickBatch(
         db,
         this.instanceId,
@@ -351,6 +359,7 @@ export class Runner {
         this.opts.batchSize,
       )
       held.hold(claimed)
+      phases.mark('claim')
       // A full claim means more in-flight runs are due (a burst of timers running
       // out together): tick again at once rather than after TICK_MS.
       if (claimed.length >= this.opts.batchSize && !this.windingDown) this.nudged = true
@@ -376,10 +385,13 @@ export class Runner {
       }
       const firstReady = [...(await expandStartingRuns(this.engineDeps(), claimed)), ...started]
       if (inFlight) await advanceNow(firstReady)
+      phases.mark('handOff')
       // Lease expiry is judged on the database's clock (sql/leases.ts).
       await runs.reclaimStale(db)
       await steps.reclaimStale(db)
+      phases.mark('reclaim')
       this.keyed.forget(await this.housekeeping.markMissed(clock.now()))
+      phases.mark('missed')
       const keyed = await this.claimKeyed(held, { claimFrom, now, leaseUntil })
       // Keyed runs advance within the pass, as before: their keys are free
       // again when it ends, so the next pass starts the next run of each key
@@ -388,9 +400,11 @@ export class Runner {
       const still = new Set(held.holding)
       if (inFlight) await advanceNow(keyed, true)
       else await advanceNow([...firstReady.filter((r) => still.has(r.id)), ...keyed])
+      phases.mark('keyed')
     } finally {
       if (flying.length === 0) await held.giveBack()
       else this.flights.launch(settleAll(flying).finally(() => held.giveBack()))
+      phases.mark('giveBack')
     }
     if (!requested && inFlight) this.materialiseAside()
     else if (!requested) {
@@ -398,10 +412,13 @@ export class Runner {
       const made = await this.housekeeping.materialiseIfDue(clock.now())
       if (made > 0 && !this.windingDown) this.nudged = true
     }
+    phases.mark('materialise')
     await this.housekeeping.retentionIfDue(clock.now())
+    phases.mark('retention')
     const lag = this.lastTickAt ? Math.max(0, Date.now() - this.lastTickAt.getTime() - this.opts.tickMs) : 0
     this.opts.observer?.tickLag?.(lag)
     await this.housekeeping.beat(lag)
+    phases.mark('heartbeat')
     this.lastTickAt = new Date()
   }
 
@@ -432,20 +449,14 @@ export class Runner {
     held: HeldClaims,
     at: { claimFrom: number; now: Date; leaseUntil: Date },
   ): Promise<ClaimedRun[]> {
-    const { db, clock, batchSize } = this.opts
     const { claimFrom, now, leaseUntil } = at
     // Keyed runs and runs under an overlap policy, one by one (keyedStart.ts).
-    let keyed = await this.keyed.claimDue(now, leaseUntil, batchSize, (run) => held.hold([run]))
+    let keyed = await this.keyed.claimDue(now, leaseUntil, this.opts.batchSize, (run) => held.hold([run]))
     if (keyed.length === 0) return []
-    // The keyed loop can be long (a transaction per due keyed run). Past a third
-    // of the lease, the claims taken at its start may have expired and been
-    // taken over by another instance: renew what is still ours and drop the
-    // rest, or two instances would start the same run.
+    // The keyed loop can be long (a transaction per due keyed run): past a
+    // third of the lease, renew what the pass holds (held.ts).
     if (Date.now() - claimFrom > this.opts.leaseMs / 3) {
-      const renewedFrom = clock.now()
-      const renewedUntil = new Date(renewedFrom.getTime() + this.opts.leaseMs)
-      const mine = await runs.renewClaims(db, held.holding, this.instanceId, renewedUntil, renewedFrom)
-      held.drop(held.holding.filter((id) => !mine.has(id)))
+      const mine = await held.renewAll(this.opts.leaseMs)
       keyed = keyed.filter((r) => mine.has(r.id))
     }
     return expandStartingRuns(this.engineDeps(), keyed)

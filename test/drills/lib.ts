@@ -60,6 +60,8 @@ export interface ServerProcess {
   tail(lines?: number): string
   /** Log lines at level error or fatal (pino JSON), first 200 kept. */
   errorLines(): string[]
+  /** The runner's slow-pass warnings (src/runner/passPhases.ts): where a late start's time went. */
+  slowPassLines(): string[]
   /** SIGTERM, then SIGKILL after `graceMs`; answers how it ended. */
   stop(graceMs?: number): Promise<ExitInfo>
 }
@@ -143,6 +145,7 @@ export async function spawnServer(opts: SpawnOptions): Promise<ServerProcess> {
   })
   const ring: string[] = []
   const errors: string[] = []
+  const slowPasses: string[] = []
   let partial = ''
   let onUrl: ((url: string) => void) | null = null
   const take = (chunk: Buffer) => {
@@ -154,6 +157,7 @@ export async function spawnServer(opts: SpawnOptions): Promise<ServerProcess> {
       ring.push(line)
       if (ring.length > 400) ring.shift()
       if (errors.length < 200 && /"level":"(error|fatal)"/.test(line)) errors.push(line)
+      if (slowPasses.length < 50 && /outlasted a tick/.test(line)) slowPasses.push(line)
       const m = /showrunner is serving on (http:\/\/\S+)/.exec(line)
       if (m && onUrl) onUrl(m[1] as string)
     }
@@ -188,6 +192,7 @@ export async function spawnServer(opts: SpawnOptions): Promise<ServerProcess> {
     alive,
     tail,
     errorLines: () => [...errors],
+    slowPassLines: () => [...slowPasses],
     async stop(graceMs = 15_000) {
       if (!alive()) return exited
       child.kill('SIGTERM')
