@@ -12,7 +12,7 @@ import * as steps from '../sql/eventSteps/index.ts'
 import * as versions from '../sql/eventVersions.ts'
 import { listRuns } from '../sql/runPage.ts'
 import type { RunStatus } from '../sql/states.ts'
-import { useTestDb } from './helpers/db.ts'
+import { useTestDb, wrapStatements } from './helpers/db.ts'
 import {
   at,
   countRows,
@@ -172,6 +172,43 @@ describe('invariant 2: claims are compare-and-set', () => {
     expect(row?.claimedBy).toBe('w2')
     expect(Math.abs((row?.claimExpiresAt?.getTime() ?? 0) - lease.getTime())).toBeLessThan(1000)
     expect(row?.wakeAt?.getTime()).toBe(lease.getTime())
+  })
+
+  it("renewClaims answers every run still the caller's, in one statement when all are, in two when one was taken over", async () => {
+    const base = Date.now()
+    const mine = [
+      await makeRun(db, { scheduledFor: at(-2_000, base) }),
+      await makeRun(db, { scheduledFor: at(-1_000, base) }),
+    ]
+    const lost = await makeRun(db, { scheduledFor: at(-3_000, base) })
+    for (const r of [...mine, lost]) await startRunning(r, 'w1')
+    let statements = 0
+    const counted = wrapStatements(
+      wrapStatements(db, 'runQuery', (real) => (sql, params) => {
+        statements++
+        return real(sql, params)
+      }),
+      'query',
+      (real) => (sql, params) => {
+        statements++
+        return real(sql, params)
+      },
+    )
+    const now = new Date()
+    const renewed = await runs.renewClaims(counted, ids(mine), 'w1', at(45_000, now), now)
+    expect([...renewed].sort((a, b) => a - b)).toEqual(ids(mine).sort((a, b) => a - b))
+    expect(statements).toBe(1)
+    for (const r of mine) {
+      const row = await runs.getById(db, r.id)
+      expect(Math.abs((row?.claimExpiresAt?.getTime() ?? 0) - at(45_000, now).getTime())).toBeLessThan(1000)
+    }
+    // Taken over by another owner (its lease ran out): not renewed, not answered, found by a second read.
+    await db.run(`UPDATE event_runs SET claimed_by = 'w2' WHERE id = ?`, [lost.id])
+    statements = 0
+    const again = await runs.renewClaims(counted, [...ids(mine), lost.id], 'w1', at(50_000, now), now)
+    expect([...again].sort((a, b) => a - b)).toEqual(ids(mine).sort((a, b) => a - b))
+    expect(statements).toBe(2)
+    expect((await runs.getById(db, lost.id))?.claimedBy).toBe('w2')
   })
 
   it('claimTickBatch refuses scheduled, paused and terminal runs (a paused run is never advanced)', async () => {

@@ -235,7 +235,9 @@ export async function extendClaim(
  * claim taken early in a long tick (many keyed runs to try, a slow database)
  * can expire before the tick gets to the run, and another instance may then
  * have taken the run over: only the runs answered here are still the caller's
- * to start and advance. Two statements, whatever the number of runs.
+ * to start and advance. One statement when every run is still the caller's
+ * (the count of rows it matched says so: mysql2 asks for found rows, as
+ * `extendClaim` relies on too), a second to find which when some are not.
  */
 export async function renewClaims(
   db: Queryable,
@@ -246,11 +248,13 @@ export async function renewClaims(
 ): Promise<Set<number>> {
   if (ids.length === 0) return new Set()
   const which = idSet('id', ids)
-  await db.runQuery(
+  const renewed = await db.runQuery(
     `UPDATE event_runs SET claim_expires_at = ${LEASE_EXPIRY}, wake_at = ?
       WHERE ${which.sql} AND claimed_by = ? AND status IN (${placeholders(IN_FLIGHT.length)})`,
     [leaseMicros(leaseUntil, now), leaseUntil, ...which.args, owner, ...IN_FLIGHT],
   )
+  const asked = new Set(ids)
+  if (renewed.affectedRows === asked.size) return asked
   const rows = await db.query<Raw>(`SELECT id FROM event_runs WHERE ${which.sql} AND claimed_by = ?`, [
     ...which.args,
     owner,
