@@ -37,17 +37,32 @@ export class HeldClaims {
        * sleep at them. Not told of stops, errors or parked runs.
        */
       released?: (wakeAts: readonly Date[]) => void
+      /**
+       * How many nudges (a cue answered, a run resumed) the runner has had,
+       * and how to wake its lane. A person can act on a run while its park is
+       * still being given back: the act pulls `wake_at` to now and the
+       * release keeps it (`woken_while_claimed`), but the nudge came while
+       * the run was claimed and found nothing to take. So a release of a
+       * parked run after any nudge since these claims were taken wakes the
+       * lane; otherwise such a GO waited for the next tick.
+       */
+      nudged?: { count: () => number; wake: () => void }
     },
-  ) {}
+  ) {
+    this.nudgesAtStart = deps.nudged?.count() ?? 0
+  }
+
+  private readonly nudgesAtStart: number
 
   /** A runner's claims (a pass's, the wake lane's): its options, failed runs tried again after a tick. */
   static forRunner(
     opts: Pick<ResolvedOptions, 'db' | 'clock' | 'logger' | 'observer' | 'tickMs'>,
     owner: string,
     released: (wakeAts: readonly Date[]) => void,
+    nudged?: { count: () => number; wake: () => void },
   ): HeldClaims {
     const { db, clock, logger, observer, tickMs } = opts
-    return new HeldClaims({ db, owner, clock, logger, observer, retryAfterMs: tickMs, released })
+    return new HeldClaims({ db, owner, clock, logger, observer, retryAfterMs: tickMs, released, nudged })
   }
 
   /** These runs' claims were just taken by this pass. */
@@ -135,6 +150,9 @@ export class HeldClaims {
       else await runs.releaseClaimsAt(db, batch, owner)
       const asked = batch.filter((r) => r.asked && r.wakeAt !== null).map((r) => r.wakeAt as Date)
       if (asked.length > 0) this.deps.released?.(asked)
+      const nudged = this.deps.nudged
+      if (nudged && nudged.count() !== this.nudgesAtStart && batch.some((r) => r.wakeAt === null))
+        nudged.wake()
     } catch (err) {
       this.deps.logger.warn(
         { err, runIds: batch.map((r) => r.id) },

@@ -49,6 +49,7 @@ import { HeldClaims } from './held.ts'
 import { Housekeeping } from './housekeeping.ts'
 import { KeyedStarter } from './keyedStart.ts'
 import { LoopSleep } from './loopSleep.ts'
+import { untilNextWake } from './nextWake.ts'
 import { type ResolvedOptions, type RunnerOptions, resolveOptions } from './options.ts'
 import { PassPhases, SlowPassWarning } from './passPhases.ts'
 import { startKeylessDue } from './start.ts'
@@ -80,6 +81,8 @@ export class Runner {
   private lastTickAt: Date | null = null
   private tickSeq = 0
   private nudged = false
+  /** Nudges so far: a release of a parked run after one wakes the lane (held.ts). */
+  private nudges = 0
   /** The instant the last pass looked for due work at: what came due after it was not seen. */
   private dueCheckedAt: Date | null = null
   private readonly slowPass: SlowPassWarning
@@ -116,8 +119,12 @@ export class Runner {
       active: () => this.stateValue === 'active',
       token: () => `${this.instanceId}:${++this.tickSeq}:w`,
       released: (wakeAts) => this.wakeBy(wakeAts),
+      nudged: this.nudgeCount,
     })
   }
+
+  /** For the claims' holders: the nudges so far, and the lane to wake after a nudged release. */
+  private readonly nudgeCount = { count: () => this.nudges, wake: () => this.lane.wake() }
 
   get state(): RunnerState {
     return this.stateValue
@@ -154,6 +161,7 @@ export class Runner {
 
   /** Wake the loop now instead of at the end of its sleep (a run was started, a cue resolved), and the wake lane. */
   nudge(): void {
+    this.nudges++
     this.nudged = true
     this.sleeper.wake()
     this.lane.wake()
@@ -245,43 +253,14 @@ export class Runner {
     this.nudged = false
   }
 
-  /**
-   * The sleep after a good tick, aimed at the soonest `wake_at` ahead (a run
-   * coming due, a timer running out) when that is sooner than the next tick: a
-   * run due between two ticks starts at its time, not up to TICK_MS late. One
-   * index read; runs made due by someone else (an API start, a resolved cue)
-   * nudge the loop instead. A failed read keeps the plain tick.
-   *
-   * The soonest wake-up after the instant the pass looked for due work, not
-   * after now: a run that came due while the pass was busy (a slow step, a
-   * loaded machine) was not seen by it, and starts at once rather than at the
-   * following wake-up, up to a tick late. What the pass saw due and left (a
-   * run claimed elsewhere, a key held) lies before that instant, so it cannot
-   * keep the loop from sleeping.
-   */
-  private async untilNextWake(tickWait: number): Promise<number> {
-    if (tickWait <= 0) return 0
-    const { db, clock } = this.opts
-    try {
-      const now = clock.now()
-      // Releases written from here on are told to wakeBy(); those before are in the read.
-      this.wakeHint = null
-      const read = await runs.nextWakeAfter(db, this.dueCheckedAt ?? now)
-      const next = Math.min(
-        read?.getTime() ?? Number.POSITIVE_INFINITY,
-        this.wakeHint ?? Number.POSITIVE_INFINITY,
-      )
-      if (next === Number.POSITIVE_INFINITY) return tickWait
-      // +1 ms: a timer can fire a little early, and the due query is `wake_at <= now`.
-      const until = next - clock.now().getTime() + 1
-      return Math.max(0, Math.min(tickWait, until))
-    } catch (err) {
-      this.opts.logger.warn(
-        { err, instance: this.instanceId },
-        'could not read the next wake-up time; sleeping a whole tick',
-      )
-      return tickWait
-    }
+  /** The sleep after a good tick, aimed at the soonest wake-up ahead (nextWake.ts). */
+  private untilNextWake(tickWait: number): Promise<number> {
+    return untilNextWake(
+      this.opts,
+      this.instanceId,
+      { dueCheckedAt: this.dueCheckedAt, tickWait },
+      { reset: () => (this.wakeHint = null), soonest: () => this.wakeHint },
+    )
   }
 
   private async sleep(ms: number): Promise<void> {
@@ -344,7 +323,12 @@ export class Runner {
     // Every claim this pass takes is held here and given back in the finally,
     // at its run's answer or, for whatever was not answered (the pass failed
     // part-way), due now. A flight gives back its own when it settles.
-    const held = HeldClaims.forRunner(this.opts, this.instanceId, (wakeAts) => this.wakeBy(wakeAts))
+    const held = HeldClaims.forRunner(
+      this.opts,
+      this.instanceId,
+      (wakeAts) => this.wakeBy(wakeAts),
+      this.nudgeCount,
+    )
     // The advances this pass hands on; their claims are given back once they all settle.
     const flying: Promise<{ err: unknown } | null>[] = []
     try {

@@ -43,6 +43,8 @@ export interface WakeLaneDeps {
   token: () => string
   /** Released runs asked to be woken at these times (a timer's end). */
   released: (wakeAts: readonly Date[]) => void
+  /** The runner's nudges so far, and how to wake this lane after a nudged release (held.ts). */
+  nudged?: { count: () => number; wake: () => void }
 }
 
 export class WakeLane {
@@ -146,7 +148,12 @@ export class WakeLane {
     const { db, clock } = opts
     const now = clock.now()
     const leaseUntil = new Date(now.getTime() + opts.leaseMs)
-    const held = HeldClaims.forRunner(opts, instanceId, (wakeAts) => this.deps.released(wakeAts))
+    const held = HeldClaims.forRunner(
+      opts,
+      instanceId,
+      (wakeAts) => this.deps.released(wakeAts),
+      this.deps.nudged,
+    )
     let launched = false
     try {
       const claimed = await runs.claimTickBatch(
