@@ -1,11 +1,10 @@
 /**
  * Between a GO and its run's next step, the wake lane sends its lease, reads
- * the leased runs, reads their next steps and begins the step: no lease
- * renewal in between for a step whose kind is inline (a log, a cue), which
- * every round used to send (two statements) because it weighed the step's
- * 30 s timeout against what was left of a 30 s lease. The statements are
- * recorded on the runner's own pool, against the real database; only the
- * lane is woken (not a pass), so what is recorded is its.
+ * the leased runs, reads their next steps, renews the lease and begins the
+ * step. The renewal is one statement when every run is still held (it was
+ * an UPDATE and a SELECT). The statements are recorded on the runner's own
+ * pool, against the real database; only the lane is woken (not a pass), so
+ * what is recorded is its.
  */
 import { afterAll, expect, it } from 'vitest'
 import type { Db } from '../sql/db.ts'
@@ -39,10 +38,11 @@ const isLease = (sql: string) => /^UPDATE event_runs SET claimed_by = \?, claim_
 const isNextStepsByIds = (sql: string) => /WHERE run_id IN \(.*GROUP BY run_id/.test(sql)
 const isLeasedRead = (sql: string) =>
   /^SELECT r\.id, .* WHERE r\.wake_at = \? AND r\.claim_token = \?/.test(sql)
+const isRenewal = (sql: string) => /^UPDATE event_runs SET claim_expires_at = /.test(sql)
 const isBegin = (sql: string) =>
   /^UPDATE event_run_steps SET status = 'running', attempts = attempts \+ 1/.test(sql)
 
-it("a GO's woken run is leased, read, its next step read and begun: no lease renewal for an inline step", async () => {
+it("a GO's woken run is leased, read, its next step read, its lease renewed in one statement, and begun", async () => {
   const { db, sent } = recording(t.db)
   // A long tick: after the first pass parks the cue, no pass runs while the lane works.
   runner = new Runner({ db, registry: createDefaultRegistry(), clock: systemClock, tickMs: 60_000 })
@@ -108,9 +108,9 @@ it("a GO's woken run is leased, read, its next step read and begun: no lease ren
   expect(lease).toBeGreaterThanOrEqual(0)
   expect(begin).toBeGreaterThan(lease)
   const between = afterGo.slice(lease + 1, begin)
-  // The leased runs' read, then their next steps'; nothing else (no renewal).
-  expect(between.map((sql) => (isLeasedRead(sql) ? 'runs' : isNextStepsByIds(sql) ? 'steps' : sql))).toEqual([
-    'runs',
-    'steps',
-  ])
+  // The leased runs' read, their next steps', the renewal's UPDATE; no SELECT after it.
+  const named = between.map((sql) =>
+    isLeasedRead(sql) ? 'runs' : isNextStepsByIds(sql) ? 'steps' : isRenewal(sql) ? 'renew' : sql,
+  )
+  expect(named).toEqual(['runs', 'steps', 'renew'])
 })

@@ -176,11 +176,12 @@ async function rounds(
     // The run's lease (and the step's) must outlive the step, or another
     // instance would take it mid-step: renewed set-wise when the round's
     // longest timeout reaches past what is left of it, or half of it is gone.
-    // An inline kind's attempt ends at once, so its timeout is not a need: a
-    // GO whose next step is a log or a cue is begun with no renewal.
-    const needed = Math.max(
-      ...entries.map((e) => (isInline(registry, e.step.kind) ? 0 : e.step.timeoutMs) + 5000),
-    )
+    // Every step's timeout counts, an inline kind's too: it is what makes the
+    // first round of a batch renew, and a chunk's first round can come long
+    // after its claim (waiting for places), when less than the two thirds
+    // assumed above is left. Skipping it for inline steps let a lease lapse
+    // under load and a step run twice (the multi-process drill).
+    const needed = Math.max(...entries.map((e) => e.step.timeoutMs + 5000))
     const leaseUntil = new Date(now.getTime() + Math.max(deps.leaseMs, needed))
     if (now.getTime() + needed > leaseEnds || leaseEnds - now.getTime() < deps.leaseMs / 2) {
       const ids = entries.map((e) => e.run.id)
@@ -205,7 +206,7 @@ async function rounds(
     }
     const outcomes = await executeRound(
       entries.map((e) => ({
-        unlimited: isInline(registry, e.step.kind),
+        unlimited: registry.get(e.step.kind)?.inline === true,
         run: () => attempt(deps, { run: e.run, step: e.executing, resumed: e.how === 'resume', lines }),
       })),
       deps.stepConcurrency ?? DEFAULT_STEP_CONCURRENCY,
@@ -420,10 +421,6 @@ function executingRow(step: StepRow, how: 'begin' | 'resume', now: Date): StepRo
 }
 
 /** A claimed run's status as its claim read it. */
-function isInline(registry: EngineDeps['registry'], kind: string): boolean {
-  return registry.get(kind)?.inline === true
-}
-
 function snapshotOf(
   run: ClaimedRun,
 ): Pick<runs.RunStatusSnapshot, 'id' | 'status' | 'health' | 'currentPhase'> {
