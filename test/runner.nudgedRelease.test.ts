@@ -14,8 +14,7 @@ import { systemClock } from '../src/runner/clock.ts'
 import { Runner } from '../src/runner/runner.ts'
 import { createDefaultRegistry } from '../src/runner/steps/registry.ts'
 import { useTestDb, wrapStatements } from './helpers/db.ts'
-import { makeDefinition, makeRun } from './helpers/fixtures.ts'
-import { sleep, startedAtMs, stepsOf, waitFor } from './helpers/runnerHarness.ts'
+import { parkedCueRun, sleep, startedAtMs, stepsOf, waitFor } from './helpers/runnerHarness.ts'
 
 const t = useTestDb()
 let runner: Runner | undefined
@@ -40,25 +39,7 @@ it('a GO answered while its park is being given back moves the show on when the 
   })
   // A minute's tick: only a wake-up can move the run on within the test.
   runner = new Runner({ db, registry: createDefaultRegistry(), clock: systemClock, tickMs: 60_000 })
-  const show = await makeDefinition(t.db, {
-    program: {
-      phases: [
-        {
-          name: 'main',
-          steps: [
-            { kind: 'core.cue', params: { prompt: 'GO?' } },
-            { kind: 'core.log', params: { message: 'after GO' } },
-          ],
-        },
-      ],
-    },
-  })
-  const runId = (await makeRun(t.db, { definition: show, scheduledFor: new Date() })).id
-  runner.start()
-  const cue = await waitFor(
-    async () => (await stepsOf(t.db, runId)).find((st) => st.kind === 'core.cue' && st.parked),
-    { timeoutMs: 10_000 },
-  )
+  const { runId, cue } = await parkedCueRun(t.db, runner)
   await waitFor(() => releaseHeldAt > 0 || null, { timeoutMs: 10_000 })
   // The run is still claimed: its release is on its way.
   const [held] = await t.db.query<{ c: string | null }>(

@@ -13,8 +13,7 @@ import { systemClock } from '../src/runner/clock.ts'
 import { Runner } from '../src/runner/runner.ts'
 import { createDefaultRegistry } from '../src/runner/steps/registry.ts'
 import { useTestDb, wrapStatements } from './helpers/db.ts'
-import { makeDefinition, makeRun } from './helpers/fixtures.ts'
-import { stepsOf, waitFor } from './helpers/runnerHarness.ts'
+import { parkedCueRun, waitFor } from './helpers/runnerHarness.ts'
 
 const t = useTestDb()
 let runner: Runner | undefined
@@ -46,25 +45,7 @@ it("a GO's woken run is leased, read, its next step read, its lease renewed in o
   const { db, sent } = recording(t.db)
   // A long tick: after the first pass parks the cue, no pass runs while the lane works.
   runner = new Runner({ db, registry: createDefaultRegistry(), clock: systemClock, tickMs: 60_000 })
-  const show = await makeDefinition(t.db, {
-    program: {
-      phases: [
-        {
-          name: 'main',
-          steps: [
-            { kind: 'core.cue', params: { prompt: 'GO?' } },
-            { kind: 'core.log', params: { message: 'after GO' } },
-          ],
-        },
-      ],
-    },
-  })
-  const runId = (await makeRun(t.db, { definition: show, scheduledFor: new Date() })).id
-  runner.start()
-  const cue = await waitFor(
-    async () => (await stepsOf(t.db, runId)).find((st) => st.kind === 'core.cue' && st.parked),
-    { timeoutMs: 10_000 },
-  )
+  const { runId, cue } = await parkedCueRun(t.db, runner)
   // The first pass's flight gives its claim back after the park; then the GO.
   await waitFor(
     async () => {

@@ -31,7 +31,7 @@ import {
   createDefaultRegistry,
   type StepRegistry,
 } from '../../src/runner/steps/registry.ts'
-import { unique } from './fixtures.ts'
+import { makeDefinition, makeRun, unique } from './fixtures.ts'
 
 export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
 
@@ -391,4 +391,34 @@ export async function statusCounts(db: Queryable, definitionId?: number): Promis
     definitionId === undefined ? [] : [definitionId],
   )
   return Object.fromEntries(rows.map((r) => [r.status, Number(r.n)]))
+}
+
+/**
+ * A run of a two-step show (a cue, then a log line), due now, started on
+ * `runner`: answers once the cue is parked, with the run's id and the cue.
+ */
+export async function parkedCueRun(
+  db: Db,
+  runner: { start(): void },
+): Promise<{ runId: number; cue: StepRow }> {
+  const show = await makeDefinition(db, {
+    program: {
+      phases: [
+        {
+          name: 'main',
+          steps: [
+            { kind: 'core.cue', params: { prompt: 'GO?' } },
+            { kind: 'core.log', params: { message: 'after GO' } },
+          ],
+        },
+      ],
+    },
+  })
+  const runId = (await makeRun(db, { definition: show, scheduledFor: new Date() })).id
+  runner.start()
+  const cue = await waitFor(
+    async () => (await stepsOf(db, runId)).find((st) => st.kind === 'core.cue' && st.parked),
+    { timeoutMs: 10_000 },
+  )
+  return { runId, cue }
 }
