@@ -176,11 +176,11 @@ async function rounds(
     // The run's lease (and the step's) must outlive the step, or another
     // instance would take it mid-step: renewed set-wise when the round's
     // longest timeout reaches past what is left of it, or half of it is gone.
-    // Every step's timeout counts, an inline kind's too: it is what makes the
-    // first round of a batch renew, and a chunk's first round can come long
-    // after its claim (waiting for places), when less than the two thirds
-    // assumed above is left. Skipping it for inline steps let a lease lapse
-    // under load and a step run twice (the multi-process drill).
+    // Every step's timeout counts, an inline kind's too: the renewal is also
+    // what lengthens the lease to the longest timeout plus 5 s, and the
+    // rounds after this one lean on that length. Skipped for inline steps,
+    // a claim kept its own LEASE_MS and, under load, lapsed mid-batch: a
+    // step ran twice (the multi-process drill).
     const needed = Math.max(...entries.map((e) => e.step.timeoutMs + 5000))
     const leaseUntil = new Date(now.getTime() + Math.max(deps.leaseMs, needed))
     if (now.getTime() + needed > leaseEnds || leaseEnds - now.getTime() < deps.leaseMs / 2) {

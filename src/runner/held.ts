@@ -16,6 +16,12 @@ import type { Clock } from './clock.ts'
 import type { ResolvedOptions, RunnerLogger } from './options.ts'
 import type { RunAnswer, RunnerObserver } from './types.ts'
 
+/** The runner's nudges so far, and how to wake its lane (see `nudged` below). */
+export interface NudgeWatch {
+  count: () => number
+  wake: () => void
+}
+
 export class HeldClaims {
   /** Held and not yet answered. */
   private readonly open = new Set<number>()
@@ -46,12 +52,13 @@ export class HeldClaims {
        * parked run after any nudge since these claims were taken wakes the
        * lane; otherwise such a GO waited for the next tick.
        */
-      nudged?: { count: () => number; wake: () => void }
+      nudged?: NudgeWatch
     },
   ) {
     this.nudgesAtStart = deps.nudged?.count() ?? 0
   }
 
+  /** The runner's nudge count when these claims began to be taken. */
   private readonly nudgesAtStart: number
 
   /** A runner's claims (a pass's, the wake lane's): its options, failed runs tried again after a tick. */
@@ -59,7 +66,7 @@ export class HeldClaims {
     opts: Pick<ResolvedOptions, 'db' | 'clock' | 'logger' | 'observer' | 'tickMs'>,
     owner: string,
     released: (wakeAts: readonly Date[]) => void,
-    nudged?: { count: () => number; wake: () => void },
+    nudged?: NudgeWatch,
   ): HeldClaims {
     const { db, clock, logger, observer, tickMs } = opts
     return new HeldClaims({ db, owner, clock, logger, observer, retryAfterMs: tickMs, released, nudged })

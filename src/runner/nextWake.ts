@@ -16,9 +16,9 @@ import * as runs from '../../sql/eventRuns/index.ts'
 import type { ResolvedOptions } from './options.ts'
 
 /**
- * Milliseconds to sleep, at most `tickWait`. `hint` answers the soonest wake
- * time releases reported while the read was under way (runner's clock, ms),
- * after `resetHint` is called just before it.
+ * Milliseconds to sleep, at most `tickWait`. `hint.soonest` answers the
+ * soonest wake time releases reported while the read was under way
+ * (runner's clock, ms); `hint.reset` is called just before the read.
  */
 export async function untilNextWake(
   opts: Pick<ResolvedOptions, 'db' | 'clock' | 'logger'>,

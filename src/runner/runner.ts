@@ -45,7 +45,7 @@ import { advanceInChunks } from './chunkedAdvance.ts'
 import { Doorbell } from './doorbell.ts'
 import { expandStartingRuns } from './expand.ts'
 import { type Flights, loggedFlights, settleAll } from './flights.ts'
-import { HeldClaims } from './held.ts'
+import { HeldClaims, type NudgeWatch } from './held.ts'
 import { Housekeeping } from './housekeeping.ts'
 import { KeyedStarter } from './keyedStart.ts'
 import { LoopSleep } from './loopSleep.ts'
@@ -119,12 +119,12 @@ export class Runner {
       active: () => this.stateValue === 'active',
       token: () => `${this.instanceId}:${++this.tickSeq}:w`,
       released: (wakeAts) => this.wakeBy(wakeAts),
-      nudged: this.nudgeCount,
+      nudged: this.nudgeWatch,
     })
   }
 
   /** For the claims' holders: the nudges so far, and the lane to wake after a nudged release. */
-  private readonly nudgeCount = { count: () => this.nudges, wake: () => this.lane.wake() }
+  private readonly nudgeWatch: NudgeWatch = { count: () => this.nudges, wake: () => this.lane.wake() }
 
   get state(): RunnerState {
     return this.stateValue
@@ -223,7 +223,6 @@ export class Runner {
   }
 
   private async loopOnce(waitedForFlightMs: number): Promise<void> {
-    const started = Date.now()
     const phases = new PassPhases()
     try {
       await this.pass(true, phases)
@@ -241,7 +240,7 @@ export class Runner {
         'tick failed',
       )
     }
-    const elapsed = Date.now() - started
+    const elapsed = phases.elapsedMs
     this.opts.observer?.tickDuration?.(elapsed)
     this.slowPass.passEnded(waitedForFlightMs, phases)
     if (this.stateValue !== 'active') return
@@ -327,7 +326,7 @@ export class Runner {
       this.opts,
       this.instanceId,
       (wakeAts) => this.wakeBy(wakeAts),
-      this.nudgeCount,
+      this.nudgeWatch,
     )
     // The advances this pass hands on; their claims are given back once they all settle.
     const flying: Promise<{ err: unknown } | null>[] = []

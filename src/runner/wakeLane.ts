@@ -26,7 +26,7 @@ import * as runs from '../../sql/eventRuns/index.ts'
 import { advanceBatch } from './advance.ts'
 import { expandStartingRuns } from './expand.ts'
 import { type Flights, loggedFlights } from './flights.ts'
-import { HeldClaims } from './held.ts'
+import { HeldClaims, type NudgeWatch } from './held.ts'
 import type { ResolvedOptions } from './options.ts'
 import type { EngineDeps } from './types.ts'
 
@@ -44,7 +44,7 @@ export interface WakeLaneDeps {
   /** Released runs asked to be woken at these times (a timer's end). */
   released: (wakeAts: readonly Date[]) => void
   /** The runner's nudges so far, and how to wake this lane after a nudged release (held.ts). */
-  nudged?: { count: () => number; wake: () => void }
+  nudged?: NudgeWatch
 }
 
 export class WakeLane {
