@@ -191,3 +191,60 @@ it('a cue whose ladder cannot be written fails alone; the rest of its batch open
   expect(missing.status).toBe('rejected')
   expect(await countRows(t.db, 'cue_ladders', 'run_id = ?', [run.id])).toBe(2)
 })
+
+it("a cue's first entry opens its ladder without reading it first; one already there is read after", async () => {
+  const { run, steps } = await makeRunWithSteps(t.db, 2)
+  const ladderDb: Db = t.open()
+  const ladder = new DbCueLadder(ladderDb)
+  const now = new Date()
+  const counted = async (plan: Parameters<DbCueLadder['sync']>[0]) => {
+    const before = ladderDb.stats.statements
+    const state = await ladder.sync(plan, now)
+    return { state, statements: ladderDb.stats.statements - before }
+  }
+  // A re-entry reads first (one statement), then opens (BEGIN, the ladder, its event, COMMIT).
+  const reread = await counted({ ...cuePlan(run, steps[0]?.id as number), firstEntry: false })
+  const first = await counted({ ...cuePlan(run, steps[1]?.id as number), firstEntry: true })
+  expect(first.statements).toBe(reread.statements - 1)
+
+  // The hint is wrong (the ladder was opened an hour ago): the opening makes
+  // nothing, the ladder is read, and its own deadline stands.
+  const earlier = new Date(now.getTime() - 3600_000)
+  const stale = { ...cuePlan(run, steps[0]?.id as number), openedAt: earlier, firstEntry: true }
+  const again = await ladder.sync(stale, now)
+  expect(again.deadlineAt?.getTime()).toBe(reread.state.deadlineAt?.getTime())
+  expect(await countRows(t.db, 'cue_ladders', 'run_id = ?', [run.id])).toBe(2)
+  expect(await countRows(t.db, 'notification_events', "type = 'CUE_WAITING' AND run_id = ?", [run.id])).toBe(
+    2,
+  )
+})
+
+it('the runner tells a cue its first entry, and a re-entry at its rung that it is not one', async () => {
+  const env: RunnerTestEnv = { db: t.db, registry: makeRegistry(), clock: systemClock }
+  const rung = { ...CUE, params: { ...CUE.params, remindAfterSeconds: [1] } }
+  const def = await defineEvent(env, { graceSeconds: 3600, program: program(['show', [rung]]) })
+  await materialiseDueRuns(t.db, def, 1)
+  const seen: { firstEntry: boolean | undefined }[] = []
+  const ladder = new DbCueLadder(t.db)
+  const recording: typeof ladder = Object.assign(Object.create(ladder), {
+    sync: (plan: Parameters<DbCueLadder['sync']>[0], now: Date) => {
+      seen.push({ firstEntry: plan.firstEntry })
+      return ladder.sync(plan, now)
+    },
+  })
+  const runner = new Runner({
+    db: t.db,
+    registry: env.registry,
+    instanceId: 'first-entry',
+    tickMs: 50,
+    settings: { webhookAllow: [], cueLadder: recording },
+  })
+  runner.start()
+  try {
+    // The first entry opens it; the reminder a second later re-enters it.
+    await waitFor(async () => seen.length >= 2, { timeoutMs: 15_000, intervalMs: 50, what: 'the reminder' })
+  } finally {
+    await runner.stop()
+  }
+  expect(seen.slice(0, 2)).toEqual([{ firstEntry: true }, { firstEntry: false }])
+})

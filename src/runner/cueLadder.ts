@@ -169,11 +169,17 @@ export class DbCueLadder implements CueLadderPort {
     }
   }
 
-  /** The ladders of `plans`, in order: read in one statement, the missing ones opened in one transaction. */
+  /**
+   * The ladders of `plans`, in order: read in one statement, the missing ones
+   * opened in one transaction. A cue on its first entry is not read first:
+   * only its own step's earlier entry could have opened its ladder, so a burst
+   * of new cues (a show's cues at the top of the hour) parks a statement
+   * sooner. Should one be there all the same, the opening makes fewer rows
+   * than it was given and the rows are read then.
+   */
   private async openAll(plans: readonly CuePlan[]): Promise<LadderRow[]> {
-    const found = new Map(
-      (await ladders.getMany(this.db, [...new Set(plans.map((p) => p.stepId))])).map((l) => [l.stepId, l]),
-    )
+    const toRead = [...new Set(plans.filter((p) => p.firstEntry !== true).map((p) => p.stepId))]
+    const found = new Map((await ladders.getMany(this.db, toRead)).map((l) => [l.stepId, l]))
     const fresh = new Map<number, { row: LadderRow; run: RunSummary }>()
     for (const plan of plans) {
       if (found.has(plan.stepId) || fresh.has(plan.stepId)) continue

@@ -119,6 +119,7 @@ export const cueStep: StepKind<CueParams> = {
         escalate: [...(p.escalate ?? [])].sort((a, b) => a.afterSeconds - b.afterSeconds),
         timeoutSeconds,
         openedAt,
+        firstEntry: !ctx.step.resumed && ctx.step.attempt === 1,
       }
       const state = await ladder.sync(plan, now)
       deadline = state.deadlineAt

@@ -82,6 +82,12 @@ export interface CuePlan {
   timeoutSeconds: number | undefined
   /** When the cue opened, if its ladder does not say so yet (the step's first start). */
   openedAt: Date
+  /**
+   * The step's first attempt, just begun (not re-entered): no ladder can be
+   * there yet, so it is opened without being read first. Only a hint: a
+   * ladder found there all the same is read after the opening.
+   */
+  firstEntry?: boolean
 }
 
 /** Where a cue's ladder stands after {@link CueLadderPort.sync}. */
