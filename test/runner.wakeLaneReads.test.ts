@@ -1,8 +1,8 @@
 /**
  * Between a GO and its run's next step, the wake lane sends its lease, reads
- * the leased runs, reads their next steps, renews the lease and begins the
- * step. The renewal is one statement when every run is still held (it was
- * an UPDATE and a SELECT). The statements are recorded on the runner's own
+ * the leased runs with their next steps in one statement (it was two), renews
+ * the lease and begins the step. The renewal is one statement when every run
+ * is still held (it was an UPDATE and a SELECT). The statements are recorded on the runner's own
  * pool, against the real database; only the lane is woken (not a pass), so
  * what is recorded is its.
  */
@@ -35,13 +35,15 @@ function recording(db: Db): { db: Db; sent: string[] } {
 
 const isLease = (sql: string) => /^UPDATE event_runs SET claimed_by = \?, claim_token = \?/.test(sql)
 const isNextStepsByIds = (sql: string) => /WHERE run_id IN \(.*GROUP BY run_id/.test(sql)
-const isLeasedRead = (sql: string) =>
-  /^SELECT r\.id, .* WHERE r\.wake_at = \? AND r\.claim_token = \?/.test(sql)
+const isLeasedReadWithSteps = (sql: string) =>
+  /^SELECT r\.id AS r__id, .* LEFT JOIN event_run_steps s .* WHERE r\.wake_at = \? AND r\.claim_token = \?/.test(
+    sql,
+  )
 const isRenewal = (sql: string) => /^UPDATE event_runs SET claim_expires_at = /.test(sql)
 const isBegin = (sql: string) =>
   /^UPDATE event_run_steps SET status = 'running', attempts = attempts \+ 1/.test(sql)
 
-it("a GO's woken run is leased, read, its next step read, its lease renewed in one statement, and begun", async () => {
+it("a GO's woken run is leased, read with its next step, its lease renewed in one statement, and begun", async () => {
   const { db, sent } = recording(t.db)
   // A long tick: after the first pass parks the cue, no pass runs while the lane works.
   runner = new Runner({ db, registry: createDefaultRegistry(), clock: systemClock, tickMs: 60_000 })
@@ -89,9 +91,15 @@ it("a GO's woken run is leased, read, its next step read, its lease renewed in o
   expect(lease).toBeGreaterThanOrEqual(0)
   expect(begin).toBeGreaterThan(lease)
   const between = afterGo.slice(lease + 1, begin)
-  // The leased runs' read, their next steps', the renewal's UPDATE; no SELECT after it.
+  // The leased runs' read with their next steps, the renewal's UPDATE; no SELECT after it.
   const named = between.map((sql) =>
-    isLeasedRead(sql) ? 'runs' : isNextStepsByIds(sql) ? 'steps' : isRenewal(sql) ? 'renew' : sql,
+    isLeasedReadWithSteps(sql)
+      ? 'runs and steps'
+      : isNextStepsByIds(sql)
+        ? 'steps'
+        : isRenewal(sql)
+          ? 'renew'
+          : sql,
   )
-  expect(named).toEqual(['runs', 'steps', 'renew'])
+  expect(named).toEqual(['runs and steps', 'renew'])
 })

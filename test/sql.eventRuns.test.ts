@@ -442,6 +442,105 @@ describe('invariant 2: claims are compare-and-set', () => {
     expect(ids(mine).sort((x, y) => x - y)).toEqual(both)
     expect(mine.every((r) => r.claimToken === 'lease-woken')).toBe(true)
   })
+
+  it('claimTickBatchWithSteps reads each leased run with the step nextSteps names, null when none is left', async () => {
+    const fx = await makeDefinition(db)
+    // Three runs in flight: one at its first step, one past two of three, one with every step done.
+    const made: { id: number; concurrencyKey: string | null }[] = []
+    for (let i = 0; i < 3; i++) {
+      const r = await makeRun(db, { definition: fx })
+      await runningUnleased(r)
+      await steps.expand(db, [{ runId: r.id, specs: stepSpecs(3) }])
+      made.push(r)
+    }
+    const [, partly, done] = made as [RunRow, RunRow, RunRow]
+    await db.run(`UPDATE event_run_steps SET status = 'completed' WHERE run_id = ? AND seq < 2`, [partly.id])
+    await db.run(`UPDATE event_run_steps SET status = 'completed' WHERE run_id = ?`, [done.id])
+    // A run starting has no steps yet: null as well (the lane reads its steps after the expansion).
+    const starting = await makeRun(db, { definition: fx })
+    await runs.claimStart(db, starting, 'setup', LEASE())
+    await db.run(
+      'UPDATE event_runs SET claimed_by = NULL, claim_expires_at = NULL, wake_at = ? WHERE id = ?',
+      [at(-1000), starting.id],
+    )
+
+    const now = at(1000)
+    let read: { sql: string; args: unknown[] } | null = null
+    const recorded = new Proxy(db, {
+      get(target, prop, receiver) {
+        const value = Reflect.get(target, prop, receiver)
+        if (prop !== 'execute') return typeof value === 'function' ? value.bind(target) : value
+        return (sql: string, args: unknown[]) => {
+          read ??= { sql, args }
+          return target.execute(sql, args as never)
+        }
+      },
+    })
+    const { runs: leased, nextSteps } = await runs.claimTickBatchWithSteps(
+      recorded,
+      'A',
+      'lease-steps',
+      at(30_000, now),
+      now,
+      100,
+    )
+    const all = [...made.map((r) => r.id), starting.id].sort((x, y) => x - y)
+    expect(ids(leased)).toEqual(all)
+    expect(leased.every((r) => r.claimToken === 'lease-steps' && r.definitionSlug !== '')).toBe(true)
+    const expected = await steps.nextSteps(db, all)
+    for (const id of all) expect(nextSteps.get(id) ?? null).toEqual(expected.get(id) ?? null)
+    expect(nextSteps.get(partly.id)?.seq).toBe(2)
+    expect(nextSteps.get(made[0]?.id as number)?.seq).toBe(0)
+    expect(nextSteps.has(done.id) && nextSteps.get(done.id)).toBe(null)
+    expect(nextSteps.has(starting.id) && nextSteps.get(starting.id)).toBe(null)
+    // One statement, each table by an index: the lease's range of idx_evrun_wake, each run's steps by its key.
+    const captured = read as { sql: string; args: unknown[] } | null
+    expect(captured?.sql).toMatch(/LEFT JOIN event_run_steps s/)
+    const plan = await db.query<{ table: string; type: string; key: string | null }>(
+      `EXPLAIN ${captured?.sql}`,
+      captured?.args as never,
+    )
+    const byTable = Object.fromEntries(plan.map((p) => [p.table, `${p.type} ${p.key}`]))
+    expect(byTable).toMatchObject({
+      r: 'ref idx_evrun_wake',
+      s: expect.stringMatching(/^(eq_ref|ref) uq_evstep_run_seq$/),
+      n: expect.stringMatching(/^(ref|range) uq_evstep_run_seq$/),
+    })
+  })
+
+  it('claimTickBatchWithSteps still answers a run woken between its lease and its read', async () => {
+    const fx = await makeDefinition(db)
+    const both: number[] = []
+    for (let i = 0; i < 2; i++) {
+      const r = await makeRun(db, { definition: fx })
+      await runningUnleased(r)
+      await steps.expand(db, [{ runId: r.id, specs: stepSpecs(1) }])
+      both.push(r.id)
+    }
+    const now = at(1000)
+    const racing = new Proxy(db, {
+      get(target, prop, receiver) {
+        const value = Reflect.get(target, prop, receiver)
+        if (prop !== 'run') return typeof value === 'function' ? value.bind(target) : value
+        return async (sql: string, args: unknown[]) => {
+          const res = await target.run(sql, args as never)
+          if (/SET claimed_by = \?, claim_token = \?/.test(sql))
+            expect(await runs.wakeNow(target, both[1] as number, now)).toBe(true)
+          return res
+        }
+      },
+    })
+    const { runs: mine, nextSteps } = await runs.claimTickBatchWithSteps(
+      racing,
+      'A',
+      'lease-woken-steps',
+      at(30_000, now),
+      now,
+      100,
+    )
+    expect(ids(mine).sort((x, y) => x - y)).toEqual(both)
+    for (const id of both) expect(nextSteps.get(id)?.seq).toBe(0)
+  })
 })
 
 describe('invariant 3: a live lease is not re-enterable', () => {

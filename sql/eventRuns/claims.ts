@@ -18,13 +18,16 @@
  */
 
 import type { Queryable } from '../db.ts'
+import { hydrate as hydrateStep, STEP_COLUMNS, type StepRow } from '../eventSteps/rows.ts'
 import { caseOf, chunkCase, clampLimit, idSet, placeholders } from '../json.ts'
 import { LEASE_EXPIRY, leaseFree, leaseMicros } from '../leases.ts'
 import { IN_FLIGHT } from '../states.ts'
 import {
   DEFINITION_NAME_COLUMNS,
   hydrate,
+  hydratePrefixedWithDefinition,
   hydrateWithDefinition,
+  PREFIXED_RUN_COLUMNS,
   type Raw,
   RUN_COLUMNS,
   type RunRow,
@@ -166,6 +169,46 @@ export async function claimTickBatch(
   now: Date,
   limit: number,
 ): Promise<LeasedRun[]> {
+  const leasedCount = await leaseDue(db, owner, token, leaseUntil, now, limit)
+  if (leasedCount === 0) return []
+  const leased = await findLeased(db, token, leaseUntil, '=')
+  if (leased.length >= leasedCount) return leased
+  // A run woken in between (a cue answered: wakeNow moved its wake_at earlier,
+  // it stays leased): every leased run is at or before the lease's expiry.
+  return findLeased(db, token, leaseUntil, '<=')
+}
+
+/**
+ * {@link claimTickBatch}, each run read with its next step (the first that
+ * is `pending` or `running`; null when none is left) in the same statement:
+ * what the wake lane advances at once, a round trip fewer between a GO (or a
+ * timer's end) and the run's next step. A run still `starting` has no steps
+ * yet; its null says nothing, and its steps are the expansion's to read.
+ */
+export async function claimTickBatchWithSteps(
+  db: Queryable,
+  owner: string,
+  token: string,
+  leaseUntil: Date,
+  now: Date,
+  limit: number,
+): Promise<{ runs: LeasedRun[]; nextSteps: Map<number, StepRow | null> }> {
+  const leasedCount = await leaseDue(db, owner, token, leaseUntil, now, limit)
+  if (leasedCount === 0) return { runs: [], nextSteps: new Map() }
+  const leased = await findLeasedWithSteps(db, token, leaseUntil, '=')
+  if (leased.runs.length >= leasedCount) return leased
+  return findLeasedWithSteps(db, token, leaseUntil, '<=')
+}
+
+/** Lease up to `limit` due in-flight runs under `token`; answers how many. */
+async function leaseDue(
+  db: Queryable,
+  owner: string,
+  token: string,
+  leaseUntil: Date,
+  now: Date,
+  limit: number,
+): Promise<number> {
   const n = clampLimit(limit, 100, 1, 5000)
   const res = await db.run(
     `UPDATE event_runs
@@ -175,12 +218,7 @@ export async function claimTickBatch(
       LIMIT ${n}`,
     [owner, token, leaseMicros(leaseUntil, now), leaseUntil, now, ...IN_FLIGHT],
   )
-  if (res.affectedRows === 0) return []
-  const leased = await findLeased(db, token, leaseUntil, '=')
-  if (leased.length >= res.affectedRows) return leased
-  // A run woken in between (a cue answered: wakeNow moved its wake_at earlier,
-  // it stays leased): every leased run is at or before the lease's expiry.
-  return findLeased(db, token, leaseUntil, '<=')
+  return res.affectedRows
 }
 
 /** A run as {@link claimTickBatch} read it: with its definition's title and slug, which the steps' templates use. */
@@ -402,4 +440,35 @@ export async function reclaimStale(db: Queryable): Promise<number> {
     [...IN_FLIGHT],
   )
   return res.affectedRows
+}
+
+/**
+ * {@link findLeased} with each run's next step beside it: the first step by
+ * `seq` still `pending` or `running` (as `nextSteps` reads it, sql/eventSteps),
+ * found through the run's `uq_evstep_run_seq` range; a run with none has a
+ * row of NULL step columns.
+ */
+async function findLeasedWithSteps(
+  db: Queryable,
+  token: string,
+  leaseUntil: Date,
+  by: '=' | '<=',
+): Promise<{ runs: LeasedRun[]; nextSteps: Map<number, StepRow | null> }> {
+  const rows = await db.execute<Raw>(
+    `SELECT ${PREFIXED_RUN_COLUMNS}, ${DEFINITION_NAME_COLUMNS}, ${STEP_COLUMNS}
+       FROM event_runs r FORCE INDEX (idx_evrun_wake) JOIN event_definitions d ON d.id = r.definition_id
+       LEFT JOIN event_run_steps s ON s.run_id = r.id AND s.seq = (
+              SELECT MIN(n.seq) FROM event_run_steps n FORCE INDEX (uq_evstep_run_seq)
+               WHERE n.run_id = r.id AND n.status IN ('pending','running'))
+      WHERE r.wake_at ${by} ? AND r.claim_token = ? ORDER BY r.id`,
+    [leaseUntil, token],
+  )
+  const runs: LeasedRun[] = []
+  const nextSteps = new Map<number, StepRow | null>()
+  for (const row of rows) {
+    const run = hydratePrefixedWithDefinition(row)
+    runs.push(run)
+    nextSteps.set(run.id, row.id === null ? null : hydrateStep(row))
+  }
+  return { runs, nextSteps }
 }

@@ -14,9 +14,9 @@ import { KEY_HOLDING, NON_TERMINAL } from '../states.ts'
 import {
   DEFINITION_NAME_COLUMNS,
   hydrateList,
-  hydrateWithDefinition,
+  hydratePrefixedWithDefinition,
+  PREFIXED_RUN_COLUMNS,
   type Raw,
-  RUN_COLUMNS,
   type RunListRow,
   type RunWithDefinition,
   SELECT_LIST,
@@ -30,12 +30,6 @@ export async function getById(db: Queryable, id: number): Promise<RunListRow | n
   const [run] = await withWaiting(db, rows)
   return run ?? null
 }
-
-/** `RUN_COLUMNS` renamed `r__<column>`, so that they can sit beside a step's own in one row. */
-const PREFIXED_RUN_COLUMNS = RUN_COLUMNS.split(',')
-  .map((c) => c.trim().slice('r.'.length))
-  .map((column) => `r.${column} AS r__${column}`)
-  .join(', ')
 
 /**
  * A step and the run it belongs to (with its definition's names), found by the
@@ -56,9 +50,7 @@ export async function getStepWithRun(
     [stepId],
   )
   if (!row) return null
-  const runRow: Raw = { definition_title: row.definition_title, definition_slug: row.definition_slug }
-  for (const key of Object.keys(row)) if (key.startsWith('r__')) runRow[key.slice(3)] = row[key]
-  return { step: hydrateStep(row), run: hydrateWithDefinition(runRow) }
+  return { step: hydrateStep(row), run: hydratePrefixedWithDefinition(row) }
 }
 
 /**

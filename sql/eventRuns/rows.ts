@@ -163,6 +163,19 @@ export function hydrateWithDefinition(row: Raw): RunWithDefinition {
   return run
 }
 
+/** `RUN_COLUMNS` renamed `r__<column>`, so that they can sit beside a step's own in one row. */
+export const PREFIXED_RUN_COLUMNS = RUN_COLUMNS.split(',')
+  .map((c) => c.trim().slice('r.'.length))
+  .map((column) => `r.${column} AS r__${column}`)
+  .join(', ')
+
+/** The run of a row of `PREFIXED_RUN_COLUMNS, DEFINITION_NAME_COLUMNS` (beside a step's columns). */
+export function hydratePrefixedWithDefinition(row: Raw): RunWithDefinition {
+  const runRow: Raw = { definition_title: row.definition_title, definition_slug: row.definition_slug }
+  for (const key of Object.keys(row)) if (key.startsWith('r__')) runRow[key.slice(3)] = row[key]
+  return hydrateWithDefinition(runRow)
+}
+
 /** Put a page's rows back in `scheduled_for, id` order (a join over a derived page does not keep it). */
 export function sortRows(rows: Raw[], order: 'newest first' | 'oldest first'): Raw[] {
   const sign = order === 'newest first' ? -1 : 1

@@ -71,7 +71,7 @@ export async function advanceBatch(
   deps: EngineDeps,
   claimed: readonly ClaimedRun[],
   onAnswer: OnAnswer,
-  how: { fresh?: boolean } = {},
+  how: FirstRound = {},
 ): Promise<void> {
   const answered = new Set<number>()
   const held: Held = {
@@ -85,7 +85,7 @@ export async function advanceBatch(
   }
   let failure: { err: unknown } | null = null
   try {
-    await rounds(deps, claimed, held, undefined, how.fresh === true)
+    await rounds(deps, claimed, held, undefined, how)
   } catch (err) {
     failure = { err }
     // Nothing more of this batch is advanced now: what no straggler holds is
@@ -97,6 +97,17 @@ export async function advanceBatch(
   // whatever became of it (each answers its own errors; more may join as they go).
   for (let i = 0; i < held.continuations.length; i++) await held.continuations[i]
   if (failure) throw failure.err
+}
+
+/** What the caller already read of a batch, so that its first round does not read it again. */
+export interface FirstRound {
+  /** The runs as their claim read them a moment ago: their statuses are taken as read. */
+  fresh?: boolean
+  /**
+   * Runs' next steps as their claim read them (null: none left). A run not
+   * in it has its step read by the round as usual.
+   */
+  nextSteps?: ReadonlyMap<number, StepRow | null>
 }
 
 /** What a batch and its stragglers share. */
@@ -119,7 +130,7 @@ async function rounds(
   claimed: readonly ClaimedRun[],
   held: Held,
   knownLeaseEnds: number | undefined,
-  fresh = false,
+  first: FirstRound = {},
 ): Promise<void> {
   const onAnswer = held.tell
   const { db, registry } = deps
@@ -136,12 +147,12 @@ async function rounds(
     // `fresh`: the runs as their claim read them a moment ago (a woken batch,
     // wakeLane.ts), so the first round does not read their statuses again.
     const snapshots =
-      round === 0 && fresh
+      round === 0 && first.fresh === true
         ? active.map((id) => snapshotOf(byId.get(id) as ClaimedRun))
         : await runs.statusesOf(db, active)
     const live = new Map(snapshots.filter((s) => isAdvancing(s.status)).map((s) => [s.id, s]))
     for (const id of active) if (!live.has(id)) leaving.push([byId.get(id) as ClaimedRun, { stop: true }])
-    const next = live.size > 0 ? await steps.nextSteps(db, [...live.keys()]) : new Map<number, StepRow>()
+    const next = await nextStepsOf(db, [...live.keys()], round === 0 ? first.nextSteps : undefined)
     const now = deps.clock.now()
     let entries: Entry[] = []
     for (const [id, snap] of live) {
@@ -418,6 +429,22 @@ function executingRow(step: StepRow, how: 'begin' | 'resume', now: Date): StepRo
   // As beginMany wrote it: a first start is stamped with the round's `now`, so
   // a `core.wait {seconds}` counts from the same instant for the whole batch.
   return { ...step, status: 'running', attempts: step.attempts + 1, startedAt: step.startedAt ?? now }
+}
+
+/** The next step of each of `ids`: as the claim read it where it did, the rest read now in one statement. */
+async function nextStepsOf(
+  db: EngineDeps['db'],
+  ids: readonly number[],
+  known: ReadonlyMap<number, StepRow | null> | undefined,
+): Promise<Map<number, StepRow>> {
+  const unread = known ? ids.filter((id) => !known.has(id)) : ids
+  const next = unread.length > 0 ? await steps.nextSteps(db, unread) : new Map<number, StepRow>()
+  if (known)
+    for (const id of ids) {
+      const step = known.get(id)
+      if (step) next.set(id, step)
+    }
+  return next
 }
 
 /** A claimed run's status as its claim read it. */
