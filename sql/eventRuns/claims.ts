@@ -448,7 +448,7 @@ export async function reclaimStale(db: Queryable): Promise<number> {
  * found through the run's `uq_evstep_run_seq` range; a run with none has a
  * row of NULL step columns.
  */
-async function findLeasedWithSteps(
+export async function findLeasedWithSteps(
   db: Queryable,
   token: string,
   leaseUntil: Date,
