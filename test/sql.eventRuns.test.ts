@@ -508,6 +508,53 @@ describe('invariant 2: claims are compare-and-set', () => {
     })
   })
 
+  it('keepClaims keeps a held claim alive, never shortens it, keeps a woken run early and leaves others alone', async () => {
+    const fx = await makeDefinition(db)
+    const made: number[] = []
+    for (let i = 0; i < 4; i++) {
+      const r = await makeRun(db, { definition: fx })
+      await runningUnleased(r)
+      made.push(r.id)
+    }
+    const [short, long, woken, theirs] = made as [number, number, number, number]
+    const now = new Date()
+    expect(await leases(short, 'A', at(2_000, now.getTime()), now)).toBe(true)
+    const lease = async (id: number) =>
+      (
+        await db.query<{ e: Date; w: Date | null }>(
+          'SELECT claim_expires_at AS e, wake_at AS w FROM event_runs WHERE id = ?',
+          [id],
+        )
+      )[0] as { e: Date; w: Date | null }
+    // Leased by A now, with 2 s, 60 s, 2 s; the last by B.
+    await db.run(
+      'UPDATE event_runs SET claimed_by = ?, claim_expires_at = NOW(3) + INTERVAL ? SECOND, wake_at = ? WHERE id = ?',
+      ['A', 60, at(60_000, now.getTime()), long],
+    )
+    await db.run(
+      'UPDATE event_runs SET claimed_by = ?, claim_expires_at = NOW(3) + INTERVAL 2 SECOND, wake_at = ? WHERE id = ?',
+      ['A', at(2_000, now.getTime()), woken],
+    )
+    await db.run(
+      'UPDATE event_runs SET claimed_by = ?, claim_expires_at = NOW(3) + INTERVAL 2 SECOND, wake_at = ? WHERE id = ?',
+      ['B', at(2_000, now.getTime()), theirs],
+    )
+    // A person wakes one of A's held runs.
+    expect(await runs.wakeNow(db, woken, now)).toBe(true)
+    const before = { long: await lease(long), theirs: await lease(theirs), woken: await lease(woken) }
+
+    const until = at(10_000, now.getTime())
+    expect(await runs.keepClaims(db, [short, long, woken, theirs], 'A', until, now)).toBe(3)
+    const kept = await lease(short)
+    expect(kept.w?.getTime()).toBe(until.getTime())
+    expect(kept.e.getTime()).toBeGreaterThanOrEqual(Date.now() + 8_000)
+    // The longer lease stands; B's claim is B's; the woken run is still due now.
+    expect(await lease(long)).toEqual(before.long)
+    expect(await lease(theirs)).toEqual(before.theirs)
+    expect((await lease(woken)).w?.getTime()).toBe(before.woken.w?.getTime())
+    expect((await lease(woken)).e.getTime()).toBeGreaterThanOrEqual(Date.now() + 8_000)
+  })
+
   it('claimTickBatchWithSteps still answers a run woken between its lease and its read', async () => {
     const fx = await makeDefinition(db)
     const both: number[] = []

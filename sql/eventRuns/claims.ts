@@ -18,16 +18,13 @@
  */
 
 import type { Queryable } from '../db.ts'
-import { hydrate as hydrateStep, STEP_COLUMNS, type StepRow } from '../eventSteps/rows.ts'
 import { caseOf, chunkCase, clampLimit, idSet, placeholders } from '../json.ts'
 import { LEASE_EXPIRY, leaseFree, leaseMicros } from '../leases.ts'
 import { IN_FLIGHT } from '../states.ts'
 import {
   DEFINITION_NAME_COLUMNS,
   hydrate,
-  hydratePrefixedWithDefinition,
   hydrateWithDefinition,
-  PREFIXED_RUN_COLUMNS,
   type Raw,
   RUN_COLUMNS,
   type RunRow,
@@ -178,30 +175,8 @@ export async function claimTickBatch(
   return findLeased(db, token, leaseUntil, '<=')
 }
 
-/**
- * {@link claimTickBatch}, each run read with its next step (the first that
- * is `pending` or `running`; null when none is left) in the same statement:
- * what the wake lane advances at once, a round trip fewer between a GO (or a
- * timer's end) and the run's next step. A run still `starting` has no steps
- * yet; its null says nothing, and its steps are the expansion's to read.
- */
-export async function claimTickBatchWithSteps(
-  db: Queryable,
-  owner: string,
-  token: string,
-  leaseUntil: Date,
-  now: Date,
-  limit: number,
-): Promise<{ runs: LeasedRun[]; nextSteps: Map<number, StepRow | null> }> {
-  const leasedCount = await leaseDue(db, owner, token, leaseUntil, now, limit)
-  if (leasedCount === 0) return { runs: [], nextSteps: new Map() }
-  const leased = await findLeasedWithSteps(db, token, leaseUntil, '=')
-  if (leased.runs.length >= leasedCount) return leased
-  return findLeasedWithSteps(db, token, leaseUntil, '<=')
-}
-
-/** Lease up to `limit` due in-flight runs under `token`; answers how many. */
-async function leaseDue(
+/** Lease up to `limit` due in-flight runs under `token`; answers how many (the first half of {@link claimTickBatch}). */
+export async function leaseDue(
   db: Queryable,
   owner: string,
   token: string,
@@ -298,6 +273,34 @@ export async function renewClaims(
     owner,
   ])
   return new Set(rows.map((r) => Number(r.id)))
+}
+
+/**
+ * Keep `ids`' claims alive while this caller still holds them: each lease runs
+ * at least until `leaseUntil` (never shortened: a round may have lengthened it
+ * to its longest step's timeout), and `wake_at`, where a crashed holder's run
+ * comes due again, with it. A run a person woke meanwhile keeps its early
+ * `wake_at` for the release ({@link releasedWakeAt}). A claim that already ran
+ * out and was taken by another owner is left alone. Answers how many are still
+ * the caller's (the rows matched: mysql2 asks for found rows).
+ */
+export async function keepClaims(
+  db: Queryable,
+  ids: readonly number[],
+  owner: string,
+  leaseUntil: Date,
+  now: Date,
+): Promise<number> {
+  if (ids.length === 0) return 0
+  const which = idSet('id', ids)
+  const res = await db.runQuery(
+    `UPDATE event_runs
+        SET claim_expires_at = GREATEST(COALESCE(claim_expires_at, NOW(3)), ${LEASE_EXPIRY}),
+            wake_at = IF(woken_while_claimed = 1, wake_at, GREATEST(COALESCE(wake_at, ?), ?))
+      WHERE ${which.sql} AND claimed_by = ? AND status IN (${placeholders(IN_FLIGHT.length)})`,
+    [leaseMicros(leaseUntil, now), leaseUntil, leaseUntil, ...which.args, owner, ...IN_FLIGHT],
+  )
+  return res.affectedRows
 }
 
 /**
@@ -440,35 +443,4 @@ export async function reclaimStale(db: Queryable): Promise<number> {
     [...IN_FLIGHT],
   )
   return res.affectedRows
-}
-
-/**
- * {@link findLeased} with each run's next step beside it: the first step by
- * `seq` still `pending` or `running` (as `nextSteps` reads it, sql/eventSteps),
- * found through the run's `uq_evstep_run_seq` range; a run with none has a
- * row of NULL step columns.
- */
-export async function findLeasedWithSteps(
-  db: Queryable,
-  token: string,
-  leaseUntil: Date,
-  by: '=' | '<=',
-): Promise<{ runs: LeasedRun[]; nextSteps: Map<number, StepRow | null> }> {
-  const rows = await db.execute<Raw>(
-    `SELECT ${PREFIXED_RUN_COLUMNS}, ${DEFINITION_NAME_COLUMNS}, ${STEP_COLUMNS}
-       FROM event_runs r FORCE INDEX (idx_evrun_wake) JOIN event_definitions d ON d.id = r.definition_id
-       LEFT JOIN event_run_steps s ON s.run_id = r.id AND s.seq = (
-              SELECT MIN(n.seq) FROM event_run_steps n FORCE INDEX (uq_evstep_run_seq)
-               WHERE n.run_id = r.id AND n.status IN ('pending','running'))
-      WHERE r.wake_at ${by} ? AND r.claim_token = ? ORDER BY r.id`,
-    [leaseUntil, token],
-  )
-  const runs: LeasedRun[] = []
-  const nextSteps = new Map<number, StepRow | null>()
-  for (const row of rows) {
-    const run = hydratePrefixedWithDefinition(row)
-    runs.push(run)
-    nextSteps.set(run.id, row.id === null ? null : hydrateStep(row))
-  }
-  return { runs, nextSteps }
 }

@@ -9,6 +9,15 @@
  * ends, and set-wise like a group commit: what is answered while one release
  * is being written goes in the next, so a batch's runs let go together cost
  * one statement, and a run let go early is not held back by a slow straggler.
+ *
+ * Held claims are kept alive: every third of `LEASE_MS` while any run is
+ * held, their leases are renewed to at least `LEASE_MS` from then. A round
+ * begins all its steps at once and they take `RUNNER_PARALLELISM` places in
+ * turn, so a step may wait far longer than its own timeout before it even
+ * starts (two thousand webhooks of a few seconds each, 32 at a time); a
+ * lease sized once per round ran out under it, and the next claim called the
+ * webhook again. Only a database out of reach for a whole lease lets a held
+ * claim lapse now.
  */
 import type { Db } from '../../sql/db.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
@@ -27,6 +36,9 @@ export class HeldClaims {
   private readonly open = new Set<number>()
   private queue: Release[] = []
   private draining: Promise<void> | null = null
+  /** Renews the held claims while any is held (see above). */
+  private keeper: ReturnType<typeof setInterval> | null = null
+  private keeping: Promise<void> | null = null
 
   constructor(
     private readonly deps: {
@@ -53,6 +65,8 @@ export class HeldClaims {
        * lane; otherwise such a GO waited for the next tick.
        */
       nudged?: NudgeWatch
+      /** The lease to keep held claims alive for, renewed every third of it; unset: not kept alive. */
+      leaseMs?: number
     },
   ) {
     this.nudgesAtStart = deps.nudged?.count() ?? 0
@@ -63,18 +77,68 @@ export class HeldClaims {
 
   /** A runner's claims (a pass's, the wake lane's): its options, failed runs tried again after a tick. */
   static forRunner(
-    opts: Pick<ResolvedOptions, 'db' | 'clock' | 'logger' | 'observer' | 'tickMs'>,
+    opts: Pick<ResolvedOptions, 'db' | 'clock' | 'logger' | 'observer' | 'tickMs' | 'leaseMs'>,
     owner: string,
     released: (wakeAts: readonly Date[]) => void,
     nudged?: NudgeWatch,
   ): HeldClaims {
-    const { db, clock, logger, observer, tickMs } = opts
-    return new HeldClaims({ db, owner, clock, logger, observer, retryAfterMs: tickMs, released, nudged })
+    const { db, clock, logger, observer, tickMs, leaseMs } = opts
+    return new HeldClaims({
+      db,
+      owner,
+      clock,
+      logger,
+      observer,
+      retryAfterMs: tickMs,
+      released,
+      nudged,
+      leaseMs,
+    })
   }
 
   /** These runs' claims were just taken by this pass. */
   hold(held: readonly { id: number }[]): void {
     for (const r of held) this.open.add(r.id)
+    this.keepAlive()
+  }
+
+  /** Renew the held claims every third of the lease while any is held. */
+  private keepAlive(): void {
+    const { leaseMs } = this.deps
+    if (leaseMs === undefined || this.keeper !== null || this.open.size === 0) return
+    this.keeper = setInterval(() => this.renewHeld(leaseMs), Math.max(10, Math.floor(leaseMs / 3)))
+    // Held claims alone do not keep a process alive: its stop gives them back.
+    this.keeper.unref?.()
+  }
+
+  private stopKeepingAlive(): void {
+    if (this.keeper !== null) clearInterval(this.keeper)
+    this.keeper = null
+  }
+
+  private renewHeld(leaseMs: number): void {
+    if (this.open.size === 0) {
+      this.stopKeepingAlive()
+      return
+    }
+    // One renewal at a time: a slow database does not pile them up.
+    if (this.keeping) return
+    const { db, owner, clock, logger } = this.deps
+    const now = clock.now()
+    const ids = [...this.open]
+    this.keeping = runs
+      .keepClaims(db, ids, owner, new Date(now.getTime() + leaseMs), now)
+      .then(
+        () => undefined,
+        (err: unknown) =>
+          logger.warn(
+            { err, runIds: ids.slice(0, 20), held: ids.length },
+            'could not renew held claims; tried again in a third of the lease',
+          ),
+      )
+      .finally(() => {
+        this.keeping = null
+      })
   }
 
   /** These runs' claims were lost (taken over after they expired): not ours to give back. */
@@ -104,6 +168,7 @@ export class HeldClaims {
   /** A run is let go: give its claim back, due when `answer` says (`stop`: as it is, due now). */
   answer(id: number, answer: RunAnswer): void {
     if (!this.open.delete(id)) return
+    if (this.open.size === 0) this.stopKeepingAlive()
     const { clock } = this.deps
     let wakeAt: Date | null
     const asked = 'wakeAt' in answer && answer.wakeAt !== null
@@ -123,6 +188,7 @@ export class HeldClaims {
 
   /** The end of the pass: give back every claim still held, due now, and wait for every release. */
   async giveBack(): Promise<void> {
+    this.stopKeepingAlive()
     const now = this.deps.clock.now()
     for (const id of this.open) this.queue.push({ id, wakeAt: now, asked: false })
     this.open.clear()
