@@ -50,6 +50,22 @@ async function runningUnleased(run: { id: number; concurrencyKey: string | null 
 
 const ids = (rows: readonly { id: number }[]) => rows.map((r) => r.id)
 
+/** `db`, but a lease's UPDATE is followed at once by a person waking `runId` (a cue answered between lease and read). */
+function wakingAfterLease(runId: number, now: Date): Db {
+  return new Proxy(db, {
+    get(target, prop, receiver) {
+      const value = Reflect.get(target, prop, receiver)
+      if (prop !== 'run') return typeof value === 'function' ? value.bind(target) : value
+      return async (sql: string, args: unknown[]) => {
+        const res = await target.run(sql, args as never)
+        if (/SET claimed_by = \?, claim_token = \?/.test(sql))
+          expect(await runs.wakeNow(target, runId, now)).toBe(true)
+        return res
+      }
+    },
+  })
+}
+
 let leaseSeq = 0
 /** The runner's lease of due in-flight runs (claimTickBatch); true when it took `id`. */
 async function leases(id: number, owner: string, leaseUntil: Date, now: Date): Promise<boolean> {
@@ -426,18 +442,7 @@ describe('invariant 2: claims are compare-and-set', () => {
     }
     const now = at(1000)
     // The lease's UPDATE goes through; then, before the read, a cue answer wakes one of its runs.
-    const racing = new Proxy(db, {
-      get(target, prop, receiver) {
-        const value = Reflect.get(target, prop, receiver)
-        if (prop !== 'run') return typeof value === 'function' ? value.bind(target) : value
-        return async (sql: string, args: unknown[]) => {
-          const res = await target.run(sql, args as never)
-          if (/SET claimed_by = \?, claim_token = \?/.test(sql))
-            expect(await runs.wakeNow(target, both[1] as number, now)).toBe(true)
-          return res
-        }
-      },
-    })
+    const racing = wakingAfterLease(both[1] as number, now)
     const mine = await runs.claimTickBatch(racing, 'A', 'lease-woken', at(30_000, now), now, 100)
     expect(ids(mine).sort((x, y) => x - y)).toEqual(both)
     expect(mine.every((r) => r.claimToken === 'lease-woken')).toBe(true)
@@ -565,18 +570,7 @@ describe('invariant 2: claims are compare-and-set', () => {
       both.push(r.id)
     }
     const now = at(1000)
-    const racing = new Proxy(db, {
-      get(target, prop, receiver) {
-        const value = Reflect.get(target, prop, receiver)
-        if (prop !== 'run') return typeof value === 'function' ? value.bind(target) : value
-        return async (sql: string, args: unknown[]) => {
-          const res = await target.run(sql, args as never)
-          if (/SET claimed_by = \?, claim_token = \?/.test(sql))
-            expect(await runs.wakeNow(target, both[1] as number, now)).toBe(true)
-          return res
-        }
-      },
-    })
+    const racing = wakingAfterLease(both[1] as number, now)
     const { runs: mine, nextSteps } = await runs.claimTickBatchWithSteps(
       racing,
       'A',
