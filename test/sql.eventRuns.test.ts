@@ -448,7 +448,7 @@ describe('invariant 2: claims are compare-and-set', () => {
     expect(mine.every((r) => r.claimToken === 'lease-woken')).toBe(true)
   })
 
-  it('claimTickBatchWithSteps reads each leased run with the step nextSteps names, null when none is left', async () => {
+  it('claimTickBatchWithSteps reads each leased run with the step nextSteps names, null when none is left, a starting run left out', async () => {
     const fx = await makeDefinition(db)
     // Three runs in flight: one at its first step, one past two of three, one with every step done.
     const made: { id: number; concurrencyKey: string | null }[] = []
@@ -461,7 +461,7 @@ describe('invariant 2: claims are compare-and-set', () => {
     const [, partly, done] = made as [RunRow, RunRow, RunRow]
     await db.run(`UPDATE event_run_steps SET status = 'completed' WHERE run_id = ? AND seq < 2`, [partly.id])
     await db.run(`UPDATE event_run_steps SET status = 'completed' WHERE run_id = ?`, [done.id])
-    // A run starting has no steps yet: null as well (the lane reads its steps after the expansion).
+    // A run starting has no steps yet: left out (the lane reads its steps after the expansion).
     const starting = await makeRun(db, { definition: fx })
     await runs.claimStart(db, starting, 'setup', LEASE())
     await db.run(
@@ -497,7 +497,7 @@ describe('invariant 2: claims are compare-and-set', () => {
     expect(nextSteps.get(partly.id)?.seq).toBe(2)
     expect(nextSteps.get(made[0]?.id as number)?.seq).toBe(0)
     expect(nextSteps.has(done.id) && nextSteps.get(done.id)).toBe(null)
-    expect(nextSteps.has(starting.id) && nextSteps.get(starting.id)).toBe(null)
+    expect(nextSteps.has(starting.id)).toBe(false)
     // One statement, each table by an index: the lease's range of idx_evrun_wake, each run's steps by its key.
     const captured = read as { sql: string; args: unknown[] } | null
     expect(captured?.sql).toMatch(/LEFT JOIN event_run_steps s/)

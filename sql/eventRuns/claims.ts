@@ -166,24 +166,28 @@ export async function claimTickBatch(
   now: Date,
   limit: number,
 ): Promise<LeasedRun[]> {
-  const leasedCount = await leaseDue(db, owner, token, leaseUntil, now, limit)
-  if (leasedCount === 0) return []
-  const leased = await findLeased(db, token, leaseUntil, '=')
-  if (leased.length >= leasedCount) return leased
-  // A run woken in between (a cue answered: wakeNow moved its wake_at earlier,
-  // it stays leased): every leased run is at or before the lease's expiry.
-  return findLeased(db, token, leaseUntil, '<=')
+  return leaseDueThenRead(
+    db,
+    { owner, token, leaseUntil, now, limit },
+    { read: (range) => findLeased(db, token, leaseUntil, range), count: (found) => found.length, none: [] },
+  )
 }
 
-/** Lease up to `limit` due in-flight runs under `token`; answers how many (the first half of {@link claimTickBatch}). */
-export async function leaseDue(
+/**
+ * Lease up to `limit` due in-flight runs under `token`, then read them with
+ * `read`: the range `wake_at = leaseUntil` first; when that finds fewer than
+ * were leased (a run woken in between: a cue answered, wakeNow moved its
+ * wake_at earlier, it stays leased), every leased run at or before the
+ * lease's expiry. `none` when nothing was leased. {@link claimTickBatch}
+ * reads the runs, the wake lane's claim (claimsWithSteps.ts) their next
+ * steps with them.
+ */
+export async function leaseDueThenRead<T>(
   db: Queryable,
-  owner: string,
-  token: string,
-  leaseUntil: Date,
-  now: Date,
-  limit: number,
-): Promise<number> {
+  lease: { owner: string; token: string; leaseUntil: Date; now: Date; limit: number },
+  how: { read: (range: '=' | '<=') => Promise<T>; count: (found: T) => number; none: T },
+): Promise<T> {
+  const { owner, token, leaseUntil, now, limit } = lease
   const n = clampLimit(limit, 100, 1, 5000)
   const res = await db.run(
     `UPDATE event_runs
@@ -193,7 +197,10 @@ export async function leaseDue(
       LIMIT ${n}`,
     [owner, token, leaseMicros(leaseUntil, now), leaseUntil, now, ...IN_FLIGHT],
   )
-  return res.affectedRows
+  if (res.affectedRows === 0) return how.none
+  const found = await how.read('=')
+  if (how.count(found) >= res.affectedRows) return found
+  return how.read('<=')
 }
 
 /** A run as {@link claimTickBatch} read it: with its definition's title and slug, which the steps' templates use. */

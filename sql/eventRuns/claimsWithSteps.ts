@@ -1,11 +1,11 @@
 /**
  * The wake lane's claim (src/runner/wakeLane.ts): due in-flight runs leased
- * as a pass leases them ({@link leaseDue}), then read with each one's next
+ * as a pass leases them ({@link leaseDueThenRead}), read with each one's next
  * step in one statement, which the lane's first round takes as read.
  */
 import type { Queryable } from '../db.ts'
 import { hydrate as hydrateStep, STEP_COLUMNS, type StepRow } from '../eventSteps/rows.ts'
-import { type LeasedRun, leaseDue } from './claims.ts'
+import { type LeasedRun, leaseDueThenRead } from './claims.ts'
 import {
   DEFINITION_NAME_COLUMNS,
   hydratePrefixedWithDefinition,
@@ -13,12 +13,21 @@ import {
   type Raw,
 } from './rows.ts'
 
+/** Leased runs, and the next step of each whose steps exist (null: none left). */
+export interface LeasedWithSteps {
+  runs: LeasedRun[]
+  /**
+   * By run id. A run still `starting` is not in it: its steps are made by
+   * its expansion, after this read, and are read then.
+   */
+  nextSteps: Map<number, StepRow | null>
+}
+
 /**
- * `claimTickBatch` (claims.ts), each run read with its next step (the first that
- * is `pending` or `running`; null when none is left) in the same statement:
- * what the wake lane advances at once, a round trip fewer between a GO (or a
- * timer's end) and the run's next step. A run still `starting` has no steps
- * yet; its null says nothing, and its steps are the expansion's to read.
+ * `claimTickBatch` (claims.ts), each run read with its next step (the first
+ * that is `pending` or `running`) in the same statement: what the wake lane
+ * advances at once, a round trip fewer between a GO (or a timer's end) and
+ * the run's next step.
  */
 export async function claimTickBatchWithSteps(
   db: Queryable,
@@ -27,26 +36,30 @@ export async function claimTickBatchWithSteps(
   leaseUntil: Date,
   now: Date,
   limit: number,
-): Promise<{ runs: LeasedRun[]; nextSteps: Map<number, StepRow | null> }> {
-  const leasedCount = await leaseDue(db, owner, token, leaseUntil, now, limit)
-  if (leasedCount === 0) return { runs: [], nextSteps: new Map() }
-  const leased = await findLeasedWithSteps(db, token, leaseUntil, '=')
-  if (leased.runs.length >= leasedCount) return leased
-  return findLeasedWithSteps(db, token, leaseUntil, '<=')
+): Promise<LeasedWithSteps> {
+  return leaseDueThenRead(
+    db,
+    { owner, token, leaseUntil, now, limit },
+    {
+      read: (range) => findLeasedWithSteps(db, token, leaseUntil, range),
+      count: (found) => found.runs.length,
+      none: { runs: [], nextSteps: new Map() },
+    },
+  )
 }
 
 /**
  * `findLeased` (claims.ts) with each run's next step beside it: the first step by
  * `seq` still `pending` or `running` (as `nextSteps` reads it, sql/eventSteps),
  * found through the run's `uq_evstep_run_seq` range; a run with none has a
- * row of NULL step columns.
+ * row of NULL step columns (see {@link LeasedWithSteps} for a `starting` one).
  */
 export async function findLeasedWithSteps(
   db: Queryable,
   token: string,
   leaseUntil: Date,
   by: '=' | '<=',
-): Promise<{ runs: LeasedRun[]; nextSteps: Map<number, StepRow | null> }> {
+): Promise<LeasedWithSteps> {
   const rows = await db.execute<Raw>(
     `SELECT ${PREFIXED_RUN_COLUMNS}, ${DEFINITION_NAME_COLUMNS}, ${STEP_COLUMNS}
        FROM event_runs r FORCE INDEX (idx_evrun_wake) JOIN event_definitions d ON d.id = r.definition_id
@@ -61,7 +74,7 @@ export async function findLeasedWithSteps(
   for (const row of rows) {
     const run = hydratePrefixedWithDefinition(row)
     runs.push(run)
-    nextSteps.set(run.id, row.id === null ? null : hydrateStep(row))
+    if (run.status !== 'starting') nextSteps.set(run.id, row.id === null ? null : hydrateStep(row))
   }
   return { runs, nextSteps }
 }

@@ -170,8 +170,6 @@ export class WakeLane {
       this.claimedRuns += claimed.length
       // More are due than one claim takes: claim again at once.
       if (claimed.length >= opts.batchSize) this.requested = true
-      // A run still `starting` has its steps made by the expansion; they are read then.
-      for (const run of claimed) if (run.status === 'starting') nextSteps.delete(run.id)
       const ready = await expandStartingRuns(this.deps.engine(), claimed)
       // Read by the claim a moment ago: the first round takes their statuses and steps as read.
       const advance = advanceBatch(this.deps.engine(), ready, (run, answer) => held.answer(run.id, answer), {
