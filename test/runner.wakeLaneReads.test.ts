@@ -1,15 +1,18 @@
 /**
  * Between a GO and its run's next step, the wake lane sends its lease, reads
- * the leased runs with their next steps in one statement (it was two), renews
- * the lease and begins the step. The renewal is one statement when every run
- * is still held (it was an UPDATE and a SELECT). The statements are recorded on the runner's own
- * pool, against the real database; only the lane is woken (not a pass), so
- * what is recorded is its.
+ * the leased runs with their next steps in one statement (it was two) and
+ * begins the step. The lease is taken for as long as a step with the default
+ * timeout needs, with a third of a lease to spare, so the round does not renew
+ * it first (it renewed every round); a step with a longer timeout still has
+ * its run's lease renewed to cover it before it begins. The statements are
+ * recorded on the runner's own pool, against the real database; only the
+ * lane is woken (not a pass), so what is recorded is its.
  */
-import { afterAll, expect, it } from 'vitest'
+import { afterEach, expect, it } from 'vitest'
 import type { Db } from '../sql/db.ts'
 import { resolveCueAs } from '../src/operations/cueAnswers.ts'
 import { systemClock } from '../src/runner/clock.ts'
+import { DEFAULT_STEP_NEED_MS, stepNeedMs } from '../src/runner/roundLease.ts'
 import { Runner } from '../src/runner/runner.ts'
 import { createDefaultRegistry } from '../src/runner/steps/registry.ts'
 import { useTestDb, wrapStatements } from './helpers/db.ts'
@@ -17,17 +20,23 @@ import { parkedCueRun, waitFor } from './helpers/runnerHarness.ts'
 
 const t = useTestDb()
 let runner: Runner | undefined
-afterAll(async () => {
+afterEach(async () => {
   await runner?.stop()
+  runner = undefined
 })
 
+interface Sent {
+  sql: string
+  params: unknown[]
+}
+
 /** Every statement the runner's pool sends outside a transaction, in order. */
-function recording(db: Db): { db: Db; sent: string[] } {
-  const sent: string[] = []
+function recording(db: Db): { db: Db; sent: Sent[] } {
+  const sent: Sent[] = []
   let wrapped = db
   for (const method of ['execute', 'run', 'query', 'runQuery'] as const)
     wrapped = wrapStatements(wrapped, method, (real) => (sql, params) => {
-      sent.push(sql.replace(/\s+/g, ' '))
+      sent.push({ sql: sql.replace(/\s+/g, ' '), params: [...(params ?? [])] })
       return real(sql, params)
     })
   return { db: wrapped, sent }
@@ -40,14 +49,26 @@ const isLeasedReadWithSteps = (sql: string) =>
     sql,
   )
 const isRenewal = (sql: string) => /^UPDATE event_runs SET claim_expires_at = /.test(sql)
+const isKeepAlive = (sql: string) => /^UPDATE event_runs SET claim_expires_at = GREATEST/.test(sql)
 const isBegin = (sql: string) =>
   /^UPDATE event_run_steps SET status = 'running', attempts = attempts \+ 1/.test(sql)
 
-it("a GO's woken run is leased, read with its next step, its lease renewed in one statement, and begun", async () => {
+/** The lease's length a lease, renewal or begin statement binds (its `NOW(3) + INTERVAL ? MICROSECOND`), in ms. */
+function leaseMsOf(s: Sent): number {
+  const at = s.sql.slice(0, s.sql.indexOf('INTERVAL ? MICROSECOND')).split('?').length - 1
+  return Number(s.params[at]) / 1000
+}
+
+/**
+ * A show of a cue then `after`, its cue parked by a first pass; then the GO,
+ * with only the lane awake. Answers the statements sent from the GO until
+ * the run completed.
+ */
+async function afterGo(after?: Record<string, unknown>[]): Promise<Sent[]> {
   const { db, sent } = recording(t.db)
   // A long tick: after the first pass parks the cue, no pass runs while the lane works.
   runner = new Runner({ db, registry: createDefaultRegistry(), clock: systemClock, tickMs: 60_000 })
-  const { runId, cue } = await parkedCueRun(t.db, runner)
+  const { runId, cue } = await parkedCueRun(t.db, runner, after)
   // The first pass's flight gives its claim back after the park; then the GO.
   await waitFor(
     async () => {
@@ -84,22 +105,55 @@ it("a GO's woken run is leased, read with its next step, its lease renewed in on
     { timeoutMs: 10_000 },
   )
   expect(runner.lane.claimedRuns - before).toBe(1)
+  return sent.slice(fromGo)
+}
 
-  const afterGo = sent.slice(fromGo)
-  const lease = afterGo.findIndex(isLease)
-  const begin = afterGo.findIndex(isBegin)
+it("a GO's woken run is leased for its step, read with its next step and begun: no renewal between", async () => {
+  const sent = await afterGo()
+  const lease = sent.findIndex((s) => isLease(s.sql))
+  const begin = sent.findIndex((s) => isBegin(s.sql))
   expect(lease).toBeGreaterThanOrEqual(0)
   expect(begin).toBeGreaterThan(lease)
-  const between = afterGo.slice(lease + 1, begin)
-  // The leased runs' read with their next steps, the renewal's UPDATE; no SELECT after it.
-  const named = between.map((sql) =>
-    isLeasedReadWithSteps(sql)
-      ? 'runs and steps'
-      : isNextStepsByIds(sql)
-        ? 'steps'
-        : isRenewal(sql)
-          ? 'renew'
-          : sql,
-  )
-  expect(named).toEqual(['runs and steps', 'renew'])
+  const named = sent
+    .slice(lease + 1, begin)
+    .map(({ sql }) =>
+      isLeasedReadWithSteps(sql)
+        ? 'runs and steps'
+        : isNextStepsByIds(sql)
+          ? 'steps'
+          : isRenewal(sql)
+            ? 'renew'
+            : sql,
+    )
+  expect(named).toEqual(['runs and steps'])
+  // The lease itself covers the step: its default timeout and the grace, and room to spare.
+  expect(leaseMsOf(sent[lease] as Sent)).toBeGreaterThan(DEFAULT_STEP_NEED_MS)
+  // The step's own lease is its timeout and the grace, as before.
+  expect(leaseMsOf(sent[begin] as Sent)).toBeGreaterThanOrEqual(DEFAULT_STEP_NEED_MS)
+})
+
+it('the rounds after the first take the lease as it is: three steps after a GO, no renewal', async () => {
+  const sent = await afterGo([
+    { kind: 'core.log', params: { message: 'one' } },
+    { kind: 'core.log', params: { message: 'two' } },
+    { kind: 'core.log', params: { message: 'three' } },
+  ])
+  expect(sent.filter((s) => isBegin(s.sql))).toHaveLength(3)
+  // A keep-alive (every third of LEASE_MS) is not a round's renewal; none is due in so short a batch anyway.
+  expect(sent.filter((s) => isRenewal(s.sql) && !isKeepAlive(s.sql))).toEqual([])
+})
+
+it('a step with a longer timeout than the default has its run lease renewed to cover it before it begins', async () => {
+  const sent = await afterGo([
+    { kind: 'core.log', params: { message: 'slow to time out' }, timeoutSeconds: 120 },
+  ])
+  const begin = sent.findIndex((s) => isBegin(s.sql))
+  const renewals = sent
+    .map((s, i) => [s, i] as const)
+    .filter(([s]) => isRenewal(s.sql) && !isKeepAlive(s.sql))
+  expect(renewals).toHaveLength(1)
+  const [renewal, at] = renewals[0] as readonly [Sent, number]
+  expect(at).toBeLessThan(begin)
+  expect(leaseMsOf(renewal)).toBeGreaterThanOrEqual(stepNeedMs(120_000))
+  expect(leaseMsOf(sent[begin] as Sent)).toBeGreaterThanOrEqual(stepNeedMs(120_000))
 })

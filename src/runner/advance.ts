@@ -44,6 +44,7 @@ import { entryOf, failureWrite, isAdvancing, notYet, phaseMove } from './executo
 import { degradeLine, handleFailure, retryLine } from './executor/failure.ts'
 import { executeRound, type Settled } from './executor/round.ts'
 import { BufferedWriter, GroupWriter, recordOutcome, type StepWriter } from './executor/writer.ts'
+import { mustRenew, roundLeaseMs, stepNeedMs } from './roundLease.ts'
 import { type ClaimedRun, DEFAULT_STEP_CONCURRENCY, type EngineDeps, type RunAnswer } from './types.ts'
 
 /** Told once per run, when the batch lets it go: when it next needs the runner, or `stop`. */
@@ -108,6 +109,8 @@ export interface FirstRound {
    * in it has its step read by the round as usual.
    */
   nextSteps?: ReadonlyMap<number, StepRow | null>
+  /** When the claims run out at the earliest (runner's clock, ms), when the caller knows it. */
+  leaseEnds?: number
 }
 
 /** What a batch and its stragglers share. */
@@ -137,7 +140,7 @@ async function rounds(
   const byId = new Map(claimed.map((r) => [r.id, r]))
   let active = claimed.map((r) => r.id)
   const budget = deps.maxStepsPerClaim ?? 25
-  let leaseEnds = knownLeaseEnds ?? deps.clock.now().getTime() + (deps.leaseMs * 2) / 3
+  let leaseEnds = knownLeaseEnds ?? first.leaseEnds ?? deps.clock.now().getTime() + (deps.leaseMs * 2) / 3
   const writer = new BufferedWriter(db, deps.hardStop)
 
   for (let round = 0; round < budget && active.length > 0; round++) {
@@ -186,21 +189,21 @@ async function rounds(
 
     // The run's lease (and the step's) must outlive the step, or another
     // instance would take it mid-step: renewed set-wise when the round's
-    // longest timeout reaches past what is left of it, or half of it is gone.
-    // Every step's timeout counts, an inline kind's too: the renewal is also
-    // what lengthens the lease to the longest timeout plus 5 s, and the
-    // rounds after this one lean on that length. Skipped for inline steps,
-    // a claim kept its own LEASE_MS and, under load, lapsed mid-batch: a
-    // step ran twice (the multi-process drill).
-    const needed = Math.max(...entries.map((e) => e.step.timeoutMs + 5000))
+    // longest timeout reaches past what is left of it (roundLease.ts says
+    // why with a third of a lease to spare). Every step's timeout counts, an
+    // inline kind's too: rounds after this one lean on the length. Skipped
+    // for inline steps, a claim kept its own LEASE_MS and, under load, lapsed
+    // mid-batch: a step ran twice (the multi-process drill).
+    const needed = Math.max(...entries.map((e) => stepNeedMs(e.step.timeoutMs)))
     const leaseUntil = new Date(now.getTime() + Math.max(deps.leaseMs, needed))
-    if (now.getTime() + needed > leaseEnds || leaseEnds - now.getTime() < deps.leaseMs / 2) {
+    if (mustRenew(now.getTime(), leaseEnds, needed, deps.leaseMs)) {
       const ids = entries.map((e) => e.run.id)
-      const renewed = await runs.renewClaims(db, ids, deps.owner, leaseUntil, now)
+      const renewTo = new Date(now.getTime() + roundLeaseMs(deps.leaseMs, needed))
+      const renewed = await runs.renewClaims(db, ids, deps.owner, renewTo, now)
       // Lost (its lease ran out and another instance took it): not ours to advance.
       for (const e of entries) if (!renewed.has(e.run.id)) onAnswer(e.run, { stop: true })
       entries = entries.filter((e) => renewed.has(e.run.id))
-      leaseEnds = leaseUntil.getTime()
+      leaseEnds = renewTo.getTime()
     }
     entries = await enter(deps, entries, leaseUntil, now, onAnswer)
 

@@ -28,6 +28,7 @@ import { expandStartingRuns } from './expand.ts'
 import { type Flights, loggedFlights } from './flights.ts'
 import { HeldClaims, type NudgeWatch } from './held.ts'
 import type { ResolvedOptions } from './options.ts'
+import { DEFAULT_STEP_NEED_MS, roundLeaseMs } from './roundLease.ts'
 import type { EngineDeps } from './types.ts'
 
 /** Timer ends the lane remembers at once; later ones are the runner's sleep's (it reads the soonest wake_at). */
@@ -147,7 +148,9 @@ export class WakeLane {
     const { opts, instanceId } = this.deps
     const { db, clock } = opts
     const now = clock.now()
-    const leaseUntil = new Date(now.getTime() + opts.leaseMs)
+    // Claimed for as long as a round of default steps needs, with room to
+    // spare: the first round begins its steps without renewing (roundLease.ts).
+    const leaseUntil = new Date(now.getTime() + roundLeaseMs(opts.leaseMs, DEFAULT_STEP_NEED_MS))
     const held = HeldClaims.forRunner(
       opts,
       instanceId,
@@ -175,6 +178,7 @@ export class WakeLane {
       const advance = advanceBatch(this.deps.engine(), ready, (run, answer) => held.answer(run.id, answer), {
         fresh: true,
         nextSteps,
+        leaseEnds: leaseUntil.getTime(),
       })
       this.flights.launch(advance.finally(() => held.giveBack()))
       launched = true

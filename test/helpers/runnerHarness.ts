@@ -394,22 +394,21 @@ export async function statusCounts(db: Queryable, definitionId?: number): Promis
 }
 
 /**
- * A run of a two-step show (a cue, then a log line), due now, started on
- * `runner`: answers once the cue is parked, with the run's id and the cue.
+ * A run of a show of a cue, then `after` (by default one log line), due now,
+ * started on `runner`: answers once the cue is parked, with the run's id and
+ * the cue.
  */
 export async function parkedCueRun(
   db: Db,
   runner: { start(): void },
+  after: Record<string, unknown>[] = [{ kind: 'core.log', params: { message: 'after GO' } }],
 ): Promise<{ runId: number; cue: StepRow }> {
   const show = await makeDefinition(db, {
     program: {
       phases: [
         {
           name: 'main',
-          steps: [
-            { kind: 'core.cue', params: { prompt: 'GO?' } },
-            { kind: 'core.log', params: { message: 'after GO' } },
-          ],
+          steps: [{ kind: 'core.cue', params: { prompt: 'GO?' } }, ...after],
         },
       ],
     },
