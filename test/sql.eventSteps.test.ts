@@ -117,6 +117,70 @@ describe("getStepWithRun (a cue answer's first read)", () => {
     expect(found?.run.definitionTitle).toBe(run.definitionTitle)
     expect(await runs.getStepWithRun(db, step.id + 1000)).toBeNull()
   })
+
+  it('answers the next step still to run after it, as the runner would read it, or null past the last', async () => {
+    const { steps: made } = await makeRunWithSteps(db, 4)
+    const [first, second, third, fourth] = made as [StepRow, StepRow, StepRow, StepRow]
+    expect((await runs.getStepWithRun(db, first.id))?.next).toEqual(await get(second.id))
+    // A step after it already done (skipped ahead) is passed over; one before it is not its next.
+    expect(await steps.skip(db, second.id, 'not needed')).toBe(true)
+    expect((await runs.getStepWithRun(db, first.id))?.next).toEqual(await get(third.id))
+    expect((await runs.getStepWithRun(db, third.id))?.next).toEqual(await get(fourth.id))
+    expect((await runs.getStepWithRun(db, fourth.id))?.next).toBeNull()
+  })
+})
+
+describe("claimAnswered (an answer's hand-over to its runner)", () => {
+  const claimFor = (owner: string) => {
+    const now = new Date()
+    return { owner, token: `${owner}:1:a`, leaseUntil: new Date(now.getTime() + 45_000), now }
+  }
+  /** A run moved straight to `status` (materialise makes them scheduled). */
+  const runIn = async (status: string) => {
+    const run = await makeRun(db)
+    await db.run('UPDATE event_runs SET status = ? WHERE id = ?', [status, run.id])
+    return run
+  }
+  const claimOf = async (id: number) =>
+    (
+      await db.query<{ c: string | null; t: string | null; w: Date | null; live: number }>(
+        'SELECT claimed_by AS c, claim_token AS t, wake_at AS w, claim_expires_at > NOW(3) + INTERVAL 40 SECOND AS live FROM event_runs WHERE id = ?',
+        [id],
+      )
+    )[0]
+
+  it('claims a running run nobody holds, for the lease asked, its wake_at at the lease’s end', async () => {
+    const run = await runIn('running')
+    const claim = claimFor('w1')
+    expect(await runs.claimAnswered(db, run.id, 'running', claim)).toBe(true)
+    expect(await claimOf(run.id)).toEqual({ c: 'w1', t: 'w1:1:a', w: claim.leaseUntil, live: 1 })
+  })
+
+  it('takes no run another holds, none whose status moved since it was read, none paused', async () => {
+    const held = await runIn('running')
+    await db.run(
+      "UPDATE event_runs SET claimed_by = 'w2', claim_expires_at = NOW(3) + INTERVAL 10 SECOND WHERE id = ?",
+      [held.id],
+    )
+    expect(await runs.claimAnswered(db, held.id, 'running', claimFor('w1'))).toBe(false)
+    expect((await claimOf(held.id))?.c).toBe('w2')
+    const ending = await runIn('ending')
+    expect(await runs.claimAnswered(db, ending.id, 'running', claimFor('w1'))).toBe(false)
+    expect(await runs.claimAnswered(db, ending.id, 'ending', claimFor('w1'))).toBe(true)
+    const paused = await runIn('paused')
+    expect(await runs.claimAnswered(db, paused.id, 'paused', claimFor('w1'))).toBe(false)
+    expect((await claimOf(paused.id))?.c).toBeNull()
+  })
+
+  it('takes a run whose holder’s lease ran out', async () => {
+    const run = await runIn('running')
+    await db.run(
+      "UPDATE event_runs SET claimed_by = 'w2', claim_expires_at = NOW(3) - INTERVAL 1 SECOND WHERE id = ?",
+      [run.id],
+    )
+    expect(await runs.claimAnswered(db, run.id, 'running', claimFor('w1'))).toBe(true)
+    expect((await claimOf(run.id))?.c).toBe('w1')
+  })
 })
 
 describe('insertStarted (the start transaction)', () => {

@@ -7,7 +7,13 @@
  */
 
 import type { Queryable } from '../db.ts'
-import { hydrate as hydrateStep, STEP_COLUMNS, type StepRow } from '../eventSteps/rows.ts'
+import {
+  hydratePrefixedStep,
+  hydrate as hydrateStep,
+  prefixedStepColumns,
+  STEP_COLUMNS,
+  type StepRow,
+} from '../eventSteps/rows.ts'
 import { placeholders } from '../json.ts'
 import type { RunHealth, RunStatus } from '../states.ts'
 import { KEY_HOLDING, NON_TERMINAL } from '../states.ts'
@@ -31,26 +37,39 @@ export async function getById(db: Queryable, id: number): Promise<RunListRow | n
   return run ?? null
 }
 
+/** The columns of the step after the answered one (`x`), beside it and its run. */
+const NEXT_STEP_COLUMNS = prefixedStepColumns('x')
+
 /**
  * A step and the run it belongs to (with its definition's names), found by the
  * step's id in one statement: what a cue's answer reads before it knows the
- * run's id, one round trip on the hot path of a GO. Null when there is no
- * such step (or, which no key refuses, its run is gone).
+ * run's id, one round trip on the hot path of a GO. With them, `next`: the
+ * first step after it by `seq` still `pending` or `running` (null: none),
+ * which an answer that hands its run to the runner passes on, so the runner
+ * begins it without reading it. Null when there is no such step (or, which
+ * no key refuses, its run is gone).
  */
 export async function getStepWithRun(
   db: Queryable,
   stepId: number,
-): Promise<{ step: StepRow; run: RunWithDefinition } | null> {
+): Promise<{ step: StepRow; run: RunWithDefinition; next: StepRow | null } | null> {
   const [row] = await db.execute<Raw>(
-    `SELECT ${STEP_COLUMNS}, ${PREFIXED_RUN_COLUMNS}, ${DEFINITION_NAME_COLUMNS}
+    `SELECT ${STEP_COLUMNS}, ${PREFIXED_RUN_COLUMNS}, ${DEFINITION_NAME_COLUMNS}, ${NEXT_STEP_COLUMNS}
        FROM event_run_steps s
        JOIN event_runs r ON r.id = s.run_id
        JOIN event_definitions d ON d.id = r.definition_id
+       LEFT JOIN event_run_steps x ON x.run_id = s.run_id AND x.seq = (
+              SELECT MIN(n.seq) FROM event_run_steps n FORCE INDEX (uq_evstep_run_seq)
+               WHERE n.run_id = s.run_id AND n.seq > s.seq AND n.status IN ('pending','running'))
       WHERE s.id = ?`,
     [stepId],
   )
   if (!row) return null
-  return { step: hydrateStep(row), run: hydratePrefixedWithDefinition(row) }
+  return {
+    step: hydrateStep(row),
+    run: hydratePrefixedWithDefinition(row),
+    next: hydratePrefixedStep(row, 'x'),
+  }
 }
 
 /**

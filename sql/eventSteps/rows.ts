@@ -50,6 +50,27 @@ export const STEP_COLUMNS = `s.id, s.run_id, s.seq, s.phase_index, s.phase, s.en
 
 export const SELECT_STEP = `SELECT ${STEP_COLUMNS} FROM event_run_steps s`
 
+/**
+ * {@link STEP_COLUMNS} of the step aliased `alias`, each named
+ * `<alias>__<column>`: a second step in one row beside `s`'s.
+ */
+export function prefixedStepColumns(alias: string): string {
+  return STEP_COLUMNS.split(',')
+    .map((c) => c.trim().slice('s.'.length))
+    .map((col) => `${alias}.${col} AS ${alias}__${col}`)
+    .join(', ')
+}
+
+/** The step read by {@link prefixedStepColumns}; null where a LEFT JOIN found none. */
+export function hydratePrefixedStep(row: Raw, alias: string): StepRow | null {
+  const prefix = `${alias}__`
+  if (row[`${prefix}id`] === null || row[`${prefix}id`] === undefined) return null
+  const own: Raw = {}
+  for (const [key, value] of Object.entries(row))
+    if (key.startsWith(prefix)) own[key.slice(prefix.length)] = value
+  return hydrate(own)
+}
+
 export function hydrate(row: Raw): StepRow {
   return {
     id: Number(row.id),
