@@ -28,6 +28,7 @@ export function controlDeps(ctx: ApiContext): ControlDeps {
     db: s.db,
     clock: s.clock,
     nudge: () => s.nudge(),
+    handOff: s.handOff,
     maxParamsBytes: s.maxParamsBytes,
     quota: s.runQuota,
   }

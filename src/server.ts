@@ -253,6 +253,7 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
     // Wall time, not the runner's clock: a quota is about requests per real minute.
     runQuota: createRunQuota(db, config.maxRunsPerMinute, () => new Date()),
     nudge: nudgeRunner,
+    handOff: runner?.lane,
     requestMaterialise: () => runner?.requestMaterialise(),
     notifications: { webhookAllow: config.webhookAllow, nudge: () => dispatcher?.nudge() },
   }
@@ -283,7 +284,13 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
   // The console's single sign-on: a public config and the code exchange.
   const handleAuth = createSsoHandler(config.oidc, logger.child({ component: 'sso' }))
   // Answer links from notifications (PUBLIC_URL): a page per cue, no token needed.
-  const handleAnswerPage = createAnswerPageHandler({ db, clock, nudge: nudgeRunner, logger })
+  const handleAnswerPage = createAnswerPageHandler({
+    db,
+    clock,
+    nudge: nudgeRunner,
+    handOff: runner?.lane,
+    logger,
+  })
 
   function handleRequest(req: IncomingMessage, res: ServerResponse): void {
     const target = requestTarget(req)

@@ -104,6 +104,16 @@ describe('answer links', () => {
     page.on('console', (m) => {
       if (/Content Security Policy/i.test(m.text())) violations.push(m.text())
     })
+    // Its runner has given the park back: the answer hands the run straight to it (src/runner/handOff.ts).
+    await eventually(async () => {
+      const [row] = await s.t.db.query<{ c: string | null }>(
+        'SELECT claimed_by AS c FROM event_runs WHERE id = ?',
+        [runId],
+      )
+      return row?.c === null
+    })
+    const lane = s.app.runner?.lane
+    const handedOver = lane?.adoptedRuns ?? 0
     const res = await page.goto(link)
     expect(res?.status()).toBe(200)
     expect(res?.headers()['content-security-policy']).toContain("default-src 'none'")
@@ -116,6 +126,7 @@ describe('answer links', () => {
     await page.fill('#note', 'from my phone')
     await resolve.click()
     await expect(page.locator('h1').textContent()).resolves.toBe('Thank you')
+    await eventually(() => lane?.adoptedRuns === handedOver + 1)
     expect(elsewhere).toEqual([])
     expect(violations).toEqual([])
 

@@ -3,12 +3,14 @@
  * (`services`, built once by `buildApp`) and per-request DataLoaders (`loaders`,
  * built fresh for each operation so nothing is cached across requests).
  */
+
 import type { Db } from '../../sql/db.ts'
 import type { Principal } from '../auth.ts'
 import type { Authenticator } from '../identity/authenticator.ts'
 import type { Logger } from '../log.ts'
 import type { Metrics } from '../metrics.ts'
 import type { Clock } from '../runner/clock.ts'
+import type { RunHandOff } from '../runner/handOff.ts'
 import type { StepRegistry } from '../runner/steps/registry.ts'
 import type { RunQuota } from '../runQuota.ts'
 import type { InboxFeed } from './inboxFeed.ts'
@@ -42,6 +44,8 @@ export interface ApiServices {
   runQuota: RunQuota
   /** Wake the co-hosted runner (a run was started, a cue resolved); a no-op with RUNNER=off. */
   nudge(): void
+  /** The co-hosted runner, to which a cue's answer hands its run; none with RUNNER=off. */
+  handOff?: RunHandOff
   /** Ask the co-hosted runner to materialise at its next tick (a definition changed). */
   requestMaterialise(): void
   /** Notification channels: what their targets are checked against, and the local dispatcher's wake-up. */

@@ -5,6 +5,7 @@
  * spends the link (one answer per link) and answers the cue `via: link`,
  * recorded under the channel's name, with the same race rules as the API.
  */
+
 import { createHash } from 'node:crypto'
 import type { IncomingMessage, ServerResponse } from 'node:http'
 import * as ladders from '../../sql/cueLadders.ts'
@@ -16,6 +17,7 @@ import { AppError } from '../errors.ts'
 import type { Logger } from '../log.ts'
 import { answerCue } from '../operations/cueAnswers.ts'
 import type { Clock } from '../runner/clock.ts'
+import type { RunHandOff } from '../runner/handOff.ts'
 import { ANSWER_PATH, digestOf, TOKEN_PATTERN } from './answerLinks.ts'
 
 const STYLE = `body{font:16px/1.5 system-ui,sans-serif;margin:0;padding:1rem;background:#f6f6f4;color:#1d1d1b}
@@ -61,6 +63,8 @@ export interface AnswerPageDeps {
   db: Db
   clock: Clock
   nudge?: () => void
+  /** The co-hosted runner, to which an answer hands its run (src/runner/handOff.ts). */
+  handOff?: RunHandOff
   logger?: Pick<Logger, 'warn'>
 }
 
@@ -171,7 +175,7 @@ export function createAnswerPageHandler(deps: AnswerPageDeps) {
       )
     try {
       const answered = await answerCue(
-        { db: deps.db, clock: deps.clock, nudge: deps.nudge },
+        { db: deps.db, clock: deps.clock, nudge: deps.nudge, handOff: deps.handOff },
         {
           stepId: link.stepId,
           // The link is the capability: whoever holds it answers for the channel it was sent to.

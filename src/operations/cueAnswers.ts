@@ -11,6 +11,7 @@ import type { CueVia, LadderRow } from '../../sql/cueLadders.ts'
 import * as ladders from '../../sql/cueLadders.ts'
 import type { Queryable } from '../../sql/db.ts'
 import * as logs from '../../sql/eventRunLogs.ts'
+import type { AnswerClaim } from '../../sql/eventRuns/index.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
 import type { StepRow } from '../../sql/eventSteps/index.ts'
 import * as steps from '../../sql/eventSteps/index.ts'
@@ -40,7 +41,16 @@ export function mayAnswer(person: Person, ladder: Pick<LadderRow, 'exclusive' | 
   return identitiesOf(person).some((id) => ladder.assignees.includes(id))
 }
 
-type Decision = { applied: true } | { applied: false; why: string; forbidden?: string[] }
+/** An answer that applied; `handedOver`: its run claimed for this process's runner, to be passed on after the commit. */
+type Decision =
+  | { applied: true; handedOver?: HandedOver }
+  | { applied: false; why: string; forbidden?: string[] }
+
+interface HandedOver {
+  claim: AnswerClaim
+  run: runs.RunWithDefinition
+  next: StepRow | null
+}
 
 /**
  * One connection from the pool for the whole answer, taken once: a full
@@ -48,9 +58,11 @@ type Decision = { applied: true } | { applied: false; why: string; forbidden?: s
  * never after, and a busy pool is waited for once instead of at each
  * statement. In the transaction: the step and its run (read first, before
  * any lock), the ladder row locked (the exclusivity check reads it too), the
- * move, the answer's record, its log line and the run's wake-up. After the
- * commit, on the same connection: the runner is nudged first, then the reply's
- * step is read and the audit entry written, so neither delays the GO.
+ * move, the answer's record, its log line and the run's wake-up (or, with a
+ * runner in this process, its claim for that runner: src/runner/handOff.ts).
+ * After the commit, on the same connection: the run is handed over or the
+ * runner nudged first, then the reply's step is read and the audit entry
+ * written, so neither delays the GO.
  */
 export async function answerCue(deps: ControlDeps, input: CueAnswerInput): Promise<StepAnswer> {
   const { stepId, person, outcome, via, text } = input
@@ -73,17 +85,21 @@ export async function answerCue(deps: ControlDeps, input: CueAnswerInput): Promi
     async (tx): Promise<{ before: StepRow; decision: Decision }> => {
       const found = await runs.getStepWithRun(tx, stepId)
       if (!found) throw notFound('step', stepId)
-      const { step: before, run } = found
+      const { step: before, run, next } = found
       const decision = await moveCue(tx, deps, input, {
         before,
         run,
+        next,
         by,
         appliedLine: answerLine(before, { applied: true }),
       })
       return { before, decision }
     },
     async (conn, { before, decision }) => {
-      if (decision.applied) deps.nudge?.()
+      if (decision.applied && decision.handedOver) {
+        const { run, next, claim } = decision.handedOver
+        deps.handOff?.adopt(run, next, claim)
+      } else if (decision.applied) deps.nudge?.()
       if (!decision.applied && decision.forbidden) {
         await refuse(conn, before, person, action, via)
         return { decision, step: before }
@@ -126,7 +142,13 @@ async function moveCue(
   tx: Queryable,
   deps: ControlDeps,
   input: CueAnswerInput,
-  at: { before: StepRow; run: runs.RunWithDefinition; by: string; appliedLine: logs.NewLog },
+  at: {
+    before: StepRow
+    run: runs.RunWithDefinition
+    next: StepRow | null
+    by: string
+    appliedLine: logs.NewLog
+  },
 ): Promise<Decision> {
   const { stepId, person, outcome, via, text } = input
   const { before, run, by } = at
@@ -149,11 +171,17 @@ async function moveCue(
     await ladders.recordAnswer(tx, stepId, answer)
     await emitCueEvent(tx, 'CUE_ANSWERED', run, { ...ladder, answer }, 'answered', now)
   }
-  // The run is woken with the answer, and its log line written before the
-  // runner can write the next step's: the runner is told at the commit,
-  // not after the statements that follow it (the next step starts at once).
-  // The runner compares wake_at with its clock, so wake by that clock, not the database's.
+  // The run is woken with the answer (or claimed for this process's runner),
+  // and its log line written before the runner can write the next step's:
+  // the runner is told at the commit, not after the statements that follow
+  // it (the next step starts at once).
   await logs.append(tx, at.appliedLine)
+  const claim = deps.handOff?.claim() ?? null
+  if (claim && (await runs.claimAnswered(tx, run.id, run.status, claim))) {
+    const claimed = { ...run, claimedBy: claim.owner, claimToken: claim.token, wakeAt: claim.leaseUntil }
+    return { applied: true, handedOver: { claim, run: claimed, next: at.next } }
+  }
+  // The runner compares wake_at with its clock, so wake by that clock, not the database's.
   await runs.wakeNow(tx, before.runId, deps.clock.now())
   return { applied: true }
 }

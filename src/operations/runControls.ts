@@ -5,6 +5,7 @@
  * `applied: false` is not an error: the guard did not match (another person, or
  * the runner, got there first) and the caller gets the current row.
  */
+
 import type { Db, Queryable } from '../../sql/db.ts'
 import * as definitions from '../../sql/eventDefinitions.ts'
 import * as logs from '../../sql/eventRunLogs.ts'
@@ -15,6 +16,7 @@ import * as steps from '../../sql/eventSteps/index.ts'
 import { NON_TERMINAL } from '../../sql/states.ts'
 import { badInput, conflict, notFound } from '../errors.ts'
 import type { Clock } from '../runner/clock.ts'
+import type { RunHandOff } from '../runner/handOff.ts'
 import { newRun } from '../runner/newRun.ts'
 import { speedProblem } from '../runner/speed.ts'
 import type { RunQuota } from '../runQuota.ts'
@@ -24,6 +26,8 @@ export interface ControlDeps {
   clock: Clock
   /** Wake the local runner so a change is acted on now, not at the next tick. */
   nudge?: () => void
+  /** The runner in this process, to which a cue's answer hands its run (src/runner/handOff.ts). */
+  handOff?: RunHandOff
   /** Largest `params` accepted, in bytes of JSON (MAX_PARAMS_BYTES). @default 65536 */
   maxParamsBytes?: number
   /** Runs per principal per minute (MAX_RUNS_PER_MINUTE); none in library use. */

@@ -22,10 +22,14 @@
  * stopping runner waits for `settle()`: the claim under way, then every
  * batch of the lane, each giving its claims back.
  */
+
+import type { AnswerClaim, LeasedRun } from '../../sql/eventRuns/index.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
+import type { StepRow } from '../../sql/eventSteps/index.ts'
 import { advanceBatch } from './advance.ts'
 import { expandStartingRuns } from './expand.ts'
 import { type Flights, loggedFlights } from './flights.ts'
+import type { RunHandOff } from './handOff.ts'
 import { HeldClaims, type NudgeWatch } from './held.ts'
 import type { ResolvedOptions } from './options.ts'
 import { DEFAULT_STEP_NEED_MS, roundLeaseMs } from './roundLease.ts'
@@ -48,7 +52,14 @@ export interface WakeLaneDeps {
   nudged?: NudgeWatch
 }
 
-export class WakeLane {
+/** A run an answer claimed for this lane, waiting to be advanced with the others that came with it. */
+interface Adopted {
+  run: LeasedRun
+  next: StepRow | null
+  leaseEnds: number
+}
+
+export class WakeLane implements RunHandOff {
   readonly flights: Flights
   /** `wakeBatchesInFlight` 0: no lane, the passes claim woken runs. */
   private readonly off: boolean
@@ -59,6 +70,12 @@ export class WakeLane {
   private timer: { at: number; handle: ReturnType<typeof setTimeout> } | null = null
   /** Runs the lane claimed so far: tests read it to see which path served a run. */
   claimedRuns = 0
+  /** Runs answers handed over so far (handOff.ts), advanced by the lane. */
+  adoptedRuns = 0
+  private adopted: Adopted[] = []
+  private adopting: Promise<void> | null = null
+  /** Hand-overs being advanced or given back: a stopping runner waits for them. */
+  private readonly adoptions = new Set<Promise<void>>()
 
   constructor(private readonly deps: WakeLaneDeps) {
     const { opts, instanceId } = deps
@@ -100,7 +117,75 @@ export class WakeLane {
     this.ahead = []
     this.requested = false
     await this.draining
+    while (this.adoptions.size > 0) await Promise.all(this.adoptions)
     await this.flights.settle()
+  }
+
+  /**
+   * A claim for a cue's answer to take on its run in the answer's
+   * transaction (handOff.ts), or null while this lane takes none (off, or
+   * the runner not active). Claimed for as long as a woken batch is.
+   */
+  claim(): AnswerClaim | null {
+    if (this.off || !this.deps.active()) return null
+    const { opts, instanceId } = this.deps
+    const now = opts.clock.now()
+    const leaseUntil = new Date(now.getTime() + roundLeaseMs(opts.leaseMs, DEFAULT_STEP_NEED_MS))
+    return { owner: instanceId, token: this.deps.token(), leaseUntil, now }
+  }
+
+  /**
+   * A run an answer claimed under {@link claim}, as the answer read it, with
+   * its next step (null: none left): advanced with no lease and no read of
+   * its own. Hand-overs that come in one turn of the event loop are one batch.
+   */
+  adopt(run: LeasedRun, next: StepRow | null, claim: AnswerClaim): void {
+    this.adopted.push({ run, next, leaseEnds: claim.leaseUntil.getTime() })
+    if (this.adopting) return
+    const adopting: Promise<void> = new Promise<void>((resolve) => setImmediate(resolve))
+      .then(() => {
+        const batch = this.adopted
+        this.adopted = []
+        this.adopting = null
+        return this.advanceAdopted(batch)
+      })
+      .finally(() => this.adoptions.delete(adopting))
+    this.adopting = adopting
+    this.adoptions.add(adopting)
+  }
+
+  /** Advance handed-over runs as a batch of the lane; given back, due now, if the runner stopped meanwhile. */
+  private async advanceAdopted(batch: Adopted[]): Promise<void> {
+    const { opts, instanceId } = this.deps
+    const held = HeldClaims.forRunner(
+      opts,
+      instanceId,
+      (wakeAts) => this.deps.released(wakeAts),
+      this.deps.nudged,
+    )
+    const claimed = batch.map((a) => a.run)
+    held.hold(claimed)
+    let launched = false
+    try {
+      if (!this.deps.active()) return
+      await this.flights.slot()
+      if (!this.deps.active()) return
+      this.adoptedRuns += claimed.length
+      const advance = advanceBatch(
+        this.deps.engine(),
+        claimed,
+        (run, answer) => held.answer(run.id, answer),
+        {
+          fresh: true,
+          nextSteps: new Map(batch.map((a) => [a.run.id, a.next])),
+          leaseEnds: Math.min(...batch.map((a) => a.leaseEnds)),
+        },
+      )
+      this.flights.launch(advance.finally(() => held.giveBack()))
+      launched = true
+    } finally {
+      if (!launched) await held.giveBack()
+    }
   }
 
   private arm(): void {
