@@ -52,11 +52,10 @@ export interface WakeLaneDeps {
   nudged?: NudgeWatch
 }
 
-/** A run an answer claimed for this lane, waiting to be advanced with the others that came with it. */
-interface Adopted {
-  run: LeasedRun
-  next: StepRow | null
-  leaseEnds: number
+/** Runs answers claimed for this lane, waiting together for a place, their claims held. */
+interface Forming {
+  items: { run: LeasedRun; next: StepRow | null; leaseEnds: number }[]
+  held: HeldClaims
 }
 
 export class WakeLane implements RunHandOff {
@@ -72,10 +71,9 @@ export class WakeLane implements RunHandOff {
   claimedRuns = 0
   /** Runs answers handed over so far (handOff.ts), advanced by the lane. */
   adoptedRuns = 0
-  private adopted: Adopted[] = []
+  /** Hand-overs not yet in a flight, their claims held; a stopping runner waits for `adopting`. */
+  private forming: Forming | null = null
   private adopting: Promise<void> | null = null
-  /** Hand-overs being advanced or given back: a stopping runner waits for them. */
-  private readonly adoptions = new Set<Promise<void>>()
 
   constructor(private readonly deps: WakeLaneDeps) {
     const { opts, instanceId } = deps
@@ -117,7 +115,7 @@ export class WakeLane implements RunHandOff {
     this.ahead = []
     this.requested = false
     await this.draining
-    while (this.adoptions.size > 0) await Promise.all(this.adoptions)
+    while (this.adopting) await this.adopting
     await this.flights.settle()
   }
 
@@ -137,39 +135,54 @@ export class WakeLane implements RunHandOff {
   /**
    * A run an answer claimed under {@link claim}, as the answer read it, with
    * its next step (null: none left): advanced with no lease and no read of
-   * its own. Hand-overs that come in one turn of the event loop are one batch.
+   * its own. Its claim is held (kept alive) from now.
    */
   adopt(run: LeasedRun, next: StepRow | null, claim: AnswerClaim): void {
-    this.adopted.push({ run, next, leaseEnds: claim.leaseUntil.getTime() })
-    if (this.adopting) return
-    const adopting: Promise<void> = new Promise<void>((resolve) => setImmediate(resolve))
-      .then(() => {
-        const batch = this.adopted
-        this.adopted = []
-        this.adopting = null
-        return this.advanceAdopted(batch)
-      })
-      .finally(() => this.adoptions.delete(adopting))
-    this.adopting = adopting
-    this.adoptions.add(adopting)
+    this.forming ??= { items: [], held: this.newHeld() }
+    this.forming.items.push({ run, next, leaseEnds: claim.leaseUntil.getTime() })
+    this.forming.held.hold([run])
+    this.startAdopting()
   }
 
-  /** Advance handed-over runs as a batch of the lane; given back, due now, if the runner stopped meanwhile. */
-  private async advanceAdopted(batch: Adopted[]): Promise<void> {
-    const { opts, instanceId } = this.deps
-    const held = HeldClaims.forRunner(
-      opts,
-      instanceId,
+  private newHeld(): HeldClaims {
+    return HeldClaims.forRunner(
+      this.deps.opts,
+      this.deps.instanceId,
       (wakeAts) => this.deps.released(wakeAts),
       this.deps.nudged,
     )
-    const claimed = batch.map((a) => a.run)
-    held.hold(claimed)
+  }
+
+  private startAdopting(): void {
+    if (this.adopting) return
+    this.adopting = this.drainAdopted().finally(() => {
+      this.adopting = null
+      if (this.forming) this.startAdopting()
+    })
+  }
+
+  /**
+   * One hand-over batch at a time, like the lane's claims: what is handed
+   * over while a batch waits for a place in the lane's flights goes in the
+   * next one. Batches of one each took a place of their own, and under load
+   * the GOs queued for places (docs/performance.md, fourteenth round).
+   */
+  private async drainAdopted(): Promise<void> {
+    await new Promise<void>((resolve) => setImmediate(resolve))
+    while (this.forming) {
+      if (this.deps.active()) await this.flights.slot()
+      const batch = this.forming
+      this.forming = null
+      await this.advanceAdopted(batch)
+    }
+  }
+
+  /** Advance a batch of handed-over runs in a flight of the lane; given back, due now, if the runner stopped meanwhile. */
+  private async advanceAdopted({ items, held }: Forming): Promise<void> {
     let launched = false
     try {
       if (!this.deps.active()) return
-      await this.flights.slot()
-      if (!this.deps.active()) return
+      const claimed = items.map((a) => a.run)
       this.adoptedRuns += claimed.length
       const advance = advanceBatch(
         this.deps.engine(),
@@ -177,8 +190,8 @@ export class WakeLane implements RunHandOff {
         (run, answer) => held.answer(run.id, answer),
         {
           fresh: true,
-          nextSteps: new Map(batch.map((a) => [a.run.id, a.next])),
-          leaseEnds: Math.min(...batch.map((a) => a.leaseEnds)),
+          nextSteps: new Map(items.map((a) => [a.run.id, a.next])),
+          leaseEnds: Math.min(...items.map((a) => a.leaseEnds)),
         },
       )
       this.flights.launch(advance.finally(() => held.giveBack()))
