@@ -9,6 +9,7 @@ import { rawRun } from './helpers/fixtures.ts'
 import {
   type Collected,
   eventually,
+  handOversOnceGivenBack,
   SESSION_PROGRAM,
   sseSubscribe,
   startTestServer,
@@ -78,22 +79,15 @@ async function answerTheCue(runId: string): Promise<void> {
   expect(metrics).toMatch(/^showrunner_degraded_runs 0$/m)
   // The run parked on its cue is running: live statuses are counted at every scrape.
   expect(metrics).toMatch(/^showrunner_runs_by_status\{status="running"\} [1-9]\d*$/m)
-  // Its runner has given the park back: the answer hands the run straight to it (src/runner/handOff.ts).
-  await eventually(async () => {
-    const [row] = await s.t.db.query<{ c: string | null }>(
-      'SELECT claimed_by AS c FROM event_runs WHERE id = ?',
-      [runId],
-    )
-    return row?.c === null
-  })
-  const lane = s.app.runner?.lane
-  const handedOver = lane?.adoptedRuns ?? 0
+  // Once its runner has given the park back, the answer hands the run straight to it.
+  const handOvers = await handOversOnceGivenBack(s, runId)
+  const handedOver = handOvers()
   const resolved = await s.gql<{ resolveCue: { applied: boolean; step: { status: string } } }>(
     'mutation ($step: ID!) { resolveCue(stepId: $step, note: "go") { applied step { status } } }',
     { variables: { step: cue?.id }, auth: 'operator' },
   )
   expect(resolved.body.data?.resolveCue).toEqual({ applied: true, step: { status: 'COMPLETED' } })
-  await eventually(() => lane?.adoptedRuns === handedOver + 1)
+  await eventually(() => handOvers() === handedOver + 1)
 }
 
 async function followTheShow(runId: string, sub: Collected<StatusEvent>): Promise<void> {

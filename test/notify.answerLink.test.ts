@@ -10,7 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { launchBrowser, newContext, PHONE } from './helpers/browser.ts'
 import { unique } from './helpers/fixtures.ts'
 import { type Receiver, startReceiver } from './helpers/receiver.ts'
-import { eventually, startTestServer, type TestServer } from './helpers/server.ts'
+import { eventually, handOversOnceGivenBack, startTestServer, type TestServer } from './helpers/server.ts'
 
 let rx: Receiver
 let s: TestServer
@@ -104,16 +104,9 @@ describe('answer links', () => {
     page.on('console', (m) => {
       if (/Content Security Policy/i.test(m.text())) violations.push(m.text())
     })
-    // Its runner has given the park back: the answer hands the run straight to it (src/runner/handOff.ts).
-    await eventually(async () => {
-      const [row] = await s.t.db.query<{ c: string | null }>(
-        'SELECT claimed_by AS c FROM event_runs WHERE id = ?',
-        [runId],
-      )
-      return row?.c === null
-    })
-    const lane = s.app.runner?.lane
-    const handedOver = lane?.adoptedRuns ?? 0
+    // Once its runner has given the park back, the answer hands the run straight to it.
+    const handOvers = await handOversOnceGivenBack(s, runId)
+    const handedOver = handOvers()
     const res = await page.goto(link)
     expect(res?.status()).toBe(200)
     expect(res?.headers()['content-security-policy']).toContain("default-src 'none'")
@@ -126,7 +119,7 @@ describe('answer links', () => {
     await page.fill('#note', 'from my phone')
     await resolve.click()
     await expect(page.locator('h1').textContent()).resolves.toBe('Thank you')
-    await eventually(() => lane?.adoptedRuns === handedOver + 1)
+    await eventually(() => handOvers() === handedOver + 1)
     expect(elsewhere).toEqual([])
     expect(violations).toEqual([])
 

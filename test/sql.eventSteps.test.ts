@@ -141,6 +141,12 @@ describe("claimAnswered (an answer's hand-over to its runner)", () => {
     await db.run('UPDATE event_runs SET status = ? WHERE id = ?', [status, run.id])
     return run
   }
+  /** `owner` holds run `id`, its lease running out in `seconds` (negative: already ran out). */
+  const heldBy = (id: number, owner: string, seconds: number) =>
+    db.run(
+      'UPDATE event_runs SET claimed_by = ?, claim_expires_at = NOW(3) + INTERVAL ? SECOND WHERE id = ?',
+      [owner, seconds, id],
+    )
   const claimOf = async (id: number) =>
     (
       await db.query<{ c: string | null; t: string | null; w: Date | null; live: number }>(
@@ -158,10 +164,7 @@ describe("claimAnswered (an answer's hand-over to its runner)", () => {
 
   it('takes no run another holds, none whose status moved since it was read, none paused', async () => {
     const held = await runIn('running')
-    await db.run(
-      "UPDATE event_runs SET claimed_by = 'w2', claim_expires_at = NOW(3) + INTERVAL 10 SECOND WHERE id = ?",
-      [held.id],
-    )
+    await heldBy(held.id, 'w2', 10)
     expect(await runs.claimAnswered(db, held.id, 'running', claimFor('w1'))).toBe(false)
     expect((await claimOf(held.id))?.c).toBe('w2')
     const ending = await runIn('ending')
@@ -174,10 +177,7 @@ describe("claimAnswered (an answer's hand-over to its runner)", () => {
 
   it('takes a run whose holder’s lease ran out', async () => {
     const run = await runIn('running')
-    await db.run(
-      "UPDATE event_runs SET claimed_by = 'w2', claim_expires_at = NOW(3) - INTERVAL 1 SECOND WHERE id = ?",
-      [run.id],
-    )
+    await heldBy(run.id, 'w2', -1)
     expect(await runs.claimAnswered(db, run.id, 'running', claimFor('w1'))).toBe(true)
     expect((await claimOf(run.id))?.c).toBe('w1')
   })

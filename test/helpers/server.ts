@@ -375,3 +375,21 @@ export function leakProblems(body: GqlResponse['body'] | FormattedExecutionResul
   }
   return problems
 }
+
+/**
+ * Wait until the co-hosted runner has given run `runId`'s claim back (a
+ * parked cue's give-back), then answer how many runs answers have handed
+ * over to it so far: a cue answered from here on is handed over
+ * (src/runner/handOff.ts), not woken for the next claim.
+ */
+export async function handOversOnceGivenBack(s: TestServer, runId: number | string): Promise<() => number> {
+  await eventually(async () => {
+    const [row] = await s.t.db.query<{ c: string | null }>(
+      'SELECT claimed_by AS c FROM event_runs WHERE id = ?',
+      [runId],
+    )
+    return row?.c === null
+  })
+  const lane = s.app.runner?.lane
+  return () => lane?.adoptedRuns ?? 0
+}
