@@ -86,7 +86,7 @@ export async function advanceBatch(
   }
   let failure: { err: unknown } | null = null
   try {
-    await rounds(deps, claimed, held, undefined, how)
+    await rounds(deps, claimed, held, how.leaseEnds, how)
   } catch (err) {
     failure = { err }
     // Nothing more of this batch is advanced now: what no straggler holds is
@@ -140,7 +140,7 @@ async function rounds(
   const byId = new Map(claimed.map((r) => [r.id, r]))
   let active = claimed.map((r) => r.id)
   const budget = deps.maxStepsPerClaim ?? 25
-  let leaseEnds = knownLeaseEnds ?? first.leaseEnds ?? deps.clock.now().getTime() + (deps.leaseMs * 2) / 3
+  let leaseEnds = knownLeaseEnds ?? deps.clock.now().getTime() + (deps.leaseMs * 2) / 3
   const writer = new BufferedWriter(db, deps.hardStop)
 
   for (let round = 0; round < budget && active.length > 0; round++) {

@@ -26,7 +26,7 @@
 import type { AnswerClaim, LeasedRun } from '../../sql/eventRuns/index.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
 import type { StepRow } from '../../sql/eventSteps/index.ts'
-import { advanceBatch } from './advance.ts'
+import { advanceBatch, type FirstRound } from './advance.ts'
 import { expandStartingRuns } from './expand.ts'
 import { type Flights, loggedFlights } from './flights.ts'
 import type { RunHandOff } from './handOff.ts'
@@ -126,10 +126,31 @@ export class WakeLane implements RunHandOff {
    */
   claim(): AnswerClaim | null {
     if (this.off || !this.deps.active()) return null
-    const { opts, instanceId } = this.deps
-    const now = opts.clock.now()
-    const leaseUntil = new Date(now.getTime() + roundLeaseMs(opts.leaseMs, DEFAULT_STEP_NEED_MS))
-    return { owner: instanceId, token: this.deps.token(), leaseUntil, now }
+    const now = this.deps.opts.clock.now()
+    return { owner: this.deps.instanceId, token: this.deps.token(), leaseUntil: this.leaseFrom(now), now }
+  }
+
+  /**
+   * Where a woken run's claim ends, a lane claim's or an answer's: as long as
+   * a round of default steps needs, with room to spare, so the first round
+   * begins its steps without renewing (roundLease.ts).
+   */
+  private leaseFrom(now: Date): Date {
+    return new Date(now.getTime() + roundLeaseMs(this.deps.opts.leaseMs, DEFAULT_STEP_NEED_MS))
+  }
+
+  /**
+   * Advance runs `held` holds in a flight of the lane, their claims given
+   * back as the batch answers them and whatever is left when it settles.
+   */
+  private launch(held: HeldClaims, ready: readonly LeasedRun[], first: FirstRound): void {
+    const advance = advanceBatch(
+      this.deps.engine(),
+      ready,
+      (run, answer) => held.answer(run.id, answer),
+      first,
+    )
+    this.flights.launch(advance.finally(() => held.giveBack()))
   }
 
   /**
@@ -182,19 +203,16 @@ export class WakeLane implements RunHandOff {
     let launched = false
     try {
       if (!this.deps.active()) return
-      const claimed = items.map((a) => a.run)
-      this.adoptedRuns += claimed.length
-      const advance = advanceBatch(
-        this.deps.engine(),
-        claimed,
-        (run, answer) => held.answer(run.id, answer),
+      this.adoptedRuns += items.length
+      this.launch(
+        held,
+        items.map((a) => a.run),
         {
           fresh: true,
           nextSteps: new Map(items.map((a) => [a.run.id, a.next])),
           leaseEnds: Math.min(...items.map((a) => a.leaseEnds)),
         },
       )
-      this.flights.launch(advance.finally(() => held.giveBack()))
       launched = true
     } finally {
       if (!launched) await held.giveBack()
@@ -246,15 +264,8 @@ export class WakeLane implements RunHandOff {
     const { opts, instanceId } = this.deps
     const { db, clock } = opts
     const now = clock.now()
-    // Claimed for as long as a round of default steps needs, with room to
-    // spare: the first round begins its steps without renewing (roundLease.ts).
-    const leaseUntil = new Date(now.getTime() + roundLeaseMs(opts.leaseMs, DEFAULT_STEP_NEED_MS))
-    const held = HeldClaims.forRunner(
-      opts,
-      instanceId,
-      (wakeAts) => this.deps.released(wakeAts),
-      this.deps.nudged,
-    )
+    const leaseUntil = this.leaseFrom(now)
+    const held = this.newHeld()
     let launched = false
     try {
       // Each run read with its next step: a round trip fewer between a GO and that step.
@@ -273,12 +284,7 @@ export class WakeLane implements RunHandOff {
       if (claimed.length >= opts.batchSize) this.requested = true
       const ready = await expandStartingRuns(this.deps.engine(), claimed)
       // Read by the claim a moment ago: the first round takes their statuses and steps as read.
-      const advance = advanceBatch(this.deps.engine(), ready, (run, answer) => held.answer(run.id, answer), {
-        fresh: true,
-        nextSteps,
-        leaseEnds: leaseUntil.getTime(),
-      })
-      this.flights.launch(advance.finally(() => held.giveBack()))
+      this.launch(held, ready, { fresh: true, nextSteps, leaseEnds: leaseUntil.getTime() })
       launched = true
     } finally {
       if (!launched) await held.giveBack()
