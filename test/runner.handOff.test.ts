@@ -16,8 +16,8 @@ import { resolveCueAs } from '../src/operations/cueAnswers.ts'
 import { systemClock } from '../src/runner/clock.ts'
 import { Runner } from '../src/runner/runner.ts'
 import { createDefaultRegistry } from '../src/runner/steps/registry.ts'
-import { useTestDb, wrapStatements } from './helpers/db.ts'
-import { parkedCueRun, waitFor } from './helpers/runnerHarness.ts'
+import { recordStatements, useTestDb } from './helpers/db.ts'
+import { isBegin, isLease, parkedCueRun, waitFor } from './helpers/runnerHarness.ts'
 
 const t = useTestDb()
 let runner: Runner | undefined
@@ -26,21 +26,6 @@ afterEach(async () => {
   runner = undefined
 })
 
-/** Every statement the runner's pool sends outside a transaction, in order. */
-function recording(db: Db): { db: Db; sent: string[] } {
-  const sent: string[] = []
-  let wrapped = db
-  for (const method of ['execute', 'run', 'query', 'runQuery'] as const)
-    wrapped = wrapStatements(wrapped, method, (real) => (sql, params) => {
-      sent.push(sql.replace(/\s+/g, ' '))
-      return real(sql, params)
-    })
-  return { db: wrapped, sent }
-}
-
-const isLease = (sql: string) => /^UPDATE event_runs SET claimed_by = \?, claim_token = \?/.test(sql)
-const isBegin = (sql: string) =>
-  /^UPDATE event_run_steps SET status = 'running', attempts = attempts \+ 1/.test(sql)
 const person = { name: 'operator', teams: [], admin: false }
 
 interface RunRowNow {
@@ -73,7 +58,7 @@ async function completed(runId: number): Promise<void> {
 }
 
 it("a GO's run is claimed in the answer and begun by its runner at once: the begin is the runner's first statement", async () => {
-  const { db, sent } = recording(t.db)
+  const { db, sent } = recordStatements(t.db)
   const { runner: r, runId, cueId } = await parkedAndQuiet(db)
   const claimedBefore = r.lane.claimedRuns
   const fromGo = sent.length
@@ -87,7 +72,7 @@ it("a GO's run is claimed in the answer and begun by its runner at once: the beg
   )
   expect(answered.applied).toBe(true)
   await completed(runId)
-  const afterGo = sent.slice(fromGo)
+  const afterGo = sent.slice(fromGo).map((s) => s.sql)
   expect(afterGo.findIndex(isBegin)).toBe(0)
   expect(afterGo.filter(isLease)).toEqual([])
   expect(r.lane.adoptedRuns).toBe(1)

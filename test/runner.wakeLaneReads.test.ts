@@ -9,14 +9,13 @@
  * lane is woken (not a pass), so what is recorded is its.
  */
 import { afterEach, expect, it } from 'vitest'
-import type { Db } from '../sql/db.ts'
 import { resolveCueAs } from '../src/operations/cueAnswers.ts'
 import { systemClock } from '../src/runner/clock.ts'
 import { DEFAULT_STEP_NEED_MS, stepNeedMs } from '../src/runner/roundLease.ts'
 import { Runner } from '../src/runner/runner.ts'
 import { createDefaultRegistry } from '../src/runner/steps/registry.ts'
-import { useTestDb, wrapStatements } from './helpers/db.ts'
-import { parkedCueRun, waitFor } from './helpers/runnerHarness.ts'
+import { recordStatements, type SentStatement, useTestDb } from './helpers/db.ts'
+import { isBegin, isLease, parkedCueRun, waitFor } from './helpers/runnerHarness.ts'
 
 const t = useTestDb()
 let runner: Runner | undefined
@@ -25,24 +24,6 @@ afterEach(async () => {
   runner = undefined
 })
 
-interface Sent {
-  sql: string
-  params: unknown[]
-}
-
-/** Every statement the runner's pool sends outside a transaction, in order. */
-function recording(db: Db): { db: Db; sent: Sent[] } {
-  const sent: Sent[] = []
-  let wrapped = db
-  for (const method of ['execute', 'run', 'query', 'runQuery'] as const)
-    wrapped = wrapStatements(wrapped, method, (real) => (sql, params) => {
-      sent.push({ sql: sql.replace(/\s+/g, ' '), params: [...(params ?? [])] })
-      return real(sql, params)
-    })
-  return { db: wrapped, sent }
-}
-
-const isLease = (sql: string) => /^UPDATE event_runs SET claimed_by = \?, claim_token = \?/.test(sql)
 const isNextStepsByIds = (sql: string) => /WHERE run_id IN \(.*GROUP BY run_id/.test(sql)
 const isLeasedReadWithSteps = (sql: string) =>
   /^SELECT r\.id AS r__id, .* LEFT JOIN event_run_steps s .* WHERE r\.wake_at = \? AND r\.claim_token = \?/.test(
@@ -50,11 +31,9 @@ const isLeasedReadWithSteps = (sql: string) =>
   )
 const isRenewal = (sql: string) => /^UPDATE event_runs SET claim_expires_at = /.test(sql)
 const isKeepAlive = (sql: string) => /^UPDATE event_runs SET claim_expires_at = GREATEST/.test(sql)
-const isBegin = (sql: string) =>
-  /^UPDATE event_run_steps SET status = 'running', attempts = attempts \+ 1/.test(sql)
 
 /** The lease's length a lease, renewal or begin statement binds (its `NOW(3) + INTERVAL ? MICROSECOND`), in ms. */
-function leaseMsOf(s: Sent): number {
+function leaseMsOf(s: SentStatement): number {
   const at = s.sql.slice(0, s.sql.indexOf('INTERVAL ? MICROSECOND')).split('?').length - 1
   return Number(s.params[at]) / 1000
 }
@@ -64,8 +43,8 @@ function leaseMsOf(s: Sent): number {
  * with only the lane awake. Answers the statements sent from the GO until
  * the run completed.
  */
-async function afterGo(after?: Record<string, unknown>[]): Promise<Sent[]> {
-  const { db, sent } = recording(t.db)
+async function afterGo(after?: Record<string, unknown>[]): Promise<SentStatement[]> {
+  const { db, sent } = recordStatements(t.db)
   // A long tick: after the first pass parks the cue, no pass runs while the lane works.
   runner = new Runner({ db, registry: createDefaultRegistry(), clock: systemClock, tickMs: 60_000 })
   const { runId, cue } = await parkedCueRun(t.db, runner, after)
@@ -127,9 +106,9 @@ it("a GO's woken run is leased for its step, read with its next step and begun: 
     )
   expect(named).toEqual(['runs and steps'])
   // The lease itself covers the step: its default timeout and the grace, and room to spare.
-  expect(leaseMsOf(sent[lease] as Sent)).toBeGreaterThan(DEFAULT_STEP_NEED_MS)
+  expect(leaseMsOf(sent[lease] as SentStatement)).toBeGreaterThan(DEFAULT_STEP_NEED_MS)
   // The step's own lease is its timeout and the grace, as before.
-  expect(leaseMsOf(sent[begin] as Sent)).toBeGreaterThanOrEqual(DEFAULT_STEP_NEED_MS)
+  expect(leaseMsOf(sent[begin] as SentStatement)).toBeGreaterThanOrEqual(DEFAULT_STEP_NEED_MS)
 })
 
 it('the rounds after the first take the lease as it is: three steps after a GO, no renewal', async () => {
@@ -152,8 +131,8 @@ it('a step with a longer timeout than the default has its run lease renewed to c
     .map((s, i) => [s, i] as const)
     .filter(([s]) => isRenewal(s.sql) && !isKeepAlive(s.sql))
   expect(renewals).toHaveLength(1)
-  const [renewal, at] = renewals[0] as readonly [Sent, number]
+  const [renewal, at] = renewals[0] as readonly [SentStatement, number]
   expect(at).toBeLessThan(begin)
   expect(leaseMsOf(renewal)).toBeGreaterThanOrEqual(stepNeedMs(120_000))
-  expect(leaseMsOf(sent[begin] as Sent)).toBeGreaterThanOrEqual(stepNeedMs(120_000))
+  expect(leaseMsOf(sent[begin] as SentStatement)).toBeGreaterThanOrEqual(stepNeedMs(120_000))
 })

@@ -137,3 +137,21 @@ export function wrapTransactionStatements(
     },
   })
 }
+
+/** A statement a pool sent, its whitespace folded. */
+export interface SentStatement {
+  sql: string
+  params: unknown[]
+}
+
+/** `db` with every statement it sends outside a transaction recorded in `sent`, in order. */
+export function recordStatements(db: Db): { db: Db; sent: SentStatement[] } {
+  const sent: SentStatement[] = []
+  let wrapped = db
+  for (const method of ['execute', 'run', 'query', 'runQuery'] as const)
+    wrapped = wrapStatements(wrapped, method, (real) => (sql, params) => {
+      sent.push({ sql: sql.replace(/\s+/g, ' '), params: [...(params ?? [])] })
+      return real(sql, params)
+    })
+  return { db: wrapped, sent }
+}

@@ -421,3 +421,9 @@ export async function parkedCueRun(
   )
   return { runId, cue }
 }
+
+/** A lease of due in-flight runs (the wake lane's, a pass's), as recorded by `recordStatements`. */
+export const isLease = (sql: string) => /^UPDATE event_runs SET claimed_by = \?, claim_token = \?/.test(sql)
+/** A set-wise begin of steps, as recorded by `recordStatements`. */
+export const isBegin = (sql: string) =>
+  /^UPDATE event_run_steps SET status = 'running', attempts = attempts \+ 1/.test(sql)
