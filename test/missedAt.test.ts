@@ -141,6 +141,7 @@ describe('the missed sweep of a tick (Housekeeping.markMissed)', () => {
       runRetentionMs: 0,
       auditRetentionMs: 0,
       retentionEveryMs: 0,
+      reclaimEveryMs: 0,
       stopping: () => false,
     })
     const marked = await hk.markMissed(T)

@@ -1,14 +1,17 @@
 /**
  * The runner's sweeps besides advancing runs, each throttled on its own
  * interval: materialising schedules into runs, marking runs that missed their
- * grace window, deleting old logs and runs (retention), and the instance's
- * heartbeat.
+ * grace window, tidying leases whose owner did not come back, deleting old
+ * logs and runs (retention), and the instance's heartbeat.
  */
+
 import { hostname } from 'node:os'
+import { performance } from 'node:perf_hooks'
 import * as audit from '../../sql/auditLog.ts'
 import type { Db } from '../../sql/db.ts'
 import * as logs from '../../sql/eventRunLogs.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
+import * as steps from '../../sql/eventSteps/index.ts'
 import * as inboxDoorbells from '../../sql/inboxDoorbells.ts'
 import * as overrides from '../../sql/occurrenceOverrides.ts'
 import type { DoorbellAddress } from '../../sql/runnerHeartbeats.ts'
@@ -31,6 +34,12 @@ export interface HousekeepingDeps {
   /** audit_log rows older than this are deleted; 0 keeps every row. */
   auditRetentionMs: number
   retentionEveryMs: number
+  /**
+   * The running loop's lease sweeps run once per this (its tick), give or
+   * take: two passes a tick apart can find their sweeps a few milliseconds
+   * less than a tick apart, so a sweep is skipped only within half of it.
+   */
+  reclaimEveryMs: number
   /** True once the runner is stopping: a long sweep stops between rounds. */
   stopping: () => boolean
   /** Where instances without a runner ring this one (doorbell.ts), sent with each heartbeat. */
@@ -60,6 +69,8 @@ export class Housekeeping {
   /** Old runs were left by the last sweep's time budget: go on at the next tick. */
   private runRetentionBacklog = false
   private lastRetention = 0
+  /** When the lease sweeps last ran (performance.now(), not the runner's clock: leases expire on the database's). */
+  private lastReclaim = Number.NEGATIVE_INFINITY
   private readonly startedAt = new Date()
 
   constructor(private readonly deps: HousekeepingDeps) {}
@@ -97,6 +108,29 @@ export class Housekeeping {
   /** True when a definition changed since the last pass (its runs may be due now). */
   get materialiseRequestedNow(): boolean {
     return this.materialiseRequested
+  }
+
+  /**
+   * Release run and step leases whose owner did not come back: in the
+   * running loop at most twice per `reclaimEveryMs` (once a tick when it is
+   * quiet, as before), on every other pass (`always`: a pass asked for by
+   * hand, `tick()`).
+   *
+   * Why not on every pass: under load the loop passes five and more times a
+   * second (every nudge is a pass), and the step sweep reads every live run's
+   * steps to find none: a third of all the rows the database read in a show
+   * of 1,000 (docs/performance.md, fifteenth round). Nothing waits for it:
+   * every claim takes an expired lease as if it were free (`leaseFree`), so
+   * the sweep only tidies the rows a reader sees, and a quiet loop passes
+   * once a tick anyway.
+   */
+  async reclaimIfDue(always: boolean): Promise<void> {
+    const at = performance.now()
+    if (!always && at - this.lastReclaim < this.deps.reclaimEveryMs / 2) return
+    this.lastReclaim = at
+    const { db } = this.deps
+    await runs.reclaimStale(db)
+    await steps.reclaimStale(db)
   }
 
   /** Runs still `scheduled` past their grace window become `missed`. Answers the runs it marked. */

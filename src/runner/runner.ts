@@ -38,7 +38,6 @@ import { setMaxListeners } from 'node:events'
 import { hostname } from 'node:os'
 import { isDbUnavailable } from '../../sql/db.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
-import * as steps from '../../sql/eventSteps/index.ts'
 import * as heartbeats from '../../sql/runnerHeartbeats.ts'
 import { tickBackoffMs } from './backoff.ts'
 import { advanceInChunks } from './chunkedAdvance.ts'
@@ -101,6 +100,7 @@ export class Runner {
     const doorbellAddress = () => this.doorbell?.address ?? null
     this.housekeeping = new Housekeeping({
       ...this.opts,
+      reclaimEveryMs: this.opts.tickMs,
       instanceId: this.instanceId,
       stopping,
       doorbellAddress,
@@ -370,8 +370,7 @@ export class Runner {
       if (inFlight) await advanceNow(firstReady)
       phases.mark('handOff')
       // Lease expiry is judged on the database's clock (sql/leases.ts).
-      await runs.reclaimStale(db)
-      await steps.reclaimStale(db)
+      await this.housekeeping.reclaimIfDue(!inFlight)
       phases.mark('reclaim')
       this.keyed.forget(await this.housekeeping.markMissed(clock.now()))
       phases.mark('missed')
