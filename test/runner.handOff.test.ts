@@ -16,8 +16,9 @@ import { resolveCueAs } from '../src/operations/cueAnswers.ts'
 import { systemClock } from '../src/runner/clock.ts'
 import { Runner } from '../src/runner/runner.ts'
 import { createDefaultRegistry } from '../src/runner/steps/registry.ts'
-import { recordStatements, useTestDb } from './helpers/db.ts'
-import { isBegin, isLease, parkedCueRun, waitFor } from './helpers/runnerHarness.ts'
+import { recordStatements, useTestDb, wrapStatements } from './helpers/db.ts'
+import { makeDefinition, makeRun } from './helpers/fixtures.ts'
+import { isBegin, isLease, parkedCueRun, stepsOf, waitFor } from './helpers/runnerHarness.ts'
 
 const t = useTestDb()
 let runner: Runner | undefined
@@ -150,4 +151,103 @@ it('a hand-over that arrives after its runner stopped is given back, due now', a
   await waitFor(async () => (await runNow(runId)).claimed_by === null || null, { timeoutMs: 10_000 })
   expect(await runNow(runId)).toMatchObject({ status: 'running', due: 1 })
   expect(lane.adoptedRuns).toBe(0)
+})
+
+it("a GO handed over while the lane's claim is under way rides in that claim's batch", async () => {
+  // The runner's pool, recorded, its lane's lease held back while `gate` is set.
+  let gate: Promise<void> | null = null
+  let held = false
+  const isLaneLease = (sql: string) =>
+    /^UPDATE event_runs SET claimed_by = \?.* WHERE wake_at <= \?/s.test(sql)
+  const recorded = recordStatements(t.db)
+  const db = wrapStatements(recorded.db, 'run', (real) => async (sql, params) => {
+    if (gate && isLaneLease(sql.replace(/\s+/g, ' '))) {
+      held = true
+      await gate
+    }
+    return real(sql, params)
+  })
+  const show = await makeDefinition(t.db, {
+    program: {
+      phases: [
+        {
+          name: 'main',
+          steps: [
+            { kind: 'core.cue', params: { prompt: 'GO?' } },
+            { kind: 'core.log', params: { message: 'after GO' } },
+          ],
+        },
+      ],
+    },
+  })
+  const [a, b] = [
+    await makeRun(t.db, { definition: show, scope: 'a', scheduledFor: new Date() }),
+    await makeRun(t.db, { definition: show, scope: 'b', scheduledFor: new Date() }),
+  ]
+  // Only these two runs in flight: the earlier tests leave theirs (one woken at a cue nobody answered).
+  await t.db.run(
+    "UPDATE event_runs SET status = 'cancelled', wake_at = NULL WHERE id NOT IN (?, ?) AND status = 'running'",
+    [a.id, b.id],
+  )
+  const started = new Runner({ db, registry: createDefaultRegistry(), clock: systemClock, tickMs: 60_000 })
+  runner = started
+  started.start()
+  const parkedCue = async (runId: number) =>
+    (await stepsOf(t.db, runId)).find((st) => st.kind === 'core.cue' && st.parked)
+  const [cueA, cueB] = await waitFor(
+    async () => {
+      const both = [await parkedCue(a.id), await parkedCue(b.id)]
+      return both.every(Boolean) ? both : null
+    },
+    { timeoutMs: 10_000 },
+  )
+  await waitFor(
+    async () =>
+      ((await runNow(a.id)).claimed_by === null && (await runNow(b.id)).claimed_by === null) || null,
+    {
+      timeoutMs: 10_000,
+    },
+  )
+  await waitFor(async () => started.asleepForMs > 10_000 || null, { timeoutMs: 10_000 })
+  const lane = started.lane
+  let open = () => {}
+  gate = new Promise<void>((resolve) => {
+    open = resolve
+  })
+  // A's GO wakes its run (no hand-over): the lane's claim of it waits at the gate.
+  await resolveCueAs(
+    { db: t.db, clock: systemClock, nudge: () => lane.wake() },
+    cueA?.id as number,
+    person,
+    'go',
+    'api',
+  )
+  await waitFor(async () => held || null, { timeoutMs: 5_000 })
+  // B's GO is handed over meanwhile, and waits for the claim rather than taking a batch of its own.
+  const answered = await resolveCueAs(
+    { db: t.db, clock: systemClock, nudge: () => {}, handOff: lane },
+    cueB?.id as number,
+    person,
+    'go',
+    'api',
+  )
+  expect(answered.applied).toBe(true)
+  const fromGate = recorded.sent.length
+  try {
+    await new Promise((resolve) => setTimeout(resolve, 200))
+    expect((await runNow(b.id)).status).toBe('running')
+  } finally {
+    // Whatever the assertion said, the lane's claim goes on, so the runner can stop.
+    gate = null
+    open()
+  }
+  await completed(a.id)
+  await completed(b.id)
+  expect(lane.riddenRuns).toBe(1)
+  expect(lane.adoptedRuns).toBe(1)
+  // One batch: the two runs' next steps begun by one statement.
+  const begins = recorded.sent.slice(fromGate).filter((st) => isBegin(st.sql))
+  expect(begins).toHaveLength(1)
+  const [nextA, nextB] = [(await stepsOf(t.db, a.id))[1], (await stepsOf(t.db, b.id))[1]]
+  expect(begins[0]?.params).toEqual(expect.arrayContaining([nextA?.id, nextB?.id]))
 })

@@ -73,7 +73,7 @@ export class HeldClaims {
   }
 
   /** The runner's nudge count when these claims began to be taken. */
-  private readonly nudgesAtStart: number
+  private nudgesAtStart: number
 
   /** A runner's claims (a pass's, the wake lane's): its options, failed runs tried again after a tick. */
   static forRunner(
@@ -139,6 +139,17 @@ export class HeldClaims {
       .finally(() => {
         this.keeping = null
       })
+  }
+
+  /**
+   * Hold `taken`, held by `from` until now: `from` lets go of them without
+   * giving them back, and these claims count nudges from the earlier start
+   * of the two, so a nudge `from` would have heeded is not missed.
+   */
+  takeOver(from: HeldClaims, taken: readonly { id: number }[]): void {
+    from.drop(taken.map((r) => r.id))
+    this.nudgesAtStart = Math.min(this.nudgesAtStart, from.nudgesAtStart)
+    this.hold(taken)
   }
 
   /** These runs' claims were lost (taken over after they expired): not ours to give back. */

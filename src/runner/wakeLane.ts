@@ -74,6 +74,10 @@ export class WakeLane implements RunHandOff {
   /** Hand-overs not yet in a flight, their claims held; a stopping runner waits for `adopting`. */
   private forming: Forming | null = null
   private adopting: Promise<void> | null = null
+  /** The lane's claim under way, if any: hand-overs waiting to launch ride in its batch (claimOnce). */
+  private claiming: Promise<void> | null = null
+  /** Of the runs answers handed over, those that rode in a batch of the lane's own claim. */
+  riddenRuns = 0
 
   constructor(private readonly deps: WakeLaneDeps) {
     const { opts, instanceId } = deps
@@ -192,10 +196,31 @@ export class WakeLane implements RunHandOff {
     await new Promise<void>((resolve) => setImmediate(resolve))
     while (this.forming) {
       if (this.deps.active()) await this.flights.slot()
+      // A claim of the lane's under way takes them into its batch (claimOnce): one
+      // batch's rounds where there were two. If it fails first, they go on their own.
+      if (this.claiming) {
+        await this.claiming
+        continue
+      }
       const batch = this.forming
+      if (!batch) break
       this.forming = null
       await this.advanceAdopted(batch)
     }
+  }
+
+  /** The hand-overs waiting to launch, taken to ride in a batch of the lane's claim; their claims move to `held`. */
+  private takeRiders(held: HeldClaims): Forming['items'] {
+    const riders = this.forming
+    if (!riders || !this.deps.active()) return []
+    this.forming = null
+    held.takeOver(
+      riders.held,
+      riders.items.map((a) => a.run),
+    )
+    this.riddenRuns += riders.items.length
+    this.adoptedRuns += riders.items.length
+    return riders.items
   }
 
   /** Advance a batch of handed-over runs in a flight of the lane; given back, due now, if the runner stopped meanwhile. */
@@ -259,8 +284,21 @@ export class WakeLane implements RunHandOff {
     }
   }
 
-  /** Claim the in-flight runs due now and hand them to a flight of the lane. */
+  /** Claim the in-flight runs due now and hand them, with the hand-overs waiting meanwhile, to a flight of the lane. */
   private async claimOnce(): Promise<void> {
+    const claim = this.claimAndLaunch()
+    this.claiming = claim.then(
+      () => undefined,
+      () => undefined,
+    )
+    try {
+      await claim
+    } finally {
+      this.claiming = null
+    }
+  }
+
+  private async claimAndLaunch(): Promise<void> {
     const { opts, instanceId } = this.deps
     const { db, clock } = opts
     const now = clock.now()
@@ -278,13 +316,19 @@ export class WakeLane implements RunHandOff {
         opts.batchSize,
       )
       held.hold(claimed)
-      if (claimed.length === 0) return
       this.claimedRuns += claimed.length
       // More are due than one claim takes: claim again at once.
       if (claimed.length >= opts.batchSize) this.requested = true
-      const ready = await expandStartingRuns(this.deps.engine(), claimed)
-      // Read by the claim a moment ago: the first round takes their statuses and steps as read.
-      this.launch(held, ready, { fresh: true, nextSteps, leaseEnds: leaseUntil.getTime() })
+      const ready = claimed.length > 0 ? await expandStartingRuns(this.deps.engine(), claimed) : []
+      const riders = this.takeRiders(held)
+      if (ready.length + riders.length === 0) return
+      for (const r of riders) nextSteps.set(r.run.id, r.next)
+      // Read by the claim (or the answers) a moment ago: the first round takes their statuses and steps as read.
+      this.launch(held, [...ready, ...riders.map((r) => r.run)], {
+        fresh: true,
+        nextSteps,
+        leaseEnds: Math.min(leaseUntil.getTime(), ...riders.map((r) => r.leaseEnds)),
+      })
       launched = true
     } finally {
       if (!launched) await held.giveBack()
