@@ -15,7 +15,8 @@
  * behind the passes' batches of slow webhooks.
  *
  * Bounded: one claim at a time (answers that arrive meanwhile are taken
- * together by the next one, like a group commit), at most
+ * together by the next one, like a group commit; runs an answer handed over
+ * while a claim is under way ride in its batch), at most
  * `wakeBatchesInFlight` batches of its own in flight (4 × `batchesInFlight`
  * by default: its batches are small and many), and it claims only while the
  * runner is active. A
