@@ -77,10 +77,13 @@ describe('waitingSteps mine', () => {
     )
     expect(Number(n)).toBe(OTHERS)
   }, 60_000)
+  // Closing took past the default 60 s twice under a full CI run (the test itself
+  // had passed; alone it closes in milliseconds): cause not yet found, see the
+  // closing note. A longer limit still fails a close that never ends.
   afterAll(async () => {
     await elsewhere?.close()
     await s?.close()
-  })
+  }, 180_000)
 
   it("a new cue of mine reaches me in the first delivery after it parks, behind 1,500 older cues of others'", async () => {
     const client = wsClient(s, 'operator')
