@@ -17,8 +17,16 @@ import { systemClock } from '../src/runner/clock.ts'
 import { Runner } from '../src/runner/runner.ts'
 import { createDefaultRegistry } from '../src/runner/steps/registry.ts'
 import { recordStatements, useTestDb, wrapStatements } from './helpers/db.ts'
-import { makeDefinition, makeRun } from './helpers/fixtures.ts'
-import { isBegin, isLease, parkedCueRun, stepsOf, waitFor } from './helpers/runnerHarness.ts'
+import { makeRun } from './helpers/fixtures.ts'
+import {
+  cueShow,
+  isBegin,
+  isLease,
+  parkedCueOf,
+  parkedCueRun,
+  stepsOf,
+  waitFor,
+} from './helpers/runnerHarness.ts'
 
 const t = useTestDb()
 let runner: Runner | undefined
@@ -167,19 +175,7 @@ it("a GO handed over while the lane's claim is under way rides in that claim's b
     }
     return real(sql, params)
   })
-  const show = await makeDefinition(t.db, {
-    program: {
-      phases: [
-        {
-          name: 'main',
-          steps: [
-            { kind: 'core.cue', params: { prompt: 'GO?' } },
-            { kind: 'core.log', params: { message: 'after GO' } },
-          ],
-        },
-      ],
-    },
-  })
+  const show = await cueShow(t.db)
   const [a, b] = [
     await makeRun(t.db, { definition: show, scope: 'a', scheduledFor: new Date() }),
     await makeRun(t.db, { definition: show, scope: 'b', scheduledFor: new Date() }),
@@ -192,11 +188,9 @@ it("a GO handed over while the lane's claim is under way rides in that claim's b
   const started = new Runner({ db, registry: createDefaultRegistry(), clock: systemClock, tickMs: 60_000 })
   runner = started
   started.start()
-  const parkedCue = async (runId: number) =>
-    (await stepsOf(t.db, runId)).find((st) => st.kind === 'core.cue' && st.parked)
   const [cueA, cueB] = await waitFor(
     async () => {
-      const both = [await parkedCue(a.id), await parkedCue(b.id)]
+      const both = [await parkedCueOf(t.db, a.id), await parkedCueOf(t.db, b.id)]
       return both.every(Boolean) ? both : null
     },
     { timeoutMs: 10_000 },

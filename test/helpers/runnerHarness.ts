@@ -31,7 +31,7 @@ import {
   createDefaultRegistry,
   type StepRegistry,
 } from '../../src/runner/steps/registry.ts'
-import { makeDefinition, makeRun, unique } from './fixtures.ts'
+import { type DefinitionFixture, makeDefinition, makeRun, unique } from './fixtures.ts'
 
 export const sleep = (ms: number) => new Promise<void>((resolve) => setTimeout(resolve, ms))
 
@@ -393,17 +393,12 @@ export async function statusCounts(db: Queryable, definitionId?: number): Promis
   return Object.fromEntries(rows.map((r) => [r.status, Number(r.n)]))
 }
 
-/**
- * A run of a show of a cue, then `after` (by default one log line), due now,
- * started on `runner`: answers once the cue is parked, with the run's id and
- * the cue.
- */
-export async function parkedCueRun(
+/** A show of a cue, then `after` (by default one log line). */
+export function cueShow(
   db: Db,
-  runner: { start(): void },
   after: Record<string, unknown>[] = [{ kind: 'core.log', params: { message: 'after GO' } }],
-): Promise<{ runId: number; cue: StepRow }> {
-  const show = await makeDefinition(db, {
+): Promise<DefinitionFixture> {
+  return makeDefinition(db, {
     program: {
       phases: [
         {
@@ -413,12 +408,26 @@ export async function parkedCueRun(
       ],
     },
   })
+}
+
+/** Run `runId`'s cue, once parked on a person; undefined before. */
+export async function parkedCueOf(db: Queryable, runId: number): Promise<StepRow | undefined> {
+  return (await stepsOf(db, runId)).find((st) => st.kind === 'core.cue' && st.parked)
+}
+
+/**
+ * A run of {@link cueShow}, due now, started on `runner`: answers once the
+ * cue is parked, with the run's id and the cue.
+ */
+export async function parkedCueRun(
+  db: Db,
+  runner: { start(): void },
+  after?: Record<string, unknown>[],
+): Promise<{ runId: number; cue: StepRow }> {
+  const show = await cueShow(db, after)
   const runId = (await makeRun(db, { definition: show, scheduledFor: new Date() })).id
   runner.start()
-  const cue = await waitFor(
-    async () => (await stepsOf(db, runId)).find((st) => st.kind === 'core.cue' && st.parked),
-    { timeoutMs: 10_000 },
-  )
+  const cue = await waitFor(() => parkedCueOf(db, runId), { timeoutMs: 10_000 })
   return { runId, cue }
 }
 
