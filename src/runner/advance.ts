@@ -175,7 +175,10 @@ async function rounds(
       const wait = notYet(step, now)
       const how = wait ? null : entryOf(step)
       if (how === null) {
-        leaving.push([run, { wakeAt: wait?.wakeAt ?? new Date(now.getTime() + 1000) }])
+        // Not due: back to sleep until its time, or (a cue parked with no
+        // timeout, `wakeAt` null) until its person acts, as when it parked.
+        // Only a step the runner cannot enter is looked at again in a second.
+        leaving.push([run, { wakeAt: wait ? wait.wakeAt : new Date(now.getTime() + 1000) }])
         continue
       }
       const move = phaseMove(step, snap.status, snap.currentPhase)
