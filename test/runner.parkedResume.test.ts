@@ -14,7 +14,7 @@ import { systemClock } from '../src/runner/clock.ts'
 import { Runner } from '../src/runner/runner.ts'
 import { createDefaultRegistry } from '../src/runner/steps/registry.ts'
 import { useTestDb } from './helpers/db.ts'
-import { parkedCueRun, runOf, sleep, waitFor } from './helpers/runnerHarness.ts'
+import { parkedCueRun, runOf, sleep, waitFor, waitForStatus } from './helpers/runnerHarness.ts'
 
 const t = useTestDb()
 let runner: Runner | undefined
@@ -30,6 +30,12 @@ const claimOf = async (runId: number) =>
     )
   )[0]
 
+/** The run, once nobody holds it and nothing but its person wakes it; null before. */
+const asleep = async (runId: number) => {
+  const c = await claimOf(runId)
+  return c && c.claimedBy === null && c.wakeAt === null ? c : null
+}
+
 it('a run resumed while its cue waits on a person sleeps until the person answers, not once a second', async () => {
   // A short tick: a run given back due again would be claimed again within the test many times over.
   runner = new Runner({ db: t.db, registry: createDefaultRegistry(), clock: systemClock, tickMs: 200 })
@@ -37,21 +43,12 @@ it('a run resumed while its cue waits on a person sleeps until the person answer
   const live = runner
   const deps = { db: t.db, clock: systemClock, nudge: () => live.nudge() }
   // Parked and given back: nothing wakes it but its person.
-  await waitFor(async () => {
-    const c = await claimOf(runId)
-    return c && c.claimedBy === null && c.wakeAt === null ? c : null
-  })
+  await waitFor(() => asleep(runId))
 
   expect((await pauseRun(deps, runId, 'operator')).applied).toBe(true)
   expect((await resumeRun(deps, runId, 'operator')).applied).toBe(true)
   // Resumed: due now, so the runner claims it, finds its cue still waiting, and gives it back asleep.
-  await waitFor(
-    async () => {
-      const c = await claimOf(runId)
-      return c && c.claimedBy === null && c.wakeAt === null ? c : null
-    },
-    { timeoutMs: 5_000 },
-  )
+  await waitFor(() => asleep(runId), { timeoutMs: 5_000 })
   // And it stays asleep: sampled across several ticks and more than a second.
   for (let i = 0; i < 12; i++) {
     await sleep(150)
@@ -68,7 +65,5 @@ it('a run resumed while its cue waits on a person sleeps until the person answer
     'api',
   )
   expect(answered.applied).toBe(true)
-  await waitFor(async () => ((await runOf(t.db, runId)).status === 'completed' ? true : null), {
-    timeoutMs: 10_000,
-  })
+  await waitForStatus(t.db, runId, 'completed', 10_000)
 })
