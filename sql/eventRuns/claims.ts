@@ -173,6 +173,21 @@ export async function claimTickBatch(
   )
 }
 
+/** A lease of due runs: by whom, under which token, until when, how many. */
+export interface DueLease {
+  owner: string
+  token: string
+  leaseUntil: Date
+  now: Date
+  limit: number
+  /**
+   * Lease runs due by this instant rather than by `now` (a timer's end claimed
+   * a moment ahead, src/runner/wakeLane.ts). Only what is due moves: a live
+   * lease is still judged by the database's clock, never by this instant.
+   */
+  dueBy?: Date
+}
+
 /**
  * Lease up to `limit` due in-flight runs under `token`, then read them with
  * `read`: the range `wake_at = leaseUntil` first; when that finds fewer than
@@ -184,10 +199,12 @@ export async function claimTickBatch(
  */
 export async function leaseDueThenRead<T>(
   db: Queryable,
-  lease: { owner: string; token: string; leaseUntil: Date; now: Date; limit: number },
+  lease: DueLease,
   how: { read: (range: '=' | '<=') => Promise<T>; count: (found: T) => number; none: T },
 ): Promise<T> {
   const { owner, token, leaseUntil, now, limit } = lease
+  // Due by `now` unless the caller claims ahead; the lease's length still counts from now.
+  const dueBy = lease.dueBy && lease.dueBy > now ? lease.dueBy : now
   const n = clampLimit(limit, 100, 1, 5000)
   const res = await db.run(
     `UPDATE event_runs
@@ -195,7 +212,7 @@ export async function leaseDueThenRead<T>(
       WHERE wake_at <= ? AND status IN (${placeholders(IN_FLIGHT.length)}) AND ${leaseFree()}
       ORDER BY wake_at, id
       LIMIT ${n}`,
-    [owner, token, leaseMicros(leaseUntil, now), leaseUntil, now, ...IN_FLIGHT],
+    [owner, token, leaseMicros(leaseUntil, now), leaseUntil, dueBy, ...IN_FLIGHT],
   )
   if (res.affectedRows === 0) return how.none
   const found = await how.read('=')

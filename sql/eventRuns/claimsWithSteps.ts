@@ -27,7 +27,8 @@ export interface LeasedWithSteps {
  * `claimTickBatch` (claims.ts), each run read with its next step (the first
  * that is `pending` or `running`) in the same statement: what the wake lane
  * advances at once, a round trip fewer between a GO (or a timer's end) and
- * the run's next step.
+ * the run's next step. `dueBy`: runs due by then, for a claim made ahead of
+ * a timer's end (see {@link DueLease}).
  */
 export async function claimTickBatchWithSteps(
   db: Queryable,
@@ -36,10 +37,11 @@ export async function claimTickBatchWithSteps(
   leaseUntil: Date,
   now: Date,
   limit: number,
+  dueBy?: Date,
 ): Promise<LeasedWithSteps> {
   return leaseDueThenRead(
     db,
-    { owner, token, leaseUntil, now, limit },
+    { owner, token, leaseUntil, now, limit, dueBy },
     {
       read: (range) => findLeasedWithSteps(db, token, leaseUntil, range),
       count: (found) => found.runs.length,

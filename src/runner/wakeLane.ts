@@ -22,6 +22,15 @@
  * runner is active. A
  * stopping runner waits for `settle()`: the claim under way, then every
  * batch of the lane, each giving its claims back.
+ *
+ * Timers are claimed ahead: `timerLeadMs` (50 ms by default) before a timer
+ * ends, the lane claims the runs whose timers end with it (within
+ * TIMER_GROUP_MS) and holds them until the end comes (timerGroups.ts), so
+ * the claim's round trips are behind the timer, not after it. Under load
+ * the claim was a third of a 2 s wait's overshoot (docs/performance.md,
+ * seventeenth round). A step never starts early: a group is advanced only
+ * once the runner's clock reads its last timer's end, and its round checks
+ * each step's time as any round does.
  */
 
 import type { AnswerClaim, LeasedRun } from '../../sql/eventRuns/index.ts'
@@ -34,6 +43,7 @@ import type { RunHandOff } from './handOff.ts'
 import { HeldClaims, type NudgeWatch } from './held.ts'
 import type { ResolvedOptions } from './options.ts'
 import { DEFAULT_STEP_NEED_MS, roundLeaseMs } from './roundLease.ts'
+import { groupByDue, TIMER_GROUP_MS } from './timerGroups.ts'
 import type { EngineDeps } from './types.ts'
 
 /** Timer ends the lane remembers at once; later ones are the runner's sleep's (it reads the soonest wake_at). */
@@ -68,6 +78,10 @@ export class WakeLane implements RunHandOff {
   /** Timer ends ahead (Date.now() ms, ascending), the soonest armed. */
   private ahead: number[] = []
   private timer: { at: number; handle: ReturnType<typeof setTimeout> } | null = null
+  /** The claim asked for takes runs due by this instant too (Date.now() ms; 0: due now only). */
+  private claimUntil = 0
+  /** Runs claimed before their timers ended, held until they did: tests read it. */
+  claimedAheadRuns = 0
   /** Runs the lane claimed so far: tests read it to see which path served a run. */
   claimedRuns = 0
   /** Runs answers handed over so far (handOff.ts), advanced by the lane. */
@@ -146,16 +160,21 @@ export class WakeLane implements RunHandOff {
 
   /**
    * Advance runs `held` holds in a flight of the lane, their claims given
-   * back as the batch answers them and whatever is left when it settles.
+   * back as the batch answers them and whatever is left when it settles;
+   * with `at`, once the runner's clock reads `at` (ms), not before. A runner
+   * stopped meanwhile gives them back unadvanced, due then.
    */
-  private launch(held: HeldClaims, ready: readonly LeasedRun[], first: FirstRound): void {
-    const advance = advanceBatch(
-      this.deps.engine(),
-      ready,
-      (run, answer) => held.answer(run.id, answer),
-      first,
-    )
-    this.flights.launch(advance.finally(() => held.giveBack()))
+  private launch(held: HeldClaims, ready: readonly LeasedRun[], first: FirstRound, at?: number): void {
+    const advance = async () => {
+      if (at !== undefined) {
+        const { clock } = this.deps.opts
+        for (let left = at - clock.now().getTime(); left > 0; left = at - clock.now().getTime())
+          await new Promise((resolve) => setTimeout(resolve, left))
+        if (!this.deps.active()) return
+      }
+      await advanceBatch(this.deps.engine(), ready, (run, answer) => held.answer(run.id, answer), first)
+    }
+    this.flights.launch(advance().finally(() => held.giveBack()))
   }
 
   /**
@@ -250,14 +269,19 @@ export class WakeLane implements RunHandOff {
     if (soonest === undefined) return
     if (this.timer && this.timer.at <= soonest) return
     if (this.timer) clearTimeout(this.timer.handle)
-    const handle = setTimeout(() => this.fire(), Math.max(0, soonest - Date.now()))
+    const lead = this.deps.opts.timerLeadMs
+    const handle = setTimeout(() => this.fire(), Math.max(0, soonest - lead - Date.now()))
     this.timer = { at: soonest, handle }
   }
 
+  /** The soonest timer is `timerLeadMs` away (or past): claim it, and those ending with it. */
   private fire(): void {
+    const soonest = this.timer?.at ?? Date.now()
     this.timer = null
     const now = Date.now()
-    this.ahead = this.ahead.filter((at) => at > now)
+    const until = this.deps.opts.timerLeadMs > 0 ? Math.max(now, soonest + TIMER_GROUP_MS) : now
+    this.ahead = this.ahead.filter((at) => at > until)
+    if (until > now) this.claimUntil = Math.max(this.claimUntil, until)
     this.wake()
     this.arm()
   }
@@ -266,11 +290,13 @@ export class WakeLane implements RunHandOff {
     try {
       while (this.requested && this.deps.active()) {
         this.requested = false
+        const until = this.claimUntil
+        this.claimUntil = 0
         // A batch's slot first: the claim's leases start running as soon as it is taken.
         await this.flights.slot()
         if (!this.deps.active()) break
         try {
-          await this.claimOnce()
+          await this.claimOnce(until)
         } catch (err) {
           // The pass claims the same runs at its next turn: nothing is lost.
           this.deps.opts.observer?.tickError?.()
@@ -286,8 +312,8 @@ export class WakeLane implements RunHandOff {
   }
 
   /** Claim the in-flight runs due now and hand them, with the hand-overs waiting meanwhile, to a flight of the lane. */
-  private async claimOnce(): Promise<void> {
-    const claim = this.claimAndLaunch()
+  private async claimOnce(until: number): Promise<void> {
+    const claim = this.claimAndLaunch(until)
     this.claiming = claim.then(
       () => undefined,
       () => undefined,
@@ -299,10 +325,12 @@ export class WakeLane implements RunHandOff {
     }
   }
 
-  private async claimAndLaunch(): Promise<void> {
+  /** `until`: also claim runs due by then (Date.now() ms), timers ending a moment from now; 0: due now only. */
+  private async claimAndLaunch(until: number): Promise<void> {
     const { opts, instanceId } = this.deps
     const { db, clock } = opts
     const now = clock.now()
+    const dueBy = new Date(Math.max(now.getTime(), until - (Date.now() - now.getTime())))
     const leaseUntil = this.leaseFrom(now)
     const held = this.newHeld()
     let launched = false
@@ -315,12 +343,28 @@ export class WakeLane implements RunHandOff {
         leaseUntil,
         now,
         opts.batchSize,
+        dueBy,
       )
       held.hold(claimed)
       this.claimedRuns += claimed.length
-      // More are due than one claim takes: claim again at once.
-      if (claimed.length >= opts.batchSize) this.requested = true
-      const ready = claimed.length > 0 ? await expandStartingRuns(this.deps.engine(), claimed) : []
+      // More are due than one claim takes: claim again at once, as far ahead.
+      if (claimed.length >= opts.batchSize) {
+        this.requested = true
+        this.claimUntil = Math.max(this.claimUntil, until)
+      }
+      const expanded = claimed.length > 0 ? await expandStartingRuns(this.deps.engine(), claimed) : []
+      const { now: ready, later } = groupByDue(expanded, nextSteps, clock.now().getTime(), dueBy.getTime())
+      for (const group of later) {
+        const groupHeld = this.newHeld()
+        groupHeld.takeOver(held, group.runs)
+        this.claimedAheadRuns += group.runs.length
+        this.launch(
+          groupHeld,
+          group.runs,
+          { fresh: true, nextSteps, leaseEnds: leaseUntil.getTime() },
+          group.at,
+        )
+      }
       const riders = this.takeRiders(held)
       if (ready.length + riders.length === 0) return
       for (const r of riders) nextSteps.set(r.run.id, r.next)
