@@ -40,7 +40,14 @@ import * as steps from '../../sql/eventSteps/index.ts'
 import type { RunStatus } from '../../sql/states.ts'
 import { type AttemptResult, attempt } from './executor/attempt.ts'
 import { parkedLine } from './executor/context.ts'
-import { entryOf, failureWrite, isAdvancing, notYet, phaseMove } from './executor/decide.ts'
+import {
+  entryOf,
+  failureWrite,
+  isAdvancing,
+  notYet,
+  phaseMove,
+  resumesWithoutLease,
+} from './executor/decide.ts'
 import { degradeLine, handleFailure, retryLine } from './executor/failure.ts'
 import { executeRound, type Settled } from './executor/round.ts'
 import { BufferedWriter, GroupWriter, recordOutcome, type StepWriter } from './executor/writer.ts'
@@ -252,7 +259,8 @@ async function rounds(
 
 /**
  * Begin (or resume) the round's steps set-wise; answers the entries this
- * instance now executes. A run whose step was not entered (a person skipped
+ * instance now executes. A step that slept and resumes with no lease
+ * (`resumesWithoutLease`: a due `core.wait`) is entered with no statement. A run whose step was not entered (a person skipped
  * it meanwhile, another owner holds it) is let go, due again in a second.
  */
 async function enter(
@@ -264,10 +272,18 @@ async function enter(
 ): Promise<Entry[]> {
   const { db } = deps
   const toBegin = entries.filter((e) => e.how === 'begin').map((e) => e.step.id)
-  const toResume = entries.filter((e) => e.how === 'resume').map((e) => e.step.id)
+  const leaseless = new Set(
+    entries
+      .filter((e) => e.how === 'resume' && resumesWithoutLease(e.step, deps.registry.get(e.step.kind)))
+      .map((e) => e.step.id),
+  )
+  const toResume = entries
+    .filter((e) => e.how === 'resume' && !leaseless.has(e.step.id))
+    .map((e) => e.step.id)
   let entered: number
   try {
     entered =
+      leaseless.size +
       (await steps.beginMany(db, toBegin, deps.owner, leaseUntil, now)) +
       (await steps.resumeMany(db, toResume, deps.owner, leaseUntil, now))
   } catch (err) {
@@ -285,7 +301,7 @@ async function enter(
         entries.map((e) => e.step.id),
       )
     )
-      .filter((s) => s.status === 'running' && s.claimedBy === deps.owner)
+      .filter((s) => s.status === 'running' && (s.claimedBy === deps.owner || leaseless.has(s.id)))
       .map((s) => s.id),
   )
   const again = new Date(now.getTime() + 1000)

@@ -61,6 +61,22 @@ export function isResume(step: StepRow): boolean {
 }
 
 /**
+ * True when a step resumed from its timer needs no lease of its own: it
+ * slept (a `core.wait`, not a cue parked on a person) and its kind is inline
+ * with no side effects, so its attempt ends at once and touches nothing but
+ * its log lines. The run's claim already keeps every other runner off it;
+ * a lease would outlive nothing and cost a statement between the timer's
+ * end and the step's. Its outcome is written as any other, guarded on the
+ * step still `running`.
+ */
+export function resumesWithoutLease(
+  step: StepRow,
+  kind: { inline?: boolean; sideEffects: boolean } | undefined,
+): boolean {
+  return isResume(step) && !step.parked && kind?.inline === true && !kind.sideEffects
+}
+
+/**
  * How a due step is entered (executor/attempt.ts makes the attempt, whatever
  * its kind): `begin` for a pending step (a first attempt, a retry whose backoff
  * is over, an attempt given back at a shutdown) or one left executing by an

@@ -147,7 +147,9 @@ export interface StepKind<P = Record<string, unknown>> {
    * (`core.log`), or nothing but a port that writes for all of a round's
    * attempts together (`core.cue`'s ladder). The runner executes every kind's
    * steps for a batch of runs together, at most `RUNNER_PARALLELISM` at once;
-   * an inline kind's take no such slot. @default false
+   * an inline kind's take no such slot. A step of an inline kind with no side
+   * effects that slept (`core.wait`) resumes with no lease of its own when
+   * its time comes. @default false
    */
   inline?: boolean
   /**

@@ -62,6 +62,9 @@ export type WaitParams = z.infer<typeof schema>
 export const waitStep: StepKind<WaitParams> = {
   kind: 'core.wait',
   sideEffects: false,
+  // Its attempt ends at once: no slot of RUNNER_PARALLELISM, and a due one
+  // resumes with no lease of its own (executor/decide.ts `resumesWithoutLease`).
+  inline: true,
   validate: (params) => schemaProblems(schema, params, ['seconds', 'until']),
   async execute(ctx) {
     const p = parseParams(schema, ctx.params, 'core.wait')
