@@ -7,22 +7,13 @@
  * once.
  */
 import { afterEach, expect, it } from 'vitest'
-import { resolveCueAs } from '../src/operations/cueAnswers.ts'
 import { systemClock } from '../src/runner/clock.ts'
 import { resolveOptions, TIMER_LEAD_MS } from '../src/runner/options.ts'
 import { Runner } from '../src/runner/runner.ts'
 import { createDefaultRegistry } from '../src/runner/steps/registry.ts'
-import { useTestDb, wrapStatements } from './helpers/db.ts'
+import { useTestDb } from './helpers/db.ts'
 import { makeDefinition, makeRun } from './helpers/fixtures.ts'
-import {
-  cueShow,
-  logLines,
-  parkedCueOf,
-  stepsOf,
-  TestClock,
-  waitFor,
-  waitForStatus,
-} from './helpers/runnerHarness.ts'
+import { logLines, stepsOf, TestClock, waitFor, waitForStatus } from './helpers/runnerHarness.ts'
 
 const t = useTestDb()
 const runners: Runner[] = []
@@ -30,9 +21,9 @@ afterEach(async () => {
   await Promise.all(runners.splice(0).map((r) => r.stop()))
 })
 
-const newRunner = (timerLeadMs?: number, instanceId?: string, db = t.db) => {
+const newRunner = (timerLeadMs?: number, instanceId?: string) => {
   const runner = new Runner({
-    db,
+    db: t.db,
     registry: createDefaultRegistry(),
     clock: systemClock,
     tickMs: 1000,
@@ -190,54 +181,3 @@ it('two instances claiming timers ahead advance each one once, none before its e
   }
   expect(a.lane.claimedAheadRuns + b.lane.claimedAheadRuns).toBeGreaterThan(0)
 }, 60_000)
-
-it('a GO handed over while the lane claims ahead of a timer goes on at once, not after that claim', async () => {
-  // The lane's lease held back while `gate` is set: a claim under way for as long as the test likes.
-  let gate: Promise<void> | null = null
-  let open = () => {}
-  let held = false
-  const isLease = (sql: string) => /^UPDATE event_runs SET claimed_by = \?.* WHERE wake_at <= \?/s.test(sql)
-  // Its fifth value is the instant runs must be due by: now for a pass, well ahead for the lane's claim ahead.
-  const ahead = (params: readonly unknown[]) => {
-    const dueBy = params[4]
-    return dueBy instanceof Date && dueBy.getTime() > Date.now() + 500
-  }
-  const db = wrapStatements(t.db, 'run', (real) => async (sql, params) => {
-    if (gate && isLease(sql.replace(/\s+/g, ' ')) && ahead(params ?? [])) {
-      held = true
-      await gate
-    }
-    return real(sql, params)
-  })
-  const runner = newRunner(1_500, undefined, db)
-  const timed = (await makeRun(t.db, { definition: await waitShow(2, 'gated'), scheduledFor: new Date() })).id
-  const cued = (await makeRun(t.db, { definition: await cueShow(t.db), scheduledFor: new Date() })).id
-  runner.start()
-  runner.nudge()
-  const cue = await waitFor(() => parkedCueOf(t.db, cued), { timeoutMs: 10_000 })
-  await sleepingWait(timed)
-  await waitFor(async () => (await claimOf(cued)) === null, { timeoutMs: 5_000 })
-  gate = new Promise<void>((resolve) => {
-    open = resolve
-  })
-  try {
-    // The lane fires 1.5 s before the timer's end; its claim waits at the gate.
-    await waitFor(() => held, { timeoutMs: 5_000, intervalMs: 5, what: 'the claim ahead under way' })
-    const answered = await resolveCueAs(
-      { db: t.db, clock: systemClock, nudge: () => {}, handOff: runner.lane },
-      cue.id,
-      { name: 'operator', teams: [], admin: false },
-      'go',
-      'api',
-    )
-    expect(answered.applied).toBe(true)
-    // Its run completes while the claim ahead is still held back.
-    await waitForStatus(t.db, cued, 'completed', 5_000)
-    expect(runner.lane.adoptedRuns).toBe(1)
-    expect(runner.lane.riddenRuns).toBe(0)
-  } finally {
-    gate = null
-    open()
-  }
-  await waitForStatus(t.db, timed, 'completed', 10_000)
-}, 30_000)

@@ -314,10 +314,6 @@ export class WakeLane implements RunHandOff {
   /** Claim the in-flight runs due now and hand them, with the hand-overs waiting meanwhile, to a flight of the lane. */
   private async claimOnce(until: number): Promise<void> {
     const claim = this.claimAndLaunch(until)
-    // Hand-overs wait to ride only in a claim of what is due now. A claim
-    // ahead of timers launches its runs later, in groups of their own: a GO
-    // that waited for its round trips would gain no batch and lose time.
-    if (until > Date.now()) return claim
     this.claiming = claim.then(
       () => undefined,
       () => undefined,
