@@ -79,6 +79,15 @@ const sleepingWait = async (runId: number) => {
   return wait
 }
 
+/** A run of a wait of `seconds` on `runner`, started, once its wait sleeps and the run is given back. */
+const sleepingRun = async (runner: Runner, seconds: number, tag: string) => {
+  const show = await waitShow(seconds, tag)
+  const runId = (await makeRun(t.db, { definition: show, scope: tag, scheduledFor: new Date() })).id
+  runner.start()
+  runner.nudge()
+  return { runId, wait: await sleepingWait(runId) }
+}
+
 it('claims ahead only with a clock that moves with real time, by default', () => {
   const opts = { db: t.db, registry: createDefaultRegistry() }
   expect(resolveOptions(opts).timerLeadMs).toBe(TIMER_LEAD_MS)
@@ -90,11 +99,7 @@ it('claims ahead only with a clock that moves with real time, by default', () =>
 it("claims a timer's run ahead of its end, holds it, and moves the step no earlier than its time", async () => {
   // A long lead so that the claim ahead is seen from outside, well before the end.
   const runner = newRunner(700)
-  const show = await waitShow(1.5, 'ahead')
-  const runId = (await makeRun(t.db, { definition: show, scope: 'ahead', scheduledFor: new Date() })).id
-  runner.start()
-  runner.nudge()
-  const wait = await sleepingWait(runId)
+  const { runId, wait } = await sleepingRun(runner, 1.5, 'ahead')
   const end = timeOf(wait.wakeAt)
   // Held by the runner while its timer has a good while to run: claimed ahead.
   const seenAt = await waitFor(async () => ((await claimOf(runId)) !== null ? Date.now() : null), {
@@ -117,11 +122,7 @@ it("claims a timer's run ahead of its end, holds it, and moves the step no earli
 
 it('a runner stopped while it holds a run for its timer gives it back unadvanced, and the next runner ends the wait', async () => {
   const first = newRunner(1_500)
-  const show = await waitShow(2, 'stop')
-  const runId = (await makeRun(t.db, { definition: show, scope: 'stop', scheduledFor: new Date() })).id
-  first.start()
-  first.nudge()
-  const wait = await sleepingWait(runId)
+  const { runId, wait } = await sleepingRun(first, 2, 'stop')
   await waitFor(() => first.lane.claimedAheadRuns === 1, {
     timeoutMs: 5_000,
     intervalMs: 5,
