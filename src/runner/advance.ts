@@ -260,8 +260,9 @@ async function rounds(
 /**
  * Begin (or resume) the round's steps set-wise; answers the entries this
  * instance now executes. A step that slept and resumes with no lease
- * (`resumesWithoutLease`: a due `core.wait`) is entered with no statement. A run whose step was not entered (a person skipped
- * it meanwhile, another owner holds it) is let go, due again in a second.
+ * (`resumesWithoutLease`: a due `core.wait`) is entered with no statement.
+ * A run whose step was not entered (a person skipped it meanwhile, another
+ * owner holds it) is let go, due again in a second.
  */
 async function enter(
   deps: EngineDeps,
