@@ -107,25 +107,35 @@ describe('a transaction that is safe to repeat', () => {
    * updates it with a 1 s lock wait timeout. Answers how many times its body
    * ran and how it ended.
    */
-  async function againstHeldRow(db: Db, retryable: boolean, holdMs: number) {
+  /**
+   * A transaction (its lock wait timeout 1 s) against a row another
+   * connection holds. The holder lets go when the transaction runs a second
+   * time (retryable) or once it has settled (not): no timer decides it, so a
+   * loaded machine that starts the transaction late cannot let it through.
+   */
+  async function againstHeldRow(db: Db, retryable: boolean) {
     await t.db.query('CREATE TABLE IF NOT EXISTS held_row (id INT PRIMARY KEY, n INT NOT NULL)')
     await t.db.query('REPLACE INTO held_row VALUES (1, 0)')
     const holder = await t.db.pool.getConnection()
     await holder.beginTransaction()
     await holder.query('UPDATE held_row SET n = n + 100 WHERE id = 1')
-    const released = new Promise<void>((resolve) =>
-      setTimeout(() => {
-        holder
-          .commit()
-          .finally(() => holder.release())
-          .then(resolve, resolve)
-      }, holdMs),
-    )
+    let released: Promise<void> | null = null
+    const release = () => {
+      released ??= holder
+        .commit()
+        .finally(() => holder.release())
+        .then(
+          () => undefined,
+          () => undefined,
+        )
+      return released
+    }
     let calls = 0
     const outcome = await db
       .transaction(
         async (tx) => {
           calls++
+          if (calls === 2) void release()
           await tx.query('SET SESSION innodb_lock_wait_timeout = 1')
           await tx.query('UPDATE held_row SET n = n + 1 WHERE id = 1')
           return 'done'
@@ -136,13 +146,13 @@ describe('a transaction that is safe to repeat', () => {
         (v) => ({ ok: true as const, v }),
         (err: unknown) => ({ ok: false as const, err }),
       )
-    await released
+    await release()
     return { calls, outcome }
   }
 
   it('runs again after a lock wait timeout (1205) and commits', async () => {
     const db = t.open({ connectionLimit: 2 })
-    const { calls, outcome } = await againstHeldRow(db, true, 1500)
+    const { calls, outcome } = await againstHeldRow(db, true)
     expect(outcome.ok).toBe(true)
     expect(calls).toBeGreaterThan(1)
     const [row] = await t.db.query<{ n: number }>('SELECT n FROM held_row WHERE id = 1')
@@ -151,7 +161,7 @@ describe('a transaction that is safe to repeat', () => {
 
   it('leaves a lock wait timeout to the caller when not marked safe to repeat', async () => {
     const db = t.open({ connectionLimit: 2 })
-    const { calls, outcome } = await againstHeldRow(db, false, 1500)
+    const { calls, outcome } = await againstHeldRow(db, false)
     expect(calls).toBe(1)
     expect(outcome.ok).toBe(false)
     expect(isDbErrno(outcome.ok ? null : outcome.err, DB_ERRNO.LOCK_WAIT_TIMEOUT)).toBe(true)
