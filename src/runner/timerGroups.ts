@@ -38,9 +38,10 @@ export function groupByDue(
 ): { now: LeasedRun[]; later: TimerGroup[] } {
   const dueNow: LeasedRun[] = []
   const waiting: { at: number; run: LeasedRun }[] = []
+  const nowDate = new Date(now)
   for (const run of claimed) {
     const step = nextSteps.get(run.id)
-    const at = step ? notYet(step, new Date(now))?.wakeAt?.getTime() : undefined
+    const at = step ? notYet(step, nowDate)?.wakeAt?.getTime() : undefined
     if (at === undefined || at <= now || at > dueBy) dueNow.push(run)
     else waiting.push({ at, run })
   }

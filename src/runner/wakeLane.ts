@@ -33,6 +33,7 @@
  * each step's time as any round does.
  */
 
+import { setTimeout as sleep } from 'node:timers/promises'
 import type { AnswerClaim, LeasedRun } from '../../sql/eventRuns/index.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
 import type { StepRow } from '../../sql/eventSteps/index.ts'
@@ -169,7 +170,7 @@ export class WakeLane implements RunHandOff {
       if (at !== undefined) {
         const { clock } = this.deps.opts
         for (let left = at - clock.now().getTime(); left > 0; left = at - clock.now().getTime())
-          await new Promise((resolve) => setTimeout(resolve, left))
+          await sleep(left)
         if (!this.deps.active()) return
       }
       await advanceBatch(this.deps.engine(), ready, (run, answer) => held.answer(run.id, answer), first)
