@@ -4,7 +4,7 @@
  * Every move is guarded on the value it moves from, so two writers of the
  * same rung or two answers cannot both apply.
  */
-import type { Queryable, SqlValue } from './db.ts'
+import type { Queryable, SqlValue, Statement } from './db.ts'
 import {
   hydrate as hydrateStep,
   type Raw,
@@ -161,12 +161,25 @@ export async function escalate(
 
 /** Write the answer once; false when the cue already has one. */
 export async function recordAnswer(tx: Queryable, stepId: number, a: CueAnswerRow): Promise<boolean> {
-  const res = await tx.run(
-    `UPDATE cue_ladders SET answer_outcome = ?, answer_by = ?, answer_via = ?, answer_at = ?, answer_note = ?
-      WHERE step_id = ? AND answer_outcome IS NULL`,
-    [a.outcome, a.by.slice(0, 191), a.via, a.at, a.note === null ? null : a.note.slice(0, 1000), stepId],
-  )
+  const st = recordAnswerStatement(stepId, a)
+  const res = await tx.run(st.sql, st.params)
   return res.affectedRows === 1
+}
+
+/** {@link recordAnswer} as a statement for a batch: one row affected when it applied. */
+export function recordAnswerStatement(stepId: number, a: CueAnswerRow): Statement {
+  return {
+    sql: `UPDATE cue_ladders SET answer_outcome = ?, answer_by = ?, answer_via = ?, answer_at = ?, answer_note = ?
+      WHERE step_id = ? AND answer_outcome IS NULL`,
+    params: [
+      a.outcome,
+      a.by.slice(0, 191),
+      a.via,
+      a.at,
+      a.note === null ? null : a.note.slice(0, 1000),
+      stepId,
+    ],
+  }
 }
 
 /**

@@ -139,6 +139,9 @@ export function poolOptionsFromUrl(url: string, opts: DbOptions = {}, hostIndex 
     // a driver error; ours never reach a user, and the capture cost a tenth of
     // the API's CPU under load (bench/apiLatency.ts).
     trace: false,
+    // Queryable.batch sends a transaction's last writes with its COMMIT in one
+    // round trip. Values are still escaped by the driver, never spliced.
+    multipleStatements: true,
     maxIdle: opts.connectionLimit ?? 10,
     idleTimeout: 60_000,
   }

@@ -5,23 +5,24 @@
  * importing a module-level pool, so one process can hold several (the tests run
  * three runner instances side by side; a benchmark talks to two databases).
  */
-import mysql, {
-  type Connection,
-  type Pool,
-  type PoolConnection,
-  type ResultSetHeader,
-  type RowDataPacket,
-} from 'mysql2/promise'
+import mysql, { type Connection, type Pool, type PoolConnection, type ResultSetHeader } from 'mysql2/promise'
 import { type DbOptions, parseDatabaseUrl, poolOptionsFromUrl } from './databaseUrl.ts'
 import { DatabaseError, DB_ERRNO, isConflict, isDbErrno, isDbUnavailable, nothingRan } from './dbErrors.ts'
+import {
+  answersOf,
+  type BatchAnswer,
+  joinStatements,
+  type Row,
+  type SqlValue,
+  type Statement,
+} from './statements.ts'
 
 // Callers import errors and URL parsing from here, beside the pool.
 export * from './databaseUrl.ts'
 export * from './dbErrors.ts'
 
-/** A value a statement may bind. */
-export type SqlValue = string | number | bigint | boolean | Date | Buffer | null
-export type Row = RowDataPacket & Record<string, unknown>
+// Statements, their values and the answers of a batch, beside the pool too.
+export * from './statements.ts'
 
 export interface TransactionOptions {
   isolation?: 'READ COMMITTED'
@@ -50,6 +51,12 @@ function conflictPause(attempt: number): Promise<void> {
   return new Promise((r) => setTimeout(r, Math.random() * cap))
 }
 
+/** What a {@link Db} has sent: statements, and the round trips that carried them. */
+export interface DbStats {
+  statements: number
+  roundTrips: number
+}
+
 /** Runs statements; implemented by the pool and by a transaction's connection. */
 export interface Queryable {
   /** A prepared statement (binary protocol): for fixed-shape statements. */
@@ -65,18 +72,41 @@ export interface Queryable {
   query<T = Row>(sql: string, params?: readonly SqlValue[]): Promise<T[]>
   /** Like {@link run} over the text protocol. */
   runQuery(sql: string, params?: readonly SqlValue[]): Promise<{ affectedRows: number; insertId: number }>
+  /**
+   * Several statements in one round trip (text protocol, every value escaped
+   * by the driver as for {@link query}), each one's answer in order. A
+   * statement that fails stops the rest. Outside a transaction each is its
+   * own autocommit, and a failed batch is not sent again (some of it may
+   * have been kept).
+   */
+  batch(statements: readonly Statement[]): Promise<BatchAnswer[]>
+}
+
+/** A transaction's connection: statements, and the last batch sent with its COMMIT. */
+export interface Transaction extends Queryable {
+  /**
+   * `statements`, then COMMIT, in one round trip: the transaction's last
+   * writes. Once it answers, the transaction is committed; the function it
+   * was given must return without another statement. A statement that fails
+   * stops the batch there, COMMIT included, and the transaction is rolled
+   * back (and retried, when retryable, on a conflict) as after any failure.
+   */
+  commitWith(statements: readonly Statement[]): Promise<BatchAnswer[]>
 }
 
 export interface Db extends Queryable {
   readonly pool: Pool
-  /** Statements sent since creation; tests use it to prove batching. */
-  readonly stats: { statements: number }
+  /**
+   * Statements sent since creation, and the round trips that carried them
+   * (a batch is one); tests use them to prove batching.
+   */
+  readonly stats: DbStats
   /**
    * Run `fn` inside a short transaction on one connection; commits on return,
    * rolls back on throw. Keep it short: nothing here waits on a person or a
    * network call.
    */
-  transaction<T>(fn: (tx: Queryable) => Promise<T>, opts?: TransactionOptions): Promise<T>
+  transaction<T>(fn: (tx: Transaction) => Promise<T>, opts?: TransactionOptions): Promise<T>
   /**
    * {@link transaction}, then `then` on the same connection once the commit is
    * through (each statement its own autocommit): work that follows a commit
@@ -86,7 +116,7 @@ export interface Db extends Queryable {
    * there is thrown as it is.
    */
   transactionThen<T, R>(
-    fn: (tx: Queryable) => Promise<T>,
+    fn: (tx: Transaction) => Promise<T>,
     then: (conn: Queryable, committed: T) => Promise<R>,
     opts?: TransactionOptions,
   ): Promise<R>
@@ -141,9 +171,10 @@ async function retryDeadlocks<T>(attempts: number, fn: () => Promise<T>): Promis
 /** How a statement reaches the server: prepared (`execute`) or text protocol (`query`). */
 type Send = (how: 'execute' | 'query', sql: string, params: SqlValue[]) => Promise<unknown>
 
-function makeQueryable(send: Send, stats: { statements: number }, autocommit: boolean): Queryable {
+function makeQueryable(send: Send, stats: DbStats, autocommit: boolean): Queryable {
   async function call<T>(how: 'execute' | 'query', sql: string, params: readonly SqlValue[], what: string) {
     stats.statements++
+    stats.roundTrips++
     try {
       const [res] = (await retryDeadlocks(autocommit ? DEADLOCK_RETRIES : 1, () =>
         send(how, sql, params as SqlValue[]),
@@ -167,6 +198,18 @@ function makeQueryable(send: Send, stats: { statements: number }, autocommit: bo
     async runQuery(sql: string, params: readonly SqlValue[] = []) {
       const res = await call<ResultSetHeader>('query', sql, params, 'a write')
       return { affectedRows: Number(res.affectedRows), insertId: Number(res.insertId) }
+    },
+    async batch(statements: readonly Statement[]): Promise<BatchAnswer[]> {
+      if (statements.length === 0) return []
+      stats.statements += statements.length
+      stats.roundTrips++
+      const { sql, params } = joinStatements(statements)
+      try {
+        const [res] = (await send('query', sql, params)) as [unknown]
+        return answersOf(res, statements.length)
+      } catch (err) {
+        throw wrap(err, 'a batch of statements')
+      }
     },
   }
 }
@@ -220,6 +263,23 @@ class HostRouter {
 /** How far a transaction's attempt got: connecting, its statements, its COMMIT, or past it. */
 type Stage = 'connect' | 'body' | 'commit' | 'committed'
 
+/** A transaction's statements on `conn`; `commitWith` moves `stage` as the COMMIT it carries goes through. */
+function transactionOn(conn: PoolConnection, stats: DbStats, stage: { at: Stage }): Transaction {
+  const tx = makeQueryable(sendOn(conn), stats, false)
+  return {
+    ...tx,
+    async commitWith(statements) {
+      if (stage.at !== 'body')
+        throw new Error("commitWith is a transaction's last statement; it was sent already.")
+      stage.at = 'commit'
+      // The COMMIT's answer is the batch's last; a failure before it means it never ran.
+      const answers = await tx.batch([...statements, { sql: 'COMMIT', params: [] }])
+      stage.at = 'committed'
+      return answers.slice(0, statements.length)
+    },
+  }
+}
+
 /** Open a pool for `url` (one per host it lists). No connection is made until the first statement. */
 export function createDb(url: string, opts: DbOptions = {}): Db {
   const hostCount = Math.max(1, parseDatabaseUrl(url).hosts.length)
@@ -243,7 +303,7 @@ export function createDb(url: string, opts: DbOptions = {}): Db {
     return pool
   })
   const router = new HostRouter(pools)
-  const stats = { statements: 0 }
+  const stats: DbStats = { statements: 0, roundTrips: 0 }
   const base = makeQueryable(
     (how, sql, params) => router.send((pool) => sendOn(pool)(how, sql, params)),
     stats,
@@ -253,7 +313,7 @@ export function createDb(url: string, opts: DbOptions = {}): Db {
   /** One attempt; `stage` tells the caller how far it got when it failed. */
   async function transactionOnce<T, R>(
     pool: Pool,
-    fn: (tx: Queryable) => Promise<T>,
+    fn: (tx: Transaction) => Promise<T>,
     then: (conn: Queryable, committed: T) => Promise<R>,
     txOpts: TransactionOptions | undefined,
     stage: { at: Stage },
@@ -268,17 +328,24 @@ export function createDb(url: string, opts: DbOptions = {}): Db {
     try {
       if (txOpts?.isolation) {
         stats.statements++
+        stats.roundTrips++
         await conn.query(`SET TRANSACTION ISOLATION LEVEL ${txOpts.isolation}`)
       }
       stats.statements++
+      stats.roundTrips++
       await conn.beginTransaction()
-      const result = await fn(makeQueryable(sendOn(conn), stats, false))
-      stats.statements++
-      stage.at = 'commit'
-      // On Galera a certification failure surfaces here (1213), after every
-      // statement above reported success: `result` counts only once this returns.
-      await conn.commit()
-      stage.at = 'committed'
+      const result = await fn(transactionOn(conn, stats, stage))
+      if (stage.at === 'body') {
+        stats.statements++
+        stats.roundTrips++
+        stage.at = 'commit'
+        // On Galera a certification failure surfaces here (1213), after every
+        // statement above reported success: `result` counts only once this returns.
+        await conn.commit()
+        stage.at = 'committed'
+      } else if (stage.at !== 'committed') {
+        throw new Error('A transaction went on after its commitWith failed.')
+      }
       return await then(makeQueryable(sendOn(conn), stats, true), result)
     } catch (err) {
       // After the commit there is nothing to roll back; the statement's error is the one to report.
@@ -299,7 +366,7 @@ export function createDb(url: string, opts: DbOptions = {}): Db {
 
   /** Attempts of a transaction, retried on a conflict and moved to another host when nothing can have been kept. */
   async function runTransaction<T, R>(
-    fn: (tx: Queryable) => Promise<T>,
+    fn: (tx: Transaction) => Promise<T>,
     then: (conn: Queryable, committed: T) => Promise<R>,
     txOpts: TransactionOptions | undefined,
   ): Promise<R> {

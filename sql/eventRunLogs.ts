@@ -1,5 +1,5 @@
 /** `event_run_logs`: what happened to a run, who did it, and the retention sweep. */
-import type { Queryable, SqlValue } from './db.ts'
+import type { Queryable, SqlValue, Statement } from './db.ts'
 import { chunkRows, clampLimit, idSet, parseJson, placeholders, toJson } from './json.ts'
 
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error'
@@ -51,10 +51,16 @@ function values(l: NewLog): SqlValue[] {
 }
 
 export async function append(db: Queryable, entry: NewLog): Promise<void> {
-  await db.run(
-    'INSERT INTO event_run_logs (run_id, step_id, level, message, actor, data) VALUES (?, ?, ?, ?, ?, ?)',
-    values(entry),
-  )
+  const st = appendStatement(entry)
+  await db.run(st.sql, st.params)
+}
+
+/** {@link append} as a statement for a batch. */
+export function appendStatement(entry: NewLog): Statement {
+  return {
+    sql: 'INSERT INTO event_run_logs (run_id, step_id, level, message, actor, data) VALUES (?, ?, ?, ?, ?, ?)',
+    params: values(entry),
+  }
 }
 
 /**

@@ -17,7 +17,7 @@
  * owner's run comes due by itself) and `leaseUntil - now` the lease's length.
  */
 
-import type { Queryable } from '../db.ts'
+import type { Queryable, Statement } from '../db.ts'
 import { caseOf, chunkCase, clampLimit, idSet, placeholders } from '../json.ts'
 import { LEASE_EXPIRY, leaseFree, leaseMicros } from '../leases.ts'
 import { IN_FLIGHT } from '../states.ts'
@@ -431,14 +431,25 @@ export async function releaseAllClaims(db: Queryable, owner: string, now: Date):
  * forever), so callers that have a clock pass it.
  */
 export async function wakeNow(db: Queryable, id: number, now?: Date): Promise<boolean> {
-  const at = now ?? null
-  const res = await db.run(
-    `UPDATE event_runs SET wake_at = COALESCE(?, NOW(3)), woken_while_claimed = claimed_by IS NOT NULL
-      WHERE id = ? AND status IN (${placeholders(IN_FLIGHT.length)})
-        AND (wake_at IS NULL OR wake_at > COALESCE(?, NOW(3)))`,
-    [at, id, ...IN_FLIGHT, at],
-  )
+  const st = wakeNowStatement(id, now)
+  const res = await db.run(st.sql, st.params)
   return res.affectedRows === 1
+}
+
+/**
+ * {@link wakeNow} as a statement for a batch. With `unlessToken`, a run
+ * whose claim carries that token is left alone: the batch claimed it a
+ * statement before (`claimAnsweredStatement`), and that claim is its wake.
+ */
+export function wakeNowStatement(id: number, now?: Date, unlessToken?: string): Statement {
+  const at = now ?? null
+  const guard = unlessToken === undefined ? '' : ' AND NOT (claim_token <=> ?)'
+  return {
+    sql: `UPDATE event_runs SET wake_at = COALESCE(?, NOW(3)), woken_while_claimed = claimed_by IS NOT NULL
+      WHERE id = ? AND status IN (${placeholders(IN_FLIGHT.length)})
+        AND (wake_at IS NULL OR wake_at > COALESCE(?, NOW(3)))${guard}`,
+    params: [at, id, ...IN_FLIGHT, at, ...(unlessToken === undefined ? [] : [unlessToken])],
+  }
 }
 
 /**

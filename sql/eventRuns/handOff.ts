@@ -3,7 +3,7 @@
  * (src/runner/handOff.ts): the answer's transaction claims the run for that
  * runner, where it used to only wake the run for whichever claim came next.
  */
-import type { Queryable } from '../db.ts'
+import type { Queryable, Statement } from '../db.ts'
 import { LEASE_EXPIRY, leaseFree, leaseMicros } from '../leases.ts'
 import type { RunStatus } from '../states.ts'
 
@@ -31,12 +31,33 @@ export async function claimAnswered(
   expected: RunStatus,
   claim: AnswerClaim,
 ): Promise<boolean> {
-  if (expected !== 'running' && expected !== 'ending') return false
-  const res = await db.run(
-    `UPDATE event_runs
+  const st = claimAnsweredStatement(id, expected, claim)
+  if (!st) return false
+  const res = await db.run(st.sql, st.params)
+  return res.affectedRows === 1
+}
+
+/**
+ * {@link claimAnswered} as a statement for a batch (one row affected: the
+ * run is the claim's); null when the status read rules the claim out.
+ */
+export function claimAnsweredStatement(
+  id: number,
+  expected: RunStatus,
+  claim: AnswerClaim,
+): Statement | null {
+  if (expected !== 'running' && expected !== 'ending') return null
+  return {
+    sql: `UPDATE event_runs
         SET claimed_by = ?, claim_token = ?, claim_expires_at = ${LEASE_EXPIRY}, wake_at = ?, woken_while_claimed = 0
       WHERE id = ? AND status = ? AND ${leaseFree()}`,
-    [claim.owner, claim.token, leaseMicros(claim.leaseUntil, claim.now), claim.leaseUntil, id, expected],
-  )
-  return res.affectedRows === 1
+    params: [
+      claim.owner,
+      claim.token,
+      leaseMicros(claim.leaseUntil, claim.now),
+      claim.leaseUntil,
+      id,
+      expected,
+    ],
+  }
 }

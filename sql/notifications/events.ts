@@ -7,7 +7,7 @@
  * matching channel, in the same transaction.
  */
 import { randomUUID } from 'node:crypto'
-import type { Queryable, SqlValue } from '../db.ts'
+import type { Queryable, SqlValue, Statement } from '../db.ts'
 import { chunkRows, placeholders, toJson } from '../json.ts'
 
 export interface NewEvent {
@@ -82,6 +82,41 @@ export async function emit(tx: Queryable, e: NewEvent): Promise<number> {
     [inserted.insertId, e.runId, e.rehearsal ? 1 : 0, e.rehearsal ? 1 : 0, ...dueArgs(e), ...matchArgs(e)],
   )
   return made.affectedRows
+}
+
+/**
+ * {@link emit} as two statements for a batch, where the event's row id is not
+ * known between them: the deliveries find the event by its public id, so an
+ * event not written (nobody listens, or its dedupe key was used) gets none.
+ * The second statement's affected rows are the deliveries made.
+ */
+export function emitStatements(e: NewEvent): [Statement, Statement] {
+  const eventId = newEventId()
+  return [
+    {
+      sql: `INSERT IGNORE INTO notification_events (event_id, type, run_id, step_id, dedupe_key, payload, occurred_at)
+     SELECT ?, ?, ?, ?, ?, ?, ? FROM DUAL
+      WHERE EXISTS (SELECT 1 FROM notification_channels c WHERE ${MATCH})`,
+      params: [
+        eventId,
+        e.type,
+        e.runId,
+        e.stepId,
+        e.dedupeKey.slice(0, 191),
+        toJson({ ...e.payload, id: eventId }),
+        e.occurredAt,
+        ...matchArgs(e),
+      ],
+    },
+    {
+      sql: `INSERT IGNORE INTO notification_deliveries
+            (event_row_id, channel_id, run_id, status, rehearsal, next_attempt_at, give_up_at, delivered_at)
+     SELECT ev.id, c.id, ?, IF(? = 1, 'DELIVERED', 'PENDING'), ?, ${DUE}
+       FROM notification_events ev JOIN notification_channels c ON ${MATCH}
+      WHERE ev.event_id = ?`,
+      params: [e.runId, e.rehearsal ? 1 : 0, e.rehearsal ? 1 : 0, ...dueArgs(e), ...matchArgs(e), eventId],
+    },
+  ]
 }
 
 /**

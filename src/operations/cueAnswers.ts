@@ -9,16 +9,17 @@
 import * as audit from '../../sql/auditLog.ts'
 import type { CueVia, LadderRow } from '../../sql/cueLadders.ts'
 import * as ladders from '../../sql/cueLadders.ts'
-import type { Queryable } from '../../sql/db.ts'
+import type { Queryable, Statement, Transaction } from '../../sql/db.ts'
 import * as logs from '../../sql/eventRunLogs.ts'
 import type { AnswerClaim } from '../../sql/eventRuns/index.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
 import type { StepRow } from '../../sql/eventSteps/index.ts'
 import * as steps from '../../sql/eventSteps/index.ts'
+import * as events from '../../sql/notifications/events.ts'
 import type { Person } from '../api/person.ts'
 import { identitiesOf } from '../api/person.ts'
 import { AppError, badInput, ERROR_CODES, notFound } from '../errors.ts'
-import { emitCueEvent } from '../runner/cueLadder.ts'
+import { cueEvent } from '../runner/cueLadder.ts'
 import { type ControlDeps, type StepAnswer, skipStep } from './runControls.ts'
 
 export interface CueAnswerInput {
@@ -139,7 +140,7 @@ export async function answerCue(deps: ControlDeps, input: CueAnswerInput): Promi
  * CUE_ANSWERED, its log line written and the run woken; or why it does not apply.
  */
 async function moveCue(
-  tx: Queryable,
+  tx: Transaction,
   deps: ControlDeps,
   input: CueAnswerInput,
   at: {
@@ -166,23 +167,31 @@ async function moveCue(
       ? await resolve(tx, stepId, { resolvedBy: by, note: text })
       : await steps.skip(tx, stepId, text)
   if (!moved) return { applied: false, why: 'the step is no longer waiting' }
+  // The rest of the answer goes with the COMMIT, in one round trip: between
+  // the step's move and the next step's start, every round trip is one more
+  // wait on a loaded database and event loop. With it: the answer's record
+  // and CUE_ANSWERED, its log line (written before the runner can write the
+  // next step's: the runner is told at the commit) and the run's claim for
+  // this process's runner, or else its wake.
+  const tail: Statement[] = []
   if (ladder) {
     const answer = { outcome, by, via, at: now, note: text }
-    await ladders.recordAnswer(tx, stepId, answer)
-    await emitCueEvent(tx, 'CUE_ANSWERED', run, { ...ladder, answer }, 'answered', now)
+    tail.push(ladders.recordAnswerStatement(stepId, answer))
+    tail.push(...events.emitStatements(cueEvent('CUE_ANSWERED', run, { ...ladder, answer }, 'answered', now)))
   }
-  // The run is woken with the answer (or claimed for this process's runner),
-  // and its log line written before the runner can write the next step's:
-  // the runner is told at the commit, not after the statements that follow
-  // it (the next step starts at once).
-  await logs.append(tx, at.appliedLine)
+  tail.push(logs.appendStatement(at.appliedLine))
   const claim = deps.handOff?.claim() ?? null
-  if (claim && (await runs.claimAnswered(tx, run.id, run.status, claim))) {
+  const claimRun = claim ? runs.claimAnsweredStatement(run.id, run.status, claim) : null
+  if (claimRun) tail.push(claimRun)
+  const claimAt = tail.length - 1
+  // The runner compares wake_at with its clock, so wake by that clock, not the
+  // database's; a run the claim above took is not woken (the claim is its wake).
+  tail.push(runs.wakeNowStatement(before.runId, deps.clock.now(), claimRun ? claim?.token : undefined))
+  const answers = await tx.commitWith(tail)
+  if (claim && claimRun && answers[claimAt]?.affectedRows === 1) {
     const claimed = { ...run, claimedBy: claim.owner, claimToken: claim.token, wakeAt: claim.leaseUntil }
     return { applied: true, handedOver: { claim, run: claimed, next: at.next } }
   }
-  // The runner compares wake_at with its clock, so wake by that clock, not the database's.
-  await runs.wakeNow(tx, before.runId, deps.clock.now())
   return { applied: true }
 }
 

@@ -1,0 +1,134 @@
+/**
+ * Several statements in one round trip: `Queryable.batch` (each answer in
+ * order, values escaped by the driver, a failure stopping the rest) and a
+ * transaction's `commitWith` (its last writes and the COMMIT together:
+ * committed when it answers, rolled back whole when a statement of it fails,
+ * retried whole when it loses a deadlock).
+ */
+import { afterAll, beforeAll, expect, it } from 'vitest'
+import type { Db } from '../sql/db.ts'
+import { useTestDb } from './helpers/db.ts'
+
+const t = useTestDb()
+let other: Db
+
+beforeAll(async () => {
+  await t.db.run('CREATE TABLE batch_probe (id INT PRIMARY KEY, note VARCHAR(200) NOT NULL)')
+  other = t.open()
+})
+afterAll(async () => {
+  await other?.close()
+})
+
+const notes = async (db: Db = other) =>
+  (await db.query<{ id: number; note: string }>('SELECT id, note FROM batch_probe ORDER BY id')).map(
+    (r) => `${r.id}:${r.note}`,
+  )
+
+it('answers each statement in order, in one round trip, its values escaped', async () => {
+  const before = { ...t.db.stats }
+  const hostile = "it's'; DELETE FROM batch_probe; -- ?"
+  const answers = await t.db.batch([
+    { sql: 'INSERT INTO batch_probe (id, note) VALUES (?, ?), (?, ?)', params: [1, 'one', 2, hostile] },
+    { sql: 'UPDATE batch_probe SET note = ? WHERE id = ?', params: ['uno', 1] },
+    { sql: 'SELECT id, note FROM batch_probe WHERE id IN (?, ?) ORDER BY id', params: [1, 2] },
+  ])
+  expect(t.db.stats.roundTrips - before.roundTrips).toBe(1)
+  expect(t.db.stats.statements - before.statements).toBe(3)
+  expect(answers.map((a) => a.affectedRows)).toEqual([2, 1, 0])
+  expect(answers[2]?.rows.map((r) => r.note)).toEqual(['uno', hostile])
+  expect(await notes()).toEqual(['1:uno', `2:${hostile}`])
+  // A lone statement is answered as a list of one.
+  const [one] = await t.db.batch([{ sql: 'SELECT COUNT(*) AS n FROM batch_probe', params: [] }])
+  expect(Number(one?.rows[0]?.n)).toBe(2)
+  expect(await t.db.batch([])).toEqual([])
+})
+
+it('stops at a failing statement: outside a transaction what ran before it is kept, nothing after it runs', async () => {
+  await expect(
+    t.db.batch([
+      { sql: 'INSERT INTO batch_probe (id, note) VALUES (?, ?)', params: [3, 'three'] },
+      { sql: 'INSERT INTO batch_probe (id, note) VALUES (?, ?)', params: [1, 'a duplicate key'] },
+      { sql: 'INSERT INTO batch_probe (id, note) VALUES (?, ?)', params: [4, 'four'] },
+    ]),
+  ).rejects.toMatchObject({ name: 'DatabaseError' })
+  expect(await notes()).toContain('3:three')
+  expect(await notes()).not.toContain('4:four')
+})
+
+it('commitWith sends the last writes with the COMMIT: committed when it answers, in two round trips with the BEGIN', async () => {
+  const before = { ...t.db.stats }
+  let seenInside: string[] = []
+  const answers = await t.db.transaction(async (tx) => {
+    const written = await tx.commitWith([
+      { sql: 'INSERT INTO batch_probe (id, note) VALUES (?, ?)', params: [10, 'ten'] },
+      { sql: 'UPDATE batch_probe SET note = ? WHERE id = ?', params: ['trois', 3] },
+    ])
+    // Committed already: another connection sees it before the function returns.
+    seenInside = await notes()
+    return written
+  })
+  expect(answers.map((a) => a.affectedRows)).toEqual([1, 1])
+  expect(seenInside).toContain('10:ten')
+  expect(seenInside).toContain('3:trois')
+  expect(t.db.stats.roundTrips - before.roundTrips).toBe(2)
+})
+
+it('a failing statement of commitWith rolls the whole transaction back, the COMMIT never runs', async () => {
+  await expect(
+    t.db.transaction(async (tx) => {
+      await tx.run('INSERT INTO batch_probe (id, note) VALUES (?, ?)', [20, 'twenty'])
+      await tx.commitWith([
+        { sql: 'UPDATE batch_probe SET note = ? WHERE id = ?', params: ['changed', 1] },
+        { sql: 'INSERT INTO batch_probe (id, note) VALUES (?, ?)', params: [2, 'a duplicate key'] },
+      ])
+    }),
+  ).rejects.toMatchObject({ name: 'DatabaseError' })
+  const now = await notes()
+  expect(now).not.toContain('20:twenty')
+  expect(now).toContain('1:uno')
+  // commitWith is the transaction's last statement: a second one is a bug, refused.
+  await expect(
+    t.db.transaction(async (tx) => {
+      await tx.commitWith([])
+      await tx.commitWith([])
+    }),
+  ).rejects.toThrow(/last statement/)
+})
+
+it('a retryable transaction whose commitWith loses a lock wait is rolled back, run again whole and commits once', async () => {
+  await t.db.batch([
+    { sql: 'INSERT INTO batch_probe (id, note) VALUES (?, ?), (?, ?)', params: [30, 'a', 31, 'b'] },
+  ])
+  const rival = await other.pool.getConnection()
+  let attempts = 0
+  try {
+    await rival.query('START TRANSACTION')
+    await rival.query("UPDATE batch_probe SET note = CONCAT(note, '+') WHERE id = 31")
+    await t.db.transaction(
+      async (tx) => {
+        attempts++
+        // The first attempt gives up on the rival's row after a second (1205,
+        // retried); before the second, the rival commits.
+        if (attempts === 1) await tx.run('SET SESSION innodb_lock_wait_timeout = 1')
+        else {
+          await rival.query('COMMIT')
+          await tx.run('SET SESSION innodb_lock_wait_timeout = DEFAULT')
+        }
+        await tx.run("UPDATE batch_probe SET note = CONCAT(note, '!') WHERE id = 30")
+        return tx.commitWith([
+          { sql: "UPDATE batch_probe SET note = CONCAT(note, '!') WHERE id = 31", params: [] },
+        ])
+      },
+      { retryable: true },
+    )
+  } finally {
+    await rival.query('ROLLBACK')
+    rival.release()
+  }
+  expect(attempts).toBe(2)
+  // The first attempt's write to row 30 went with its rollback: each row has the batch's mark once.
+  const rows = await notes()
+  expect(rows).toContain('30:a!')
+  expect(rows).toContain('31:b+!')
+})
