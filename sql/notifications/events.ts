@@ -57,22 +57,8 @@ export function newEventId(): string {
  * deliveries were made (0: nobody listens, or the event was already written).
  */
 export async function emit(tx: Queryable, e: NewEvent): Promise<number> {
-  const eventId = newEventId()
-  const inserted = await tx.run(
-    `INSERT IGNORE INTO notification_events (event_id, type, run_id, step_id, dedupe_key, payload, occurred_at)
-     SELECT ?, ?, ?, ?, ?, ?, ? FROM DUAL
-      WHERE EXISTS (SELECT 1 FROM notification_channels c WHERE ${MATCH})`,
-    [
-      eventId,
-      e.type,
-      e.runId,
-      e.stepId,
-      e.dedupeKey.slice(0, 191),
-      toJson({ ...e.payload, id: eventId }),
-      e.occurredAt,
-      ...matchArgs(e),
-    ],
-  )
+  const event = eventInsert(e, newEventId())
+  const inserted = await tx.run(event.sql, event.params)
   if (inserted.affectedRows !== 1) return 0
   const made = await tx.run(
     `INSERT IGNORE INTO notification_deliveries
@@ -84,6 +70,25 @@ export async function emit(tx: Queryable, e: NewEvent): Promise<number> {
   return made.affectedRows
 }
 
+/** The event's row, written only when an enabled channel listens for it. */
+function eventInsert(e: NewEvent, eventId: string): Statement {
+  return {
+    sql: `INSERT IGNORE INTO notification_events (event_id, type, run_id, step_id, dedupe_key, payload, occurred_at)
+     SELECT ?, ?, ?, ?, ?, ?, ? FROM DUAL
+      WHERE EXISTS (SELECT 1 FROM notification_channels c WHERE ${MATCH})`,
+    params: [
+      eventId,
+      e.type,
+      e.runId,
+      e.stepId,
+      e.dedupeKey.slice(0, 191),
+      toJson({ ...e.payload, id: eventId }),
+      e.occurredAt,
+      ...matchArgs(e),
+    ],
+  }
+}
+
 /**
  * {@link emit} as two statements for a batch, where the event's row id is not
  * known between them: the deliveries find the event by its public id, so an
@@ -93,21 +98,7 @@ export async function emit(tx: Queryable, e: NewEvent): Promise<number> {
 export function emitStatements(e: NewEvent): [Statement, Statement] {
   const eventId = newEventId()
   return [
-    {
-      sql: `INSERT IGNORE INTO notification_events (event_id, type, run_id, step_id, dedupe_key, payload, occurred_at)
-     SELECT ?, ?, ?, ?, ?, ?, ? FROM DUAL
-      WHERE EXISTS (SELECT 1 FROM notification_channels c WHERE ${MATCH})`,
-      params: [
-        eventId,
-        e.type,
-        e.runId,
-        e.stepId,
-        e.dedupeKey.slice(0, 191),
-        toJson({ ...e.payload, id: eventId }),
-        e.occurredAt,
-        ...matchArgs(e),
-      ],
-    },
+    eventInsert(e, eventId),
     {
       sql: `INSERT IGNORE INTO notification_deliveries
             (event_row_id, channel_id, run_id, status, rehearsal, next_attempt_at, give_up_at, delivered_at)
