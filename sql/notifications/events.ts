@@ -57,16 +57,10 @@ export function newEventId(): string {
  * deliveries were made (0: nobody listens, or the event was already written).
  */
 export async function emit(tx: Queryable, e: NewEvent): Promise<number> {
-  const event = eventInsert(e, newEventId())
+  const [event, deliveries] = emitStatements(e)
   const inserted = await tx.run(event.sql, event.params)
   if (inserted.affectedRows !== 1) return 0
-  const made = await tx.run(
-    `INSERT IGNORE INTO notification_deliveries
-            (event_row_id, channel_id, run_id, status, rehearsal, next_attempt_at, give_up_at, delivered_at)
-     SELECT ?, c.id, ?, IF(? = 1, 'DELIVERED', 'PENDING'), ?, ${DUE}
-       FROM notification_channels c WHERE ${MATCH}`,
-    [inserted.insertId, e.runId, e.rehearsal ? 1 : 0, e.rehearsal ? 1 : 0, ...dueArgs(e), ...matchArgs(e)],
-  )
+  const made = await tx.run(deliveries.sql, deliveries.params)
   return made.affectedRows
 }
 

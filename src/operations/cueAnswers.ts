@@ -182,13 +182,13 @@ async function moveCue(
   tail.push(logs.appendStatement(at.appliedLine))
   const claim = deps.handOff?.claim() ?? null
   const claimRun = claim ? runs.claimAnsweredStatement(run.id, run.status, claim) : null
-  if (claimRun) tail.push(claimRun)
-  const claimAt = tail.length - 1
+  // Where the claim's answer will be in the batch; -1: no claim sent.
+  const claimAt = claimRun ? tail.push(claimRun) - 1 : -1
   // The runner compares wake_at with its clock, so wake by that clock, not the
   // database's; a run the claim above took is not woken (the claim is its wake).
   tail.push(runs.wakeNowStatement(before.runId, deps.clock.now(), claimRun ? claim?.token : undefined))
   const answers = await tx.commitWith(tail)
-  if (claim && claimRun && answers[claimAt]?.affectedRows === 1) {
+  if (claim && claimAt >= 0 && answers[claimAt]?.affectedRows === 1) {
     const claimed = { ...run, claimedBy: claim.owner, claimToken: claim.token, wakeAt: claim.leaseUntil }
     return { applied: true, handedOver: { claim, run: claimed, next: at.next } }
   }
