@@ -107,10 +107,16 @@ export async function open(tx: Queryable, l: NewLadder): Promise<boolean> {
  */
 export async function openMany(tx: Queryable, list: readonly NewLadder[]): Promise<number> {
   let made = 0
-  for (const chunk of chunkRows(list, (l) => 4 * Math.min(l.prompt.length, 1000) + 200)) {
-    const args: SqlValue[] = []
+  for (const st of openManyStatements(list)) made += (await tx.runQuery(st.sql, st.params)).affectedRows
+  return made
+}
+
+/** {@link openMany} as statements for a batch, one per chunk: their affected rows are the ladders made. */
+export function openManyStatements(list: readonly NewLadder[]): Statement[] {
+  return chunkRows(list, (l) => 4 * Math.min(l.prompt.length, 1000) + 200).map((chunk) => {
+    const params: SqlValue[] = []
     for (const l of chunk)
-      args.push(
+      params.push(
         l.stepId,
         l.runId,
         l.prompt.slice(0, 1000),
@@ -119,14 +125,12 @@ export async function openMany(tx: Queryable, list: readonly NewLadder[]): Promi
         toJson([...l.assignees]),
         l.exclusive ? 1 : 0,
       )
-    const res = await tx.runQuery(
-      `INSERT IGNORE INTO cue_ladders (step_id, run_id, prompt, opened_at, deadline_at, assignees, exclusive)
+    return {
+      sql: `INSERT IGNORE INTO cue_ladders (step_id, run_id, prompt, opened_at, deadline_at, assignees, exclusive)
        VALUES ${chunk.map(() => '(?, ?, ?, ?, ?, ?, ?)').join(', ')}`,
-      args,
-    )
-    made += res.affectedRows
-  }
-  return made
+      params,
+    }
+  })
 }
 
 /** `reminders_sent: from → to`, only from the value read (a second writer moves nothing). */

@@ -7,6 +7,8 @@
  * cues (run by run it was six per cue: a read, BEGIN, three INSERTs, COMMIT),
  * and each cue still gets one ladder, one event and one delivery per channel
  * that listens (a channel narrowed away by team or definition gets none).
+ * A round's opening is two round trips: BEGIN, then its INSERTs with the
+ * COMMIT (an opening too large for one text of each sends them one by one).
  */
 import { expect, it } from 'vitest'
 import type { Db } from '../sql/db.ts'
@@ -202,7 +204,7 @@ it("a cue's first entry opens its ladder without reading it first; one already t
     const state = await ladder.sync(plan, now)
     return { state, statements: ladderDb.stats.statements - before }
   }
-  // A re-entry reads first (one statement), then opens (BEGIN, the ladder, its event, COMMIT).
+  // A re-entry reads first (one statement), then opens (BEGIN; the ladder, its event and deliveries with the COMMIT).
   const reread = await counted({ ...cuePlan(run, steps[0]?.id as number), firstEntry: false })
   const first = await counted({ ...cuePlan(run, steps[1]?.id as number), firstEntry: true })
   expect(first.statements).toBe(reread.statements - 1)
@@ -247,4 +249,60 @@ it('the runner tells a cue its first entry, and a re-entry at its rung that it i
     await runner.stop()
   }
   expect(seen.slice(0, 2)).toEqual([{ firstEntry: true }, { firstEntry: false }])
+})
+
+/** `count` first entries of cues of one run, asked in one turn (one batch); answers the ladder pool's counts. */
+async function openTogether(
+  count: number,
+): Promise<{ runId: number; statements: number; roundTrips: number }> {
+  const { run } = await makeRunWithSteps(t.db, 1)
+  const ladderDb: Db = t.open()
+  const ladder = new DbCueLadder(ladderDb)
+  const now = new Date()
+  // No foreign key ties a ladder to its step (migration 0024): step ids of a block of their own.
+  const base = 1_000_000 + run.id * 10_000
+  await Promise.all(
+    Array.from({ length: count }, (_, i) =>
+      ladder.sync({ ...cuePlan(run, base + i), firstEntry: true }, now),
+    ),
+  )
+  return { runId: run.id, statements: ladderDb.stats.statements, roundTrips: ladderDb.stats.roundTrips }
+}
+
+/** What the run's cues opened; deliveries to `channelName` (earlier tests' channels listen too). */
+async function openedFor(
+  runId: number,
+  channelName: string,
+): Promise<{ ladders: number; events: number; deliveries: number }> {
+  return {
+    ladders: await countRows(t.db, 'cue_ladders', 'run_id = ?', [runId]),
+    events: await countRows(t.db, 'notification_events', "type = 'CUE_WAITING' AND run_id = ?", [runId]),
+    deliveries: await countRows(
+      t.db,
+      'notification_deliveries d JOIN notification_channels c ON c.id = d.channel_id',
+      'd.run_id = ? AND c.name = ?',
+      [runId, channelName],
+    ),
+  }
+}
+
+it("a round's cues open in two round trips: BEGIN, then the ladders, events and deliveries with the COMMIT", async () => {
+  await channels.create(t.db, channel('two trips'))
+  const opened = await openTogether(40)
+  // BEGIN; INSERT ladders; INSERT events; INSERT deliveries; COMMIT (four round trips before).
+  expect(opened).toMatchObject({ statements: 5, roundTrips: 2 })
+  expect(await openedFor(opened.runId, 'two trips')).toEqual({ ladders: 40, events: 40, deliveries: 40 })
+})
+
+it('an opening larger than one statement of each sends them one at a time, and every cue opens once', async () => {
+  await channels.create(t.db, channel('one at a time'))
+  // 2,001 rows: two multi-row INSERTs of ladders and of events (2,000 rows a statement at most).
+  const opened = await openTogether(2001)
+  expect(opened.roundTrips).toBeGreaterThan(2)
+  expect(opened.statements).toBe(opened.roundTrips)
+  expect(await openedFor(opened.runId, 'one at a time')).toEqual({
+    ladders: 2001,
+    events: 2001,
+    deliveries: 2001,
+  })
 })

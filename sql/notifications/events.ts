@@ -127,12 +127,27 @@ function valuesOf(columns: string, width: number, rows: number): string {
  */
 export async function emitMany(tx: Queryable, list: readonly NewEvent[]): Promise<number> {
   let made = 0
-  for (const chunk of chunkRows(list, (e) => 2 * JSON.stringify(e.payload).length + 256)) {
-    const ids = chunk.map(() => newEventId())
+  for (const [events, deliveries] of emitManyStatements(list)) {
+    const inserted = await tx.runQuery(events.sql, events.params)
+    if (inserted.affectedRows === 0) continue
+    made += (await tx.runQuery(deliveries.sql, deliveries.params)).affectedRows
+  }
+  return made
+}
+
+/**
+ * {@link emitMany} as statements for a batch: per chunk, the events' INSERT
+ * and their deliveries'. The deliveries find the events by the public ids
+ * made here, so an event not written (nobody listens, or its dedupe key was
+ * used) gets none, and the pair can be sent together. Each pair's second
+ * statement's affected rows are the deliveries it made.
+ */
+export function emitManyStatements(list: readonly NewEvent[]): [Statement, Statement][] {
+  return chunkRows(list, (e) => 2 * JSON.stringify(e.payload).length + 256).map((chunk) => {
     const eventArgs: SqlValue[] = []
     const matchArgs: SqlValue[] = []
-    chunk.forEach((e, i) => {
-      const id = ids[i] as string
+    for (const e of chunk) {
+      const id = newEventId()
       const def = e.definitionId === null ? null : String(e.definitionId)
       const narrow = e.cueTeams === null ? 0 : 1
       const teams = toJson(e.cueTeams ?? [])
@@ -149,18 +164,18 @@ export async function emitMany(tx: Queryable, list: readonly NewEvent[]): Promis
         teams,
       )
       matchArgs.push(id, e.type, e.runId, e.rehearsal ? 1 : 0, def, narrow, teams)
-    })
-    const inserted = await tx.runQuery(
-      `INSERT IGNORE INTO notification_events (event_id, type, run_id, step_id, dedupe_key, payload, occurred_at)
+    }
+    return [
+      {
+        sql: `INSERT IGNORE INTO notification_events (event_id, type, run_id, step_id, dedupe_key, payload, occurred_at)
        ${valuesOf('event_id, type, run_id, step_id, dedupe_key, payload, occurred_at, def, narrow, teams', 10, chunk.length)}
        SELECT v.event_id, v.type, v.run_id, v.step_id, v.dedupe_key, v.payload, v.occurred_at FROM v
         WHERE EXISTS (SELECT 1 FROM notification_channels c WHERE ${MATCH_ROW})`,
-      eventArgs,
-    )
-    if (inserted.affectedRows === 0) continue
-    // Only the events this statement wrote carry the ids just made (a skipped one keeps its own).
-    const deliveries = await tx.runQuery(
-      `INSERT IGNORE INTO notification_deliveries
+        params: eventArgs,
+      },
+      {
+        // Only the events the first statement wrote carry the ids just made (a skipped one keeps its own).
+        sql: `INSERT IGNORE INTO notification_deliveries
               (event_row_id, channel_id, run_id, status, rehearsal, next_attempt_at, give_up_at, delivered_at)
        ${valuesOf('event_id, type, run_id, rehearsal, def, narrow, teams', 7, chunk.length)}
        SELECT e.id, c.id, v.run_id, IF(v.rehearsal = 1, 'DELIVERED', 'PENDING'), v.rehearsal,
@@ -168,11 +183,10 @@ export async function emitMany(tx: Queryable, list: readonly NewEvent[]): Promis
               IF(v.rehearsal = 1, NOW(3), NULL)
          FROM v JOIN notification_events e ON e.event_id = v.event_id
          JOIN notification_channels c ON ${MATCH_ROW}`,
-      matchArgs,
-    )
-    made += deliveries.affectedRows
-  }
-  return made
+        params: matchArgs,
+      },
+    ]
+  })
 }
 
 /**

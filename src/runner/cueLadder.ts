@@ -13,7 +13,7 @@
 
 import type { LadderRow } from '../../sql/cueLadders.ts'
 import * as ladders from '../../sql/cueLadders.ts'
-import { type Db, isDbUnavailable, type Queryable } from '../../sql/db.ts'
+import { type BatchAnswer, type Db, isDbUnavailable, type Queryable } from '../../sql/db.ts'
 import * as logs from '../../sql/eventRunLogs.ts'
 import * as events from '../../sql/notifications/events.ts'
 import { body, type NotificationEventName, type RunSummary, teamsOf } from '../notify/payload.ts'
@@ -203,18 +203,24 @@ export class DbCueLadder implements CueLadderPort {
     }
     if (fresh.size > 0) {
       const opening = [...fresh.values()]
+      // The event's dedupe key (cue:ID:waiting) keeps CUE_WAITING once even
+      // for a row another writer made meanwhile.
+      const rows = opening.map((o) => o.row)
+      const waiting = opening.map((o) => cueEvent('CUE_WAITING', o.run, o.row, 'waiting', o.row.openedAt))
+      const opens = ladders.openManyStatements(rows)
+      const emits = events.emitManyStatements(waiting)
       const made = await this.db.transaction(
         async (tx) => {
-          const n = await ladders.openMany(
-            tx,
-            opening.map((o) => o.row),
-          )
-          // The event's dedupe key (cue:ID:waiting) keeps CUE_WAITING once even
-          // for a row another writer made meanwhile.
-          await events.emitMany(
-            tx,
-            opening.map((o) => cueEvent('CUE_WAITING', o.run, o.row, 'waiting', o.row.openedAt)),
-          )
+          // A round's cues (one chunk each, the usual case) go with the COMMIT:
+          // two round trips where four were, at the moment a show's first cues
+          // all open together. Larger openings send a statement at a time, each
+          // text well under the server's packet limit.
+          if (opens.length === 1 && emits.length === 1) {
+            const answers = await tx.commitWith([...opens, ...emits.flat()])
+            return (answers[0] as BatchAnswer).affectedRows
+          }
+          const n = await ladders.openMany(tx, rows)
+          await events.emitMany(tx, waiting)
           return n
         },
         { retryable: true },
