@@ -212,7 +212,7 @@ export class DbCueLadder implements CueLadderPort {
       const made = await this.db.transaction(
         async (tx) => {
           // A round's cues (one chunk each, the usual case) go with the COMMIT:
-          // two round trips where four were, at the moment a show's first cues
+          // two round trips where four or five were, when a show's first cues
           // all open together. Larger openings send a statement at a time, each
           // text well under the server's packet limit.
           if (opens.length === 1 && emits.length === 1) {
