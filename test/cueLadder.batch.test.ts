@@ -289,7 +289,7 @@ async function openedFor(
 it("a round's cues open in two round trips: BEGIN, then the ladders, events and deliveries with the COMMIT", async () => {
   await channels.create(t.db, channel('two trips'))
   const opened = await openTogether(40)
-  // BEGIN; INSERT ladders; INSERT events; INSERT deliveries; COMMIT (four round trips before).
+  // BEGIN; INSERT ladders; INSERT events; INSERT deliveries; COMMIT (five round trips before).
   expect(opened).toMatchObject({ statements: 5, roundTrips: 2 })
   expect(await openedFor(opened.runId, 'two trips')).toEqual({ ladders: 40, events: 40, deliveries: 40 })
 })

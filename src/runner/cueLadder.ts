@@ -13,7 +13,7 @@
 
 import type { LadderRow } from '../../sql/cueLadders.ts'
 import * as ladders from '../../sql/cueLadders.ts'
-import { type BatchAnswer, type Db, isDbUnavailable, type Queryable } from '../../sql/db.ts'
+import { type Db, isDbUnavailable, type Queryable } from '../../sql/db.ts'
 import * as logs from '../../sql/eventRunLogs.ts'
 import * as events from '../../sql/notifications/events.ts'
 import { body, type NotificationEventName, type RunSummary, teamsOf } from '../notify/payload.ts'
@@ -217,7 +217,7 @@ export class DbCueLadder implements CueLadderPort {
           // text well under the server's packet limit.
           if (opens.length === 1 && emits.length === 1) {
             const answers = await tx.commitWith([...opens, ...emits.flat()])
-            return (answers[0] as BatchAnswer).affectedRows
+            return answers[0]?.affectedRows ?? 0
           }
           const n = await ladders.openMany(tx, rows)
           await events.emitMany(tx, waiting)
