@@ -88,19 +88,37 @@ export async function revoke(db: Queryable, id: number, at: Date): Promise<boole
   return affectedRows > 0
 }
 
-/** Of `ids`, those revoked, expired by `now`, or gone: what every instance polls for, in one statement. */
-export async function refusedAmong(db: Queryable, ids: readonly number[], now: Date): Promise<number[]> {
+/** A key that may no longer be used, and why: revoked (or gone), or past its expiry. */
+export interface RefusedKey {
+  id: number
+  why: 'revoked' | 'expired'
+}
+
+/**
+ * Of `ids`, those revoked, expired by `now`, or gone, with the reason each
+ * ended (whichever came first; a deleted key counts as revoked): what every
+ * instance polls for, in one statement.
+ */
+export async function refusedAmong(db: Queryable, ids: readonly number[], now: Date): Promise<RefusedKey[]> {
   if (ids.length === 0) return []
   const rows = await db.query<{ id: number | string; revoked_at: Date | null; expires_at: Date | null }>(
     `SELECT id, revoked_at, expires_at FROM api_keys WHERE id IN (${placeholders(ids.length)})`,
     [...ids],
   )
-  const alive = new Set(
-    rows
-      .filter((r) => r.revoked_at === null && (r.expires_at === null || r.expires_at > now))
-      .map((r) => Number(r.id)),
-  )
-  return ids.filter((id) => !alive.has(id))
+  const byId = new Map(rows.map((r) => [Number(r.id), r]))
+  const refused: RefusedKey[] = []
+  for (const id of ids) {
+    const row = byId.get(id)
+    if (!row) {
+      refused.push({ id, why: 'revoked' })
+      continue
+    }
+    const expiredAt = row.expires_at !== null && row.expires_at <= now ? row.expires_at : null
+    if (row.revoked_at !== null && (expiredAt === null || row.revoked_at <= expiredAt))
+      refused.push({ id, why: 'revoked' })
+    else if (expiredAt !== null) refused.push({ id, why: 'expired' })
+  }
+  return refused
 }
 
 /**

@@ -86,3 +86,55 @@ it('tells a listener whether its key was revoked or expired', async () => {
   while (ends.length < 2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20))
   expect(ends.sort()).toEqual(['later:revoked', 'soon:expired'])
 })
+
+it('tells a listener that does not know the expiry that its key expired, not that it was revoked', async () => {
+  // The listener passes no expiry, and the key was never used through this ring (not
+  // cached): only the poll can tell, from the row. Before, the poll said 'revoked'.
+  const keys = newRing()
+  const deps = { db: t.db, keyring: keys, now: () => new Date() }
+  const soon = await createApiKey(
+    deps,
+    { name: 'unwatched-expiry', role: 'viewer', expiresAt: new Date(Date.now() + 150) },
+    admin,
+  )
+  const ends: string[] = []
+  keys.onRefused(soon.key.id, null, (why) => ends.push(why))
+  const deadline = Date.now() + 3000
+  while (ends.length < 1 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20))
+  expect(ends).toEqual(['expired'])
+})
+
+it('says for each refused key whether it was revoked or expired, whichever came first', async () => {
+  const now = new Date()
+  const at = (ms: number) => new Date(now.getTime() + ms)
+  const key = async (name: string, expiresAt: Date | null) =>
+    apiKeys.insert(t.db, {
+      name,
+      role: 'viewer',
+      teams: [],
+      prefix: name.slice(0, 8),
+      digest: Buffer.from(name.padEnd(32, '.')),
+      createdBy: 'test',
+      expiresAt,
+    })
+  const alive = await key('alive', null)
+  const aliveUntilLater = await key('later', at(60_000))
+  const revoked = await key('revoked', at(60_000))
+  const expired = await key('expired', at(-60_000))
+  const revokedThenExpired = await key('rev-then-exp', at(-60_000))
+  const expiredThenRevoked = await key('exp-then-rev', at(-60_000))
+  const gone = await key('gone', null)
+  await apiKeys.revoke(t.db, revoked, at(-1000))
+  await apiKeys.revoke(t.db, revokedThenExpired, at(-120_000))
+  await apiKeys.revoke(t.db, expiredThenRevoked, at(-1000))
+  await t.db.run('DELETE FROM api_keys WHERE id = ?', [gone])
+
+  const ids = [alive, aliveUntilLater, revoked, expired, revokedThenExpired, expiredThenRevoked, gone]
+  expect(await apiKeys.refusedAmong(t.db, ids, now)).toEqual([
+    { id: revoked, why: 'revoked' },
+    { id: expired, why: 'expired' },
+    { id: revokedThenExpired, why: 'revoked' },
+    { id: expiredThenRevoked, why: 'expired' },
+    { id: gone, why: 'revoked' },
+  ])
+})

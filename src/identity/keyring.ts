@@ -247,10 +247,9 @@ export class ApiKeyring {
     if (ids.length === 0) return
     this.polls++
     const refused = await apiKeys.refusedAmong(this.opts.db, ids, new Date(now))
-    for (const id of refused) {
-      const expiresAt = this.byId.get(id)?.expiresAt
-      this.forget(id, expiresAt && expiresAt.getTime() <= now ? 'expired' : 'revoked')
-    }
+    // The reason is the row's: a key watched by a listener but never used here is not
+    // in the cache, and its expiry would otherwise be told as a revocation.
+    for (const { id, why } of refused) this.forget(id, why)
     const used = [...this.byId.entries()]
       .filter(([, c]) => c.lastWritten === null || c.lastUsed - c.lastWritten >= LAST_USED_RESOLUTION_MS)
       .map(([id, c]) => {
