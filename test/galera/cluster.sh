@@ -154,7 +154,9 @@ start_position_option() {
   # server's exit waits on a purge task that retries forever (seen on 10.11). The
   # position is read all the same; the real start that follows purges as usual.
   # No network and a socket of its own, so no client reaches this short-lived server.
-  if ! timeout -k 10 120 "$MARIADBD" --defaults-file="$d/my.cnf" --wsrep-recover --innodb-force-recovery=2 \
+  # It takes under a second; 60 s plus SYNC_WAIT_SECONDS stays inside cluster.ts's
+  # 300 s, so a stalled join prints its reasons before the caller gives up.
+  if ! timeout -k 10 60 "$MARIADBD" --defaults-file="$d/my.cnf" --wsrep-recover --innodb-force-recovery=2 \
       --log-error="$d/recover.err" --skip-networking --socket="$d/recover.sock" >/dev/null 2>&1 </dev/null; then
     echo "node $n: position recovery failed (see $d/recover.err); it will take a full state transfer" >&2
     return 0
