@@ -252,7 +252,7 @@ kill-node)
   ;;
 reset)
   "$0" stop
-  for n in $NODES; do rm -rf "$(dir "$n")/data" "$(dir "$n")"/*.log "$(dir "$n")"/mariadbd.err; done
+  for n in $NODES; do rm -rf "$(dir "$n")/data" "$(dir "$n")"/*.log "$(dir "$n")"/mariadbd.err "$(dir "$n")"/recover.*; done
   ;;
 *)
   echo "usage: $0 start|stop|status|reset|start-node N|kill-node N" >&2; exit 2
