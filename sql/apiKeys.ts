@@ -88,6 +88,19 @@ export async function revoke(db: Queryable, id: number, at: Date): Promise<boole
   return affectedRows > 0
 }
 
+/**
+ * Why a key's row refuses it at `now`: revoked or expired, whichever came
+ * first, or null while it may be used. The one rule for a lookup and a poll.
+ */
+export function endOf(
+  key: { revokedAt: Date | null; expiresAt: Date | null },
+  now: Date,
+): 'revoked' | 'expired' | null {
+  const expiredAt = key.expiresAt !== null && key.expiresAt <= now ? key.expiresAt : null
+  if (key.revokedAt !== null && (expiredAt === null || key.revokedAt <= expiredAt)) return 'revoked'
+  return expiredAt !== null ? 'expired' : null
+}
+
 /** A key that may no longer be used, and why: revoked (or gone), or past its expiry. */
 export interface RefusedKey {
   id: number
@@ -109,14 +122,8 @@ export async function refusedAmong(db: Queryable, ids: readonly number[], now: D
   const refused: RefusedKey[] = []
   for (const id of ids) {
     const row = byId.get(id)
-    if (!row) {
-      refused.push({ id, why: 'revoked' })
-      continue
-    }
-    const expiredAt = row.expires_at !== null && row.expires_at <= now ? row.expires_at : null
-    if (row.revoked_at !== null && (expiredAt === null || row.revoked_at <= expiredAt))
-      refused.push({ id, why: 'revoked' })
-    else if (expiredAt !== null) refused.push({ id, why: 'expired' })
+    const why = row ? endOf({ revokedAt: row.revoked_at, expiresAt: row.expires_at }, now) : 'revoked'
+    if (why) refused.push({ id, why })
   }
   return refused
 }

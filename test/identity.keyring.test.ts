@@ -23,6 +23,12 @@ function newRing(pollMs = 30) {
   return ring
 }
 
+/** Waits (3 s at most) until `ends` holds `count` listener calls. */
+async function untilEnds(ends: string[], count: number): Promise<void> {
+  const deadline = Date.now() + 3000
+  while (ends.length < count && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20))
+}
+
 it('answers a known key from the cache, and a revoked one from memory, without statements', async () => {
   const keys = newRing()
   const deps = { db: t.db, keyring: keys, now: () => new Date() }
@@ -82,8 +88,7 @@ it('tells a listener whether its key was revoked or expired', async () => {
   keys.onRefused(later.key.id, null, (why) => ends.push(`later:${why}`))
   // Revoked elsewhere (straight in the table): seen by the poll.
   await apiKeys.revoke(t.db, later.key.id, new Date())
-  const deadline = Date.now() + 3000
-  while (ends.length < 2 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20))
+  await untilEnds(ends, 2)
   expect(ends.sort()).toEqual(['later:revoked', 'soon:expired'])
 })
 
@@ -99,8 +104,7 @@ it('tells a listener that does not know the expiry that its key expired, not tha
   )
   const ends: string[] = []
   keys.onRefused(soon.key.id, null, (why) => ends.push(why))
-  const deadline = Date.now() + 3000
-  while (ends.length < 1 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 20))
+  await untilEnds(ends, 1)
   expect(ends).toEqual(['expired'])
 })
 

@@ -104,8 +104,8 @@ export class ApiKeyring {
     if (!cached) {
       const row = await apiKeys.byDigest(this.opts.db, digest)
       if (!row || !isRole(row.role)) return 'unknown'
-      if (row.revokedAt) return this.bury(hex, 'revoked')
-      if (row.expiresAt && row.expiresAt.getTime() <= this.now()) return this.bury(hex, 'expired')
+      const refused = apiKeys.endOf(row, new Date(this.now()))
+      if (refused) return this.bury(hex, refused)
       const ended = this.deadIds.get(row.id)
       if (ended) return this.bury(hex, ended)
       cached = {
