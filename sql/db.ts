@@ -12,6 +12,7 @@ import {
   answersOf,
   type BatchAnswer,
   joinStatements,
+  partsBySize,
   type Row,
   type SqlValue,
   type Statement,
@@ -90,6 +91,8 @@ export interface Transaction extends Queryable {
    * was given must return without another statement. A statement that fails
    * stops the batch there, COMMIT included, and the transaction is rolled
    * back (and retried, when retryable, on a conflict) as after any failure.
+   * A text that would pass `BATCH_TEXT_BYTES` (statements.ts) goes in
+   * parts, a round trip each, the COMMIT with the last.
    */
   commitWith(statements: readonly Statement[]): Promise<BatchAnswer[]>
 }
@@ -107,6 +110,18 @@ export interface Db extends Queryable {
    * network call.
    */
   transaction<T>(fn: (tx: Transaction) => Promise<T>, opts?: TransactionOptions): Promise<T>
+  /**
+   * `statements` as one transaction of their own, its BEGIN and COMMIT in the
+   * same text (one round trip, or a few for a text past `BATCH_TEXT_BYTES`):
+   * writes that need nothing from each other's answers and must be kept or
+   * lost together. Answers each statement's answer in order. A failed one
+   * rolls the whole back; `retryable` runs it again on a conflict, as
+   * {@link transaction} does.
+   */
+  commitAll(
+    statements: readonly Statement[],
+    opts?: Pick<TransactionOptions, 'retryable'>,
+  ): Promise<BatchAnswer[]>
   /**
    * {@link transaction}, then `then` on the same connection once the commit is
    * through (each statement its own autocommit): work that follows a commit
@@ -263,19 +278,34 @@ class HostRouter {
 /** How far a transaction's attempt got: connecting, its statements, its COMMIT, or past it. */
 type Stage = 'connect' | 'body' | 'commit' | 'committed'
 
-/** A transaction's statements on `conn`; `commitWith` moves `stage` as the COMMIT it carries goes through. */
-function transactionOn(conn: PoolConnection, stats: DbStats, stage: { at: Stage }): Transaction {
+/**
+ * An attempt's progress: its {@link Stage}, and whether its BEGIN was sent
+ * (a {@link Db.commitAll} sends it in the text of its statements).
+ */
+interface Progress {
+  at: Stage
+  begun: boolean
+}
+
+/** A transaction's statements on `conn`; `commitWith` moves `progress` as the COMMIT it carries goes through. */
+function transactionOn(conn: PoolConnection, stats: DbStats, progress: Progress): Transaction {
   const tx = makeQueryable(sendOn(conn), stats, false)
   return {
     ...tx,
     async commitWith(statements) {
-      if (stage.at !== 'body')
+      if (progress.at !== 'body')
         throw new Error("commitWith is a transaction's last statement; it was sent already.")
-      stage.at = 'commit'
-      // The COMMIT's answer is the batch's last; a failure before it means it never ran.
-      const answers = await tx.batch([...statements, { sql: 'COMMIT', params: [] }])
-      stage.at = 'committed'
-      return answers.slice(0, statements.length)
+      const opening: Statement[] = progress.begun ? [] : [{ sql: 'START TRANSACTION', params: [] }]
+      const parts = partsBySize([...opening, ...statements, { sql: 'COMMIT', params: [] }])
+      const answers: BatchAnswer[] = []
+      for (const [i, part] of parts.entries()) {
+        // The COMMIT's answer is the last part's last; a failure before that part means it never ran.
+        if (i === parts.length - 1) progress.at = 'commit'
+        answers.push(...(await tx.batch(part)))
+        progress.begun = true
+      }
+      progress.at = 'committed'
+      return answers.slice(opening.length, opening.length + statements.length)
     },
   }
 }
@@ -316,7 +346,9 @@ export function createDb(url: string, opts: DbOptions = {}): Db {
     fn: (tx: Transaction) => Promise<T>,
     then: (conn: Queryable, committed: T) => Promise<R>,
     txOpts: TransactionOptions | undefined,
-    stage: { at: Stage },
+    stage: Progress,
+    /** Send no BEGIN of its own: `fn`'s first statement is a commitWith, whose text opens the transaction. */
+    beginInText: boolean,
   ): Promise<R> {
     let conn: PoolConnection
     try {
@@ -331,9 +363,12 @@ export function createDb(url: string, opts: DbOptions = {}): Db {
         stats.roundTrips++
         await conn.query(`SET TRANSACTION ISOLATION LEVEL ${txOpts.isolation}`)
       }
-      stats.statements++
-      stats.roundTrips++
-      await conn.beginTransaction()
+      if (!beginInText) {
+        stats.statements++
+        stats.roundTrips++
+        await conn.beginTransaction()
+        stage.begun = true
+      }
       const result = await fn(transactionOn(conn, stats, stage))
       if (stage.at === 'body') {
         stats.statements++
@@ -369,14 +404,16 @@ export function createDb(url: string, opts: DbOptions = {}): Db {
     fn: (tx: Transaction) => Promise<T>,
     then: (conn: Queryable, committed: T) => Promise<R>,
     txOpts: TransactionOptions | undefined,
+    /** The BEGIN goes with the first batch (commitAll's `fn` sends nothing before its commitWith). */
+    beginInText = false,
   ): Promise<R> {
     const attempts = txOpts?.retryable ? TRANSACTION_ATTEMPTS : 1
     let hostsTried = 1
     for (let attempt = 1; ; attempt++) {
       const pool = router.pool
-      const stage: { at: Stage } = { at: 'connect' }
+      const stage: Progress = { at: 'connect', begun: false }
       try {
-        return await transactionOnce(pool, fn, then, txOpts, stage)
+        return await transactionOnce(pool, fn, then, txOpts, stage, beginInText)
       } catch (err) {
         // Committed: what failed came after, and repeating the transaction would apply it twice.
         if (stage.at === 'committed') throw err
@@ -408,6 +445,15 @@ export function createDb(url: string, opts: DbOptions = {}): Db {
     },
     transactionThen(fn, then, txOpts) {
       return runTransaction(fn, then, txOpts)
+    },
+    async commitAll(statements, txOpts) {
+      if (statements.length === 0) return []
+      return runTransaction(
+        (tx) => tx.commitWith(statements),
+        async (_conn, committed) => committed,
+        { retryable: txOpts?.retryable === true },
+        true,
+      )
     },
     async withConnection(fn) {
       const pool = router.pool

@@ -1,5 +1,5 @@
 /** `event_run_logs`: what happened to a run, who did it, and the retention sweep. */
-import type { Queryable, SqlValue, Statement } from './db.ts'
+import { type CountedStatement, checkAffected, type Queryable, type SqlValue, type Statement } from './db.ts'
 import { chunkRows, clampLimit, idSet, parseJson, placeholders, toJson } from './json.ts'
 
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error'
@@ -82,7 +82,13 @@ const MAX_STEP_IDS_PER_STATEMENT = 2000
  * written set-wise (see {@link SHARED_LINE_MIN}); the rest as multi-row VALUES.
  */
 export async function appendMany(db: Queryable, entries: readonly NewLog[]): Promise<void> {
-  for (const layer of layersByRun(entries)) await appendLayer(db, layer)
+  for (const st of appendManyStatements(entries))
+    checkAffected(st, (await db.runQuery(st.sql, st.params)).affectedRows)
+}
+
+/** {@link appendMany} as statements for a batch, in order; a shared steps' INSERT says how many lines it must write. */
+export function appendManyStatements(entries: readonly NewLog[]): CountedStatement[] {
+  return layersByRun(entries).flatMap(layerStatements)
 }
 
 /** Split lines so that each run has at most one line per layer, its k-th line in layer k. */
@@ -100,7 +106,7 @@ function layersByRun(entries: readonly NewLog[]): NewLog[][] {
 }
 
 /** Lines of distinct runs: shared contents set-wise, the rest as VALUES rows. */
-async function appendLayer(db: Queryable, lines: readonly NewLog[]): Promise<void> {
+function layerStatements(lines: readonly NewLog[]): CountedStatement[] {
   // Each line's values once: the grouping key and the VALUES row both come from them.
   const rows = lines.map(values)
   const groups = new Map<string, { content: SqlValue[]; stepIds: Set<number>; positions: number[] }>()
@@ -115,6 +121,7 @@ async function appendLayer(db: Queryable, lines: readonly NewLog[]): Promise<voi
     group.stepIds.add(line.stepId)
     group.positions.push(i)
   })
+  const out: CountedStatement[] = []
   const written = new Set<number>()
   for (const { content, stepIds, positions } of groups.values()) {
     if (stepIds.size < SHARED_LINE_MIN) continue
@@ -122,26 +129,27 @@ async function appendLayer(db: Queryable, lines: readonly NewLog[]): Promise<voi
     for (let from = 0; from < ids.length; from += MAX_STEP_IDS_PER_STATEMENT) {
       const some = ids.slice(from, from + MAX_STEP_IDS_PER_STATEMENT)
       const which = idSet('s.id', some)
-      const res = await db.runQuery(
-        `INSERT INTO event_run_logs (run_id, step_id, level, message, actor, data)
+      // Every step named exists (its line comes from it): anything short is a bug, and fails the caller.
+      out.push({
+        sql: `INSERT INTO event_run_logs (run_id, step_id, level, message, actor, data)
          SELECT s.run_id, s.id, ?, ?, ?, ? FROM event_run_steps s WHERE ${which.sql} ORDER BY s.id`,
-        [...content, ...which.args],
-      )
-      // Every step named exists (its line comes from it): anything short is a bug, and fails the caller's transaction.
-      if (res.affectedRows !== some.length)
-        throw new Error(`wrote ${res.affectedRows} of ${some.length} log lines of shared steps`)
+        params: [...content, ...which.args],
+        affects: some.length,
+        rowsOf: 'log lines of shared steps',
+      })
     }
     for (const i of positions) written.add(i)
   }
   const rest = rows.filter((_, i) => !written.has(i))
   const variableBytes = (row: SqlValue[]) => String(row[3]).length + String(row[5]).length
   for (const chunk of chunkRows(rest, variableBytes)) {
-    await db.runQuery(
-      `INSERT INTO event_run_logs (run_id, step_id, level, message, actor, data)
+    out.push({
+      sql: `INSERT INTO event_run_logs (run_id, step_id, level, message, actor, data)
        VALUES ${chunk.map(() => `(${placeholders(6)})`).join(', ')}`,
-      chunk.flat(),
-    )
+      params: chunk.flat(),
+    })
   }
+  return out
 }
 
 /** A run's log, newest first, limit clamped to 1..500. */

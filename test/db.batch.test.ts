@@ -132,3 +132,93 @@ it('a retryable transaction whose commitWith loses a lock wait is rolled back, r
   expect(rows).toContain('30:a!')
   expect(rows).toContain('31:b+!')
 })
+
+it('commitAll: the statements as one transaction, BEGIN and COMMIT in their text, one round trip', async () => {
+  const before = { ...t.db.stats }
+  const answers = await t.db.commitAll([
+    {
+      sql: 'INSERT INTO batch_probe (id, note) VALUES (?, ?), (?, ?)',
+      params: [40, 'forty', 41, 'forty-one'],
+    },
+    { sql: 'UPDATE batch_probe SET note = ? WHERE id = ?', params: ['XL', 40] },
+  ])
+  expect(t.db.stats.roundTrips - before.roundTrips).toBe(1)
+  expect(answers.map((a) => a.affectedRows)).toEqual([2, 1])
+  // Committed once it answers: another connection sees both.
+  expect(await notes()).toEqual(expect.arrayContaining(['40:XL', '41:forty-one']))
+  expect(await t.db.commitAll([])).toEqual([])
+})
+
+it('commitAll keeps nothing when a statement of it fails, the ones before it included', async () => {
+  await expect(
+    t.db.commitAll([
+      { sql: 'INSERT INTO batch_probe (id, note) VALUES (?, ?)', params: [42, 'kept?'] },
+      { sql: 'UPDATE batch_probe SET note = ? WHERE id = ?', params: ['changed?', 41] },
+      { sql: 'INSERT INTO batch_probe (id, note) VALUES (?, ?)', params: [40, 'a duplicate key'] },
+    ]),
+  ).rejects.toMatchObject({ name: 'DatabaseError' })
+  const rows = await notes()
+  expect(rows).not.toContain('42:kept?')
+  expect(rows).toContain('41:forty-one')
+  // The connection went back to the pool with no transaction open: what follows on it commits on its own.
+  for (let i = 0; i < 12; i++) await t.db.run('UPDATE batch_probe SET note = ? WHERE id = ?', [`n${i}`, 41])
+  expect(await notes()).toContain('41:n11')
+})
+
+it('a retryable commitAll that loses a lock wait is rolled back and sent again whole', async () => {
+  await t.db.batch([
+    { sql: 'INSERT INTO batch_probe (id, note) VALUES (?, ?), (?, ?)', params: [50, 'a', 51, 'b'] },
+  ])
+  const rival = await other.pool.getConnection()
+  const before = { ...t.db.stats }
+  try {
+    await rival.query('START TRANSACTION')
+    await rival.query("UPDATE batch_probe SET note = CONCAT(note, '+') WHERE id = 51")
+    // The first attempt gives up on the rival's row after a second (1205); the rival commits before the next one waits long.
+    const rivalDone = new Promise((r) => setTimeout(r, 1500)).then(() => rival.query('COMMIT'))
+    await t.db.commitAll(
+      [
+        { sql: "UPDATE batch_probe SET note = CONCAT(note, '!') WHERE id = 50", params: [] },
+        {
+          sql: "SET STATEMENT innodb_lock_wait_timeout = 1 FOR UPDATE batch_probe SET note = CONCAT(note, '!') WHERE id = 51",
+          params: [],
+        },
+      ],
+      { retryable: true },
+    )
+    await rivalDone
+  } finally {
+    await rival.query('ROLLBACK')
+    rival.release()
+  }
+  expect(t.db.stats.roundTrips - before.roundTrips).toBeGreaterThanOrEqual(2)
+  const rows = await notes()
+  expect(rows).toContain('50:a!')
+  expect(rows).toContain('51:b+!')
+})
+
+it('a commitAll past the text limit goes in parts, one transaction: a failure in the last part keeps nothing of the first', async () => {
+  await t.db.run('CREATE TABLE batch_blob (id INT PRIMARY KEY, body LONGTEXT NOT NULL)')
+  // Each about 3.2 MB as counted (escaping's worst case): one to a part.
+  const big = 'x'.repeat(1_600_000)
+  const inserts = [1, 2, 3].map((id) => ({
+    sql: 'INSERT INTO batch_blob (id, body) VALUES (?, ?)',
+    params: [id, big],
+  }))
+  const before = { ...t.db.stats }
+  await expect(
+    t.db.commitAll([
+      ...inserts,
+      { sql: 'INSERT INTO batch_blob (id, body) VALUES (?, ?)', params: [1, 'again'] },
+    ]),
+  ).rejects.toMatchObject({ name: 'DatabaseError' })
+  expect(t.db.stats.roundTrips - before.roundTrips).toBe(3)
+  const count = async () =>
+    Number((await other.query<{ n: number }>('SELECT COUNT(*) AS n FROM batch_blob'))[0]?.n)
+  expect(await count()).toBe(0)
+  const sent = { ...t.db.stats }
+  const answers = await t.db.commitAll(inserts)
+  expect(t.db.stats.roundTrips - sent.roundTrips).toBe(3)
+  expect(answers.map((a) => a.affectedRows)).toEqual([1, 1, 1])
+  expect(await count()).toBe(3)
+})

@@ -6,7 +6,7 @@
  * are guarded on the current value, so an unchanged value restamps nothing.
  */
 
-import type { Db, Queryable, SqlValue } from '../db.ts'
+import type { Db, Queryable, SqlValue, Statement } from '../db.ts'
 import { cancelUnfinished, fail as failStep } from '../eventSteps/index.ts'
 import { idSet, placeholders } from '../json.ts'
 import type { RunHealth, RunStatus } from '../states.ts'
@@ -98,6 +98,35 @@ export async function transitionMany(
   opts: TransitionOptions = {},
 ): Promise<number> {
   if (ids.length === 0) return 0
+  const st = transitionStatement(ids, from, to, opts)
+  const res = await db.runQuery(st.sql, st.params)
+  if (res.affectedRows > 0 && isTerminal(to)) await releaseKey(db, ids)
+  return res.affectedRows
+}
+
+/**
+ * {@link transitionMany} as statements for a batch: the move, and for a
+ * terminal one the release of the keys (sent whatever the move answered; it
+ * frees only the keys of runs no longer holding one).
+ */
+export function transitionManyStatements(
+  ids: readonly number[],
+  from: RunStatus | readonly RunStatus[],
+  to: RunStatus,
+  opts: TransitionOptions = {},
+): Statement[] {
+  if (ids.length === 0) return []
+  const move = transitionStatement(ids, from, to, opts)
+  return isTerminal(to) ? [move, releaseKeyStatement(ids)] : [move]
+}
+
+/** The guarded UPDATE of {@link transitionMany}. */
+function transitionStatement(
+  ids: readonly number[],
+  from: RunStatus | readonly RunStatus[],
+  to: RunStatus,
+  opts: TransitionOptions,
+): Statement {
   const froms: RunStatus[] = Array.isArray(from) ? [...from] : [from as RunStatus]
   // A paused run is never completed: a pause that was applied (a step was
   // still unfinished, STEPS_LEFT) holds, even when the runner finds every step
@@ -106,14 +135,12 @@ export async function transitionMany(
   // The ids as ranges where they run on (a batch's runs mostly do): see idSet.
   const which = idSet('id', ids)
   // Terminal statuses are never left, whatever `from` a caller names.
-  const res = await db.runQuery(
-    `UPDATE event_runs SET ${sets.join(', ')}
+  return {
+    sql: `UPDATE event_runs SET ${sets.join(', ')}
       WHERE ${which.sql} AND status IN (${placeholders(froms.length)})
         AND status NOT IN (${placeholders(TERMINAL.length)})${opts.onlyWithStepsLeft ? ` AND ${STEPS_LEFT}` : ''}`,
-    [...args, ...which.args, ...froms, ...TERMINAL],
-  )
-  if (res.affectedRows > 0 && isTerminal(to)) await releaseKey(db, ids)
-  return res.affectedRows
+    params: [...args, ...which.args, ...froms, ...TERMINAL],
+  }
 }
 
 /**
@@ -172,12 +199,16 @@ export function failWithStep(
  */
 export async function releaseKey(db: Queryable, runIds: readonly number[]): Promise<number> {
   if (runIds.length === 0) return 0
-  const res = await db.runQuery(
-    `DELETE l FROM concurrency_locks l JOIN event_runs r ON r.id = l.run_id
+  const st = releaseKeyStatement(runIds)
+  return (await db.runQuery(st.sql, st.params)).affectedRows
+}
+
+function releaseKeyStatement(runIds: readonly number[]): Statement {
+  return {
+    sql: `DELETE l FROM concurrency_locks l JOIN event_runs r ON r.id = l.run_id
       WHERE l.run_id IN (${placeholders(runIds.length)}) AND r.status NOT IN (${placeholders(KEY_HOLDING.length)})`,
-    [...runIds, ...KEY_HOLDING],
-  )
-  return res.affectedRows
+    params: [...runIds, ...KEY_HOLDING],
+  }
 }
 
 /**
@@ -199,15 +230,22 @@ export async function setHealth(db: Queryable, id: number, health: RunHealth): P
  * leaves its run as it was. Answers how many runs changed.
  */
 export async function degradeForSteps(db: Queryable, stepIds: readonly number[]): Promise<number> {
-  if (stepIds.length === 0) return 0
-  const res = await db.runQuery(
-    `UPDATE event_runs r JOIN event_run_steps s ON s.run_id = r.id
+  const [st] = degradeForStepsStatements(stepIds)
+  return st ? (await db.runQuery(st.sql, st.params)).affectedRows : 0
+}
+
+/** {@link degradeForSteps} as statements for a batch (none for no steps). */
+export function degradeForStepsStatements(stepIds: readonly number[]): Statement[] {
+  if (stepIds.length === 0) return []
+  return [
+    {
+      sql: `UPDATE event_runs r JOIN event_run_steps s ON s.run_id = r.id
         SET r.health = 'degraded'
       WHERE s.id IN (${placeholders(stepIds.length)}) AND r.health <> 'degraded'
         AND s.last_error IS NOT NULL AND (s.status = 'failed' OR (s.status = 'pending' AND s.attempts > 0))`,
-    [...stepIds],
-  )
-  return res.affectedRows
+      params: [...stepIds],
+    },
+  ]
 }
 
 /**
@@ -215,17 +253,24 @@ export async function degradeForSteps(db: Queryable, stepIds: readonly number[])
  * steps failed for good or is itself waiting out a retry. Answers how many changed.
  */
 export async function restoreHealthOf(db: Queryable, runIds: readonly number[]): Promise<number> {
-  if (runIds.length === 0) return 0
-  const res = await db.runQuery(
-    `UPDATE event_runs r SET r.health = 'ok'
+  const [st] = restoreHealthOfStatements(runIds)
+  return st ? (await db.runQuery(st.sql, st.params)).affectedRows : 0
+}
+
+/** {@link restoreHealthOf} as statements for a batch (none for no runs). */
+export function restoreHealthOfStatements(runIds: readonly number[]): Statement[] {
+  if (runIds.length === 0) return []
+  return [
+    {
+      sql: `UPDATE event_runs r SET r.health = 'ok'
       WHERE r.id IN (${placeholders(runIds.length)}) AND r.health <> 'ok'
         AND NOT EXISTS (
           SELECT 1 FROM event_run_steps s
            WHERE s.run_id = r.id
              AND (s.status = 'failed' OR (s.status = 'pending' AND s.attempts > 0 AND s.last_error IS NOT NULL)))`,
-    [...runIds],
-  )
-  return res.affectedRows
+      params: [...runIds],
+    },
+  ]
 }
 
 /** Set `current_phase`, guarded on the current value like {@link setHealth}. */
@@ -235,10 +280,17 @@ export async function setPhase(db: Queryable, id: number, phase: string): Promis
 
 /** {@link setPhase} for many runs moving into the same phase. */
 export async function setPhaseMany(db: Queryable, ids: readonly number[], phase: string): Promise<number> {
-  if (ids.length === 0) return 0
-  const res = await db.runQuery(
-    `UPDATE event_runs SET current_phase = ? WHERE id IN (${placeholders(ids.length)}) AND NOT (current_phase <=> ?)`,
-    [phase, ...ids, phase],
-  )
-  return res.affectedRows
+  const [st] = setPhaseManyStatements(ids, phase)
+  return st ? (await db.runQuery(st.sql, st.params)).affectedRows : 0
+}
+
+/** {@link setPhaseMany} as statements for a batch (none for no runs). */
+export function setPhaseManyStatements(ids: readonly number[], phase: string): Statement[] {
+  if (ids.length === 0) return []
+  return [
+    {
+      sql: `UPDATE event_runs SET current_phase = ? WHERE id IN (${placeholders(ids.length)}) AND NOT (current_phase <=> ?)`,
+      params: [phase, ...ids, phase],
+    },
+  ]
 }

@@ -5,7 +5,7 @@
  * runner makes for one step or for a batch is written once, set-wise, and the
  * one-step form calls it.
  */
-import type { Queryable } from '../db.ts'
+import type { Queryable, Statement } from '../db.ts'
 import { caseOf, chunkCase, placeholders, toJson } from '../json.ts'
 import { LEASE_EXPIRY, leaseFree, leaseMicros } from '../leases.ts'
 import { KEY_HOLDING } from '../states.ts'
@@ -173,8 +173,12 @@ export async function completeMany(
   db: Queryable,
   rows: readonly { id: number; result: unknown }[],
 ): Promise<number> {
-  let moved = 0
-  for (const chunk of chunkCase(rows)) {
+  return runEach(db, completeManyStatements(rows))
+}
+
+/** {@link completeMany} as statements for a batch, one per chunk of rows. */
+export function completeManyStatements(rows: readonly { id: number; result: unknown }[]): Statement[] {
+  return chunkCase(rows).map((chunk) => {
     const answered = chunk.some((r) => r.result !== null && r.result !== undefined)
     const result = answered
       ? caseOf(
@@ -182,15 +186,20 @@ export async function completeMany(
           chunk.map((r) => [r.id, toJson(r.result)] as const),
         )
       : { sql: 'NULL', args: [] }
-    const res = await db.runQuery(
-      `UPDATE event_run_steps
+    return {
+      sql: `UPDATE event_run_steps
           SET status = 'completed', result = ${result.sql}, ended_at = NOW(3), claimed_by = NULL,
               claim_expires_at = NULL, parked = 0, wake_at = NULL, last_error = NULL
         WHERE id IN (${placeholders(chunk.length)}) AND status = 'running'`,
-      [...result.args, ...chunk.map((r) => r.id)],
-    )
-    moved += res.affectedRows
-  }
+      params: [...result.args, ...chunk.map((r) => r.id)],
+    }
+  })
+}
+
+/** Send `statements` one by one; answers the rows they moved in all. */
+async function runEach(db: Queryable, statements: readonly Statement[]): Promise<number> {
+  let moved = 0
+  for (const st of statements) moved += (await db.runQuery(st.sql, st.params)).affectedRows
   return moved
 }
 
@@ -203,8 +212,14 @@ export async function setAsideMany(
   db: Queryable,
   rows: readonly { id: number; until: Date | null; parked: boolean }[],
 ): Promise<number> {
-  let moved = 0
-  for (const chunk of chunkCase(rows)) {
+  return runEach(db, setAsideManyStatements(rows))
+}
+
+/** {@link setAsideMany} as statements for a batch, one per chunk of rows. */
+export function setAsideManyStatements(
+  rows: readonly { id: number; until: Date | null; parked: boolean }[],
+): Statement[] {
+  return chunkCase(rows).map((chunk) => {
     const wake = caseOf(
       'id',
       chunk.map((r) => [r.id, r.until] as const),
@@ -213,15 +228,13 @@ export async function setAsideMany(
       'id',
       chunk.map((r) => [r.id, r.parked ? 1 : 0] as const),
     )
-    const res = await db.runQuery(
-      `UPDATE event_run_steps
+    return {
+      sql: `UPDATE event_run_steps
           SET parked = ${parked.sql}, wake_at = ${wake.sql}, claimed_by = NULL, claim_expires_at = NULL
         WHERE id IN (${placeholders(chunk.length)}) AND status = 'running'`,
-      [...parked.args, ...wake.args, ...chunk.map((r) => r.id)],
-    )
-    moved += res.affectedRows
-  }
-  return moved
+      params: [...parked.args, ...wake.args, ...chunk.map((r) => r.id)],
+    }
+  })
 }
 
 /** Park on a person: `running`, `parked = 1`, no lease; `until` is the cue's timeout. */
@@ -272,8 +285,14 @@ export async function failAttempts(
   db: Queryable,
   rows: readonly { id: number; error: string; retryAt: Date | null }[],
 ): Promise<number> {
-  let moved = 0
-  for (const chunk of chunkCase(rows)) {
+  return runEach(db, failAttemptsStatements(rows))
+}
+
+/** {@link failAttempts} as statements for a batch, one per chunk of rows. */
+export function failAttemptsStatements(
+  rows: readonly { id: number; error: string; retryAt: Date | null }[],
+): Statement[] {
+  return chunkCase(rows).map((chunk) => {
     const error = caseOf(
       'id',
       chunk.map((r) => [r.id, r.error.slice(0, 1000)] as const),
@@ -285,18 +304,16 @@ export async function failAttempts(
     const retrying = chunk.filter((r) => r.retryAt !== null).map((r) => r.id)
     const inRetry = retrying.length > 0 ? `id IN (${placeholders(retrying.length)})` : 'FALSE'
     // Assigned left to right (MariaDB): `status` last, since the others read the old row.
-    const res = await db.runQuery(
-      `UPDATE event_run_steps
+    return {
+      sql: `UPDATE event_run_steps
           SET last_error = ${error.sql}, wake_at = ${wake.sql},
               ended_at = IF(${inRetry}, ended_at, NOW(3)),
               claimed_by = NULL, claim_expires_at = NULL, parked = 0,
               status = IF(${inRetry}, 'pending', 'failed')
         WHERE id IN (${placeholders(chunk.length)}) AND status = 'running'`,
-      [...error.args, ...wake.args, ...retrying, ...retrying, ...chunk.map((r) => r.id)],
-    )
-    moved += res.affectedRows
-  }
-  return moved
+      params: [...error.args, ...wake.args, ...retrying, ...retrying, ...chunk.map((r) => r.id)],
+    }
+  })
 }
 
 /**

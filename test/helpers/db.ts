@@ -100,7 +100,7 @@ type Statement = (sql: string, params?: readonly SqlValue[]) => Promise<unknown>
  * `db` with one statement method wrapped, for injecting a fault into the real
  * database: `wrap` gets the real method (bound to `db`) and answers the one to
  * use instead. Every other member is the real one, so the statements still run
- * against MariaDB.
+ * against MariaDB. Wrapping `runQuery` wraps the statements of `commitAll` too.
  */
 export function wrapStatements<D extends Queryable>(
   db: D,
@@ -108,9 +108,21 @@ export function wrapStatements<D extends Queryable>(
   wrap: (real: Statement) => Statement,
 ): D {
   const replaced = wrap((db[method] as Statement).bind(db))
+  // A pool's one-text transactions (Db.commitAll) are text-protocol statements
+  // too: each goes through the wrapper first, in order, as if sent alone; a
+  // fault it throws fails the transaction before any of it is sent.
+  const gate = method === 'runQuery' ? wrap(async () => ({ affectedRows: 0, insertId: 0 })) : null
+  const commitAll =
+    gate && 'commitAll' in db
+      ? async (statements: readonly { sql: string; params: readonly SqlValue[] }[], opts?: unknown) => {
+          for (const st of statements) await gate(st.sql, st.params)
+          return (db as unknown as Db).commitAll(statements, opts as Parameters<Db['commitAll']>[1])
+        }
+      : null
   return new Proxy(db, {
     get(target, prop, receiver) {
       if (prop === method) return replaced
+      if (prop === 'commitAll' && commitAll) return commitAll
       const value = Reflect.get(target, prop, receiver)
       return typeof value === 'function' ? value.bind(target) : value
     },

@@ -4,7 +4,7 @@
  * of one included), by {@link BufferedWriter} and, as outcomes arrive, by
  * {@link GroupWriter}. What fails a run is written by failure.ts instead.
  */
-import { isDbUnavailable, type Queryable } from '../../../sql/db.ts'
+import { type CountedStatement, checkAffected, type Db, isDbUnavailable } from '../../../sql/db.ts'
 import type { NewLog } from '../../../sql/eventRunLogs.ts'
 import * as logs from '../../../sql/eventRunLogs.ts'
 import * as runs from '../../../sql/eventRuns/index.ts'
@@ -91,7 +91,7 @@ export class BufferedWriter implements StepWriter {
   private restored: number[] = []
 
   constructor(
-    private readonly db: Queryable,
+    private readonly db: Pick<Db, 'commitAll'>,
     private readonly hardStop: AbortSignal,
     /** Told once a flush has parked steps on a person (written, so readers see them now). */
     private readonly parked: () => void = () => {},
@@ -147,37 +147,47 @@ export class BufferedWriter implements StepWriter {
   }
 
   /**
-   * Write what was collected, in the order one run's steps need: runs
-   * finished, phases moved, log lines, then completions (retried through a
-   * database outage: the lines are written, and a lost completion would run
-   * the steps and log them again; a lost sleep would run them again as well).
+   * Write what was collected as one transaction, in one round trip (its
+   * BEGIN and COMMIT in the same text): runs finished (their keys released),
+   * phases moved, log lines, the steps' outcomes, then the runs' health as
+   * their steps' rows now say. Kept or lost together, so it is sent again
+   * whole while the database is unavailable (see {@link recordOutcome}): a
+   * lost outcome would run its step again. Only a COMMIT whose answer was
+   * lost can make the next attempt write its log lines twice; its guarded
+   * moves match nothing the second time.
    */
   async flush(): Promise<void> {
-    const { db } = this
-    if (this.finished.length > 0)
-      await runs.transitionMany(db, this.finished, ['running', 'ending'], 'completed')
-    for (const [phase, ids] of groupBy(this.endingMoves))
-      await runs.transitionMany(db, ids, 'running', 'ending', { phase })
-    for (const [phase, ids] of groupBy(this.phaseMoves)) await runs.setPhaseMany(db, ids, phase)
-    if (this.lines.length > 0) await logs.appendMany(db, this.lines)
-    const completed = this.completed
-    const setAside = this.setAside
-    const failed = this.failedAttempts
-    if (completed.length > 0 || setAside.length > 0 || failed.length > 0)
-      await recordOutcome(this.hardStop, async () => {
-        await steps.completeMany(db, completed)
-        await steps.setAsideMany(db, setAside)
-        await steps.failAttempts(db, failed)
-      })
+    const statements = this.statements()
+    const parked = this.setAside.some((r) => r.parked)
+    this.clear()
+    if (statements.length === 0) return
+    const answers = await recordOutcome(this.hardStop, () =>
+      this.db.commitAll(statements, { retryable: true }),
+    )
+    for (const [i, st] of statements.entries()) checkAffected(st, answers[i]?.affectedRows ?? 0)
     // A parked cue is news to its owner's inbox now, not when the whole batch
     // (its other runs' rounds, its stragglers) is done.
-    if (setAside.some((r) => r.parked)) this.parked()
-    // The runs' health follows what their steps' rows now say.
-    await runs.degradeForSteps(
-      db,
-      failed.map((f) => f.id),
-    )
-    await runs.restoreHealthOf(db, this.restored)
+    if (parked) this.parked()
+  }
+
+  /** What was collected, as statements in the order one run's steps need. */
+  private statements(): CountedStatement[] {
+    const out: CountedStatement[] = [
+      ...runs.transitionManyStatements(this.finished, ['running', 'ending'], 'completed'),
+    ]
+    for (const [phase, ids] of groupBy(this.endingMoves))
+      out.push(...runs.transitionManyStatements(ids, 'running', 'ending', { phase }))
+    for (const [phase, ids] of groupBy(this.phaseMoves)) out.push(...runs.setPhaseManyStatements(ids, phase))
+    out.push(...logs.appendManyStatements(this.lines))
+    out.push(...steps.completeManyStatements(this.completed))
+    out.push(...steps.setAsideManyStatements(this.setAside))
+    out.push(...steps.failAttemptsStatements(this.failedAttempts))
+    out.push(...runs.degradeForStepsStatements(this.failedAttempts.map((f) => f.id)))
+    out.push(...runs.restoreHealthOfStatements(this.restored))
+    return out
+  }
+
+  private clear(): void {
     this.setAside = []
     this.failedAttempts = []
     this.restored = []
@@ -204,7 +214,7 @@ export class GroupWriter {
   private failure: unknown = null
 
   constructor(
-    private readonly db: Queryable,
+    private readonly db: Pick<Db, 'commitAll'>,
     private readonly hardStop: AbortSignal,
     private readonly parked: () => void = () => {},
   ) {
