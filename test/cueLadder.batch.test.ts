@@ -7,8 +7,9 @@
  * cues (run by run it was six per cue: a read, BEGIN, three INSERTs, COMMIT),
  * and each cue still gets one ladder, one event and one delivery per channel
  * that listens (a channel narrowed away by team or definition gets none).
- * A round's opening is two round trips: BEGIN, then its INSERTs with the
- * COMMIT (an opening too large for one text of each sends them one by one).
+ * A round's opening is one round trip: its INSERTs in one text with the
+ * BEGIN and the COMMIT (an opening too large for one text goes in parts of
+ * the same transaction).
  */
 import { expect, it } from 'vitest'
 import type { Db } from '../sql/db.ts'
@@ -204,7 +205,7 @@ it("a cue's first entry opens its ladder without reading it first; one already t
     const state = await ladder.sync(plan, now)
     return { state, statements: ladderDb.stats.statements - before }
   }
-  // A re-entry reads first (one statement), then opens (BEGIN; the ladder, its event and deliveries with the COMMIT).
+  // A re-entry reads first (one statement), then opens (the ladder, its event and deliveries between BEGIN and COMMIT).
   const reread = await counted({ ...cuePlan(run, steps[0]?.id as number), firstEntry: false })
   const first = await counted({ ...cuePlan(run, steps[1]?.id as number), firstEntry: true })
   expect(first.statements).toBe(reread.statements - 1)
@@ -254,6 +255,7 @@ it('the runner tells a cue its first entry, and a re-entry at its rung that it i
 /** `count` first entries of cues of one run, asked in one turn (one batch); answers the ladder pool's counts. */
 async function openTogether(
   count: number,
+  prompt?: string,
 ): Promise<{ runId: number; statements: number; roundTrips: number }> {
   const { run } = await makeRunWithSteps(t.db, 1)
   const ladderDb: Db = t.open()
@@ -263,7 +265,7 @@ async function openTogether(
   const base = 1_000_000 + run.id * 10_000
   await Promise.all(
     Array.from({ length: count }, (_, i) =>
-      ladder.sync({ ...cuePlan(run, base + i), firstEntry: true }, now),
+      ladder.sync({ ...cuePlan(run, base + i), ...(prompt && { prompt }), firstEntry: true }, now),
     ),
   )
   return { runId: run.id, statements: ladderDb.stats.statements, roundTrips: ladderDb.stats.roundTrips }
@@ -286,23 +288,32 @@ async function openedFor(
   }
 }
 
-it("a round's cues open in two round trips: BEGIN, then the ladders, events and deliveries with the COMMIT", async () => {
-  await channels.create(t.db, channel('two trips'))
+it("a round's cues open in one round trip: the ladders, events and deliveries between BEGIN and COMMIT in one text", async () => {
+  await channels.create(t.db, channel('one trip'))
   const opened = await openTogether(40)
-  // BEGIN; INSERT ladders; INSERT events; INSERT deliveries; COMMIT (five round trips before).
-  expect(opened).toMatchObject({ statements: 5, roundTrips: 2 })
-  expect(await openedFor(opened.runId, 'two trips')).toEqual({ ladders: 40, events: 40, deliveries: 40 })
+  // START TRANSACTION; INSERT ladders; INSERT events; INSERT deliveries; COMMIT (five round trips before).
+  expect(opened).toMatchObject({ statements: 5, roundTrips: 1 })
+  expect(await openedFor(opened.runId, 'one trip')).toEqual({ ladders: 40, events: 40, deliveries: 40 })
 })
 
-it('an opening larger than one statement of each sends them one at a time, and every cue opens once', async () => {
-  await channels.create(t.db, channel('one at a time'))
+it('an opening of more rows than one statement holds still goes in one text, and every cue opens once', async () => {
+  await channels.create(t.db, channel('two chunks'))
   // 2,001 rows: two multi-row INSERTs of ladders and of events (2,000 rows a statement at most).
   const opened = await openTogether(2001)
-  expect(opened.roundTrips).toBeGreaterThan(2)
-  expect(opened.statements).toBe(opened.roundTrips)
-  expect(await openedFor(opened.runId, 'one at a time')).toEqual({
+  expect(opened.roundTrips).toBe(1)
+  expect(opened.statements).toBeGreaterThan(5)
+  expect(await openedFor(opened.runId, 'two chunks')).toEqual({
     ladders: 2001,
     events: 2001,
     deliveries: 2001,
   })
+})
+
+it('an opening past one text goes in parts of one transaction, and every cue opens once', async () => {
+  await channels.create(t.db, channel('in parts'))
+  // 2,001 prompts of 1,000 characters: ladders and events with them are several MiB of text.
+  const opened = await openTogether(2001, 'p'.repeat(1000))
+  expect(opened.roundTrips).toBeGreaterThan(1)
+  expect(opened.roundTrips).toBeLessThan(opened.statements)
+  expect(await openedFor(opened.runId, 'in parts')).toEqual({ ladders: 2001, events: 2001, deliveries: 2001 })
 })

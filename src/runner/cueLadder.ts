@@ -208,23 +208,13 @@ export class DbCueLadder implements CueLadderPort {
       const rows = opening.map((o) => o.row)
       const waiting = opening.map((o) => cueEvent('CUE_WAITING', o.run, o.row, 'waiting', o.row.openedAt))
       const opens = ladders.openManyStatements(rows)
-      const emits = events.emitManyStatements(waiting)
-      const made = await this.db.transaction(
-        async (tx) => {
-          // A round's cues (one chunk each, the usual case) go with the COMMIT:
-          // two round trips where four or five were, when a show's first cues
-          // all open together. Larger openings send a statement at a time, each
-          // text well under the server's packet limit.
-          if (opens.length === 1 && emits.length === 1) {
-            const answers = await tx.commitWith([...opens, ...emits.flat()])
-            return answers[0]?.affectedRows ?? 0
-          }
-          const n = await ladders.openMany(tx, rows)
-          await events.emitMany(tx, waiting)
-          return n
-        },
-        { retryable: true },
-      )
+      // One transaction in one round trip (its BEGIN and COMMIT in the text),
+      // where a show's first cues opening together took five; an opening past
+      // one text's size goes in parts of the same transaction (db.ts).
+      const answers = await this.db.commitAll([...opens, ...events.emitManyStatements(waiting).flat()], {
+        retryable: true,
+      })
+      const made = answers.slice(0, opens.length).reduce((n, a) => n + a.affectedRows, 0)
       // The rows this call made are the rows as written: a burst of cues
       // opening skips a read each. When another writer made some (a racing
       // re-entry), they are read.
