@@ -63,6 +63,10 @@ export function hostRunner(
         metrics.steps.inc({ kind, outcome })
         tickChangedRuns = true
       },
+      // A run finished (its last step's outcome told before) is a change of its own.
+      runsMoved: () => {
+        tickChangedRuns = true
+      },
       claimConflict: () => metrics.claimConflicts.inc(),
       tickDuration: (ms) => {
         metrics.tickDuration.observe(ms / 1000)

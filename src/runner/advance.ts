@@ -192,8 +192,10 @@ async function rounds(
       if (move) await writer.movePhase(id, move)
       entries.push({ run, step, executing: executingRow(step, how, now), status: snap.status, how })
     }
-    // Runs finished and phases moved, before any step of the round begins.
-    await writer.flush()
+    // Runs finished and phases moved, before any step of the round begins:
+    // news to the live feeds as a step's outcome is (a run's completion is
+    // written here, after its last step's outcome was told).
+    if (await writer.flush()) deps.observer?.runsMoved?.()
     for (const [run, answer] of leaving) onAnswer(run, answer)
     if (entries.length === 0) return
 

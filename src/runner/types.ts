@@ -14,6 +14,8 @@ import type { StepSettings } from './steps/types.ts'
 /** Hooks the server wires to metrics; every one is optional. */
 export interface RunnerObserver {
   stepFinished?(kind: string, outcome: 'completed' | 'retry' | 'failed' | 'sleep' | 'park' | 'skipped'): void
+  /** Runs were finished or moved into another phase by the runner, the write made. */
+  runsMoved?(): void
   claimConflict?(): void
   tickDuration?(ms: number): void
   /** A batch a pass handed on (flights.ts) has been advanced: its runs' steps changed since the pass ended. */

@@ -154,13 +154,13 @@ export class BufferedWriter implements StepWriter {
    * whole while the database is unavailable (see {@link recordOutcome}): a
    * lost outcome would run its step again. Only a COMMIT whose answer was
    * lost can make the next attempt write its log lines twice; its guarded
-   * moves match nothing the second time.
+   * moves match nothing the second time. Answers whether it wrote anything.
    */
-  async flush(): Promise<void> {
+  async flush(): Promise<boolean> {
     const statements = this.statements()
     const parked = this.setAside.some((r) => r.parked)
     this.clear()
-    if (statements.length === 0) return
+    if (statements.length === 0) return false
     const answers = await recordOutcome(this.hardStop, () =>
       this.db.commitAll(statements, { retryable: true }),
     )
@@ -168,6 +168,7 @@ export class BufferedWriter implements StepWriter {
     // A parked cue is news to its owner's inbox now, not when the whole batch
     // (its other runs' rounds, its stragglers) is done.
     if (parked) this.parked()
+    return true
   }
 
   /** What was collected, as statements in the order one run's steps need. */
