@@ -280,32 +280,84 @@ type Stage = 'connect' | 'body' | 'commit' | 'committed'
 
 /**
  * An attempt's progress: its {@link Stage}, and whether its BEGIN was sent
- * (a {@link Db.commitAll} sends it in the text of its statements).
+ * (with the first statement: see {@link transactionOn}).
  */
 interface Progress {
   at: Stage
   begun: boolean
 }
 
-/** A transaction's statements on `conn`; `commitWith` moves `progress` as the COMMIT it carries goes through. */
-function transactionOn(conn: PoolConnection, stats: DbStats, progress: Progress): Transaction {
+/**
+ * A transaction's statements on `conn`. Its BEGIN (with the isolation level
+ * asked for) is sent with its first statement: in that statement's text
+ * when it goes over the text protocol (a `query`, a `batch`, the
+ * `commitWith`), a round trip fewer for every transaction; on its own
+ * before a prepared statement, which cannot share a text. `commitWith`
+ * moves `progress` as the COMMIT it carries goes through.
+ */
+function transactionOn(
+  conn: PoolConnection,
+  stats: DbStats,
+  progress: Progress,
+  isolation: TransactionOptions['isolation'],
+): Transaction {
   const tx = makeQueryable(sendOn(conn), stats, false)
+  const opening = (): Statement[] => {
+    if (progress.begun) return []
+    const begin = { sql: 'START TRANSACTION', params: [] }
+    return isolation ? [{ sql: `SET TRANSACTION ISOLATION LEVEL ${isolation}`, params: [] }, begin] : [begin]
+  }
+  /** `statements` with the BEGIN in front when it is still to be sent; their own answers. */
+  const opened = async (statements: readonly Statement[]): Promise<BatchAnswer[]> => {
+    const first = opening()
+    if (first.length === 0) return tx.batch(statements)
+    // Begun once sent, even should a statement after it fail: the transaction is open until rolled back.
+    progress.begun = true
+    return (await tx.batch([...first, ...statements])).slice(first.length)
+  }
+  /** A prepared statement cannot share a text: the BEGIN goes alone first. */
+  const begun = async () => {
+    const first = opening()
+    progress.begun = true
+    if (first.length > 0) await tx.batch(first)
+  }
   return {
-    ...tx,
+    async execute(sql, params) {
+      await begun()
+      return tx.execute(sql, params)
+    },
+    async run(sql, params) {
+      await begun()
+      return tx.run(sql, params)
+    },
+    async query<T>(sql: string, params: readonly SqlValue[] = []) {
+      if (progress.begun) return tx.query<T>(sql, params)
+      const [answer] = await opened([{ sql, params }])
+      return (answer?.rows ?? []) as T[]
+    },
+    async runQuery(sql, params = []) {
+      if (progress.begun) return tx.runQuery(sql, params)
+      const [answer] = await opened([{ sql, params }])
+      return { affectedRows: answer?.affectedRows ?? 0, insertId: answer?.insertId ?? 0 }
+    },
+    async batch(statements) {
+      if (statements.length === 0) return []
+      return opened(statements)
+    },
     async commitWith(statements) {
       if (progress.at !== 'body')
         throw new Error("commitWith is a transaction's last statement; it was sent already.")
-      const opening: Statement[] = progress.begun ? [] : [{ sql: 'START TRANSACTION', params: [] }]
-      const parts = partsBySize([...opening, ...statements, { sql: 'COMMIT', params: [] }])
+      const first = opening()
+      const parts = partsBySize([...first, ...statements, { sql: 'COMMIT', params: [] }])
       const answers: BatchAnswer[] = []
+      progress.begun = true
       for (const [i, part] of parts.entries()) {
         // The COMMIT's answer is the last part's last; a failure before that part means it never ran.
         if (i === parts.length - 1) progress.at = 'commit'
         answers.push(...(await tx.batch(part)))
-        progress.begun = true
       }
       progress.at = 'committed'
-      return answers.slice(opening.length, opening.length + statements.length)
+      return answers.slice(first.length, first.length + statements.length)
     },
   }
 }
@@ -347,8 +399,6 @@ export function createDb(url: string, opts: DbOptions = {}): Db {
     then: (conn: Queryable, committed: T) => Promise<R>,
     txOpts: TransactionOptions | undefined,
     stage: Progress,
-    /** Send no BEGIN of its own: `fn`'s first statement is a commitWith, whose text opens the transaction. */
-    beginInText: boolean,
   ): Promise<R> {
     let conn: PoolConnection
     try {
@@ -358,18 +408,9 @@ export function createDb(url: string, opts: DbOptions = {}): Db {
     }
     stage.at = 'body'
     try {
-      if (txOpts?.isolation) {
-        stats.statements++
-        stats.roundTrips++
-        await conn.query(`SET TRANSACTION ISOLATION LEVEL ${txOpts.isolation}`)
-      }
-      if (!beginInText) {
-        stats.statements++
-        stats.roundTrips++
-        await conn.beginTransaction()
-        stage.begun = true
-      }
-      const result = await fn(transactionOn(conn, stats, stage))
+      const result = await fn(transactionOn(conn, stats, stage, txOpts?.isolation))
+      // Nothing sent: nothing to commit, and no BEGIN was either.
+      if (stage.at === 'body' && !stage.begun) stage.at = 'committed'
       if (stage.at === 'body') {
         stats.statements++
         stats.roundTrips++
@@ -404,8 +445,6 @@ export function createDb(url: string, opts: DbOptions = {}): Db {
     fn: (tx: Transaction) => Promise<T>,
     then: (conn: Queryable, committed: T) => Promise<R>,
     txOpts: TransactionOptions | undefined,
-    /** The BEGIN goes with the first batch (commitAll's `fn` sends nothing before its commitWith). */
-    beginInText = false,
   ): Promise<R> {
     const attempts = txOpts?.retryable ? TRANSACTION_ATTEMPTS : 1
     let hostsTried = 1
@@ -413,7 +452,7 @@ export function createDb(url: string, opts: DbOptions = {}): Db {
       const pool = router.pool
       const stage: Progress = { at: 'connect', begun: false }
       try {
-        return await transactionOnce(pool, fn, then, txOpts, stage, beginInText)
+        return await transactionOnce(pool, fn, then, txOpts, stage)
       } catch (err) {
         // Committed: what failed came after, and repeating the transaction would apply it twice.
         if (stage.at === 'committed') throw err
@@ -451,8 +490,9 @@ export function createDb(url: string, opts: DbOptions = {}): Db {
       return runTransaction(
         (tx) => tx.commitWith(statements),
         async (_conn, committed) => committed,
-        { retryable: txOpts?.retryable === true },
-        true,
+        {
+          retryable: txOpts?.retryable === true,
+        },
       )
     },
     async withConnection(fn) {

@@ -56,7 +56,7 @@ it('stops at a failing statement: outside a transaction what ran before it is ke
   expect(await notes()).not.toContain('4:four')
 })
 
-it('commitWith sends the last writes with the COMMIT: committed when it answers, in two round trips with the BEGIN', async () => {
+it('commitWith sends the last writes with the COMMIT: committed when it answers, in one round trip with the BEGIN', async () => {
   const before = { ...t.db.stats }
   let seenInside: string[] = []
   const answers = await t.db.transaction(async (tx) => {
@@ -71,7 +71,7 @@ it('commitWith sends the last writes with the COMMIT: committed when it answers,
   expect(answers.map((a) => a.affectedRows)).toEqual([1, 1])
   expect(seenInside).toContain('10:ten')
   expect(seenInside).toContain('3:trois')
-  expect(t.db.stats.roundTrips - before.roundTrips).toBe(2)
+  expect(t.db.stats.roundTrips - before.roundTrips).toBe(1)
 })
 
 it('a failing statement of commitWith rolls the whole transaction back, the COMMIT never runs', async () => {
@@ -221,4 +221,64 @@ it('a commitAll past the text limit goes in parts, one transaction: a failure in
   expect(t.db.stats.roundTrips - sent.roundTrips).toBe(3)
   expect(answers.map((a) => a.affectedRows)).toEqual([1, 1, 1])
   expect(await count()).toBe(3)
+})
+
+it("a transaction's BEGIN rides with its first text statement; before a prepared one it goes alone", async () => {
+  await t.db.batch([{ sql: 'INSERT INTO batch_probe (id, note) VALUES (?, ?)', params: [60, 'sixty'] }])
+  const before = { ...t.db.stats }
+  await t.db.transaction(async (tx) => {
+    await tx.query('SELECT note FROM batch_probe WHERE id = ? FOR UPDATE', [60])
+    await tx.runQuery('UPDATE batch_probe SET note = ? WHERE id = ?', ['LX', 60])
+  })
+  // The read with its BEGIN, the write, the COMMIT.
+  expect(t.db.stats.roundTrips - before.roundTrips).toBe(3)
+  const prepared = { ...t.db.stats }
+  await t.db.transaction(async (tx) => {
+    await tx.execute('SELECT note FROM batch_probe WHERE id = ? FOR UPDATE', [60])
+  })
+  // BEGIN, the prepared read, the COMMIT.
+  expect(t.db.stats.roundTrips - prepared.roundTrips).toBe(3)
+  // A transaction that sent nothing sends nothing, not even its COMMIT.
+  const empty = { ...t.db.stats }
+  expect(await t.db.transaction(async () => 'nothing')).toBe('nothing')
+  expect(t.db.stats.roundTrips).toBe(empty.roundTrips)
+  expect(await notes()).toContain('60:LX')
+})
+
+it('a first statement that fails inside its BEGIN text leaves the transaction open: what follows is in it, and rolled back with it', async () => {
+  await expect(
+    t.db.transaction(async (tx) => {
+      // A duplicate key, caught: the transaction goes on.
+      await tx
+        .runQuery('INSERT INTO batch_probe (id, note) VALUES (?, ?)', [60, 'a duplicate'])
+        .catch(() => null)
+      await tx.runQuery('INSERT INTO batch_probe (id, note) VALUES (?, ?)', [61, 'in the transaction'])
+      throw new Error('changed my mind')
+    }),
+  ).rejects.toThrow('changed my mind')
+  // Had the second statement begun a transaction of its own, the first's would have been committed and this kept.
+  expect(await notes()).not.toContain('61:in the transaction')
+})
+
+it('the isolation level asked for rides in the BEGIN text and holds for the transaction', async () => {
+  const seen = await t.db.transaction(
+    async (tx) => {
+      const count = async () =>
+        Number((await tx.query<{ n: number }>('SELECT COUNT(*) AS n FROM batch_probe'))[0]?.n)
+      const first = await count()
+      await other.run('INSERT INTO batch_probe (id, note) VALUES (?, ?)', [62, 'committed meanwhile'])
+      return { first, second: await count() }
+    },
+    { isolation: 'READ COMMITTED' },
+  )
+  // Under REPEATABLE READ (the default) the second read would see the first's snapshot.
+  expect(seen.second).toBe(seen.first + 1)
+  const repeatable = await t.db.transaction(async (tx) => {
+    const count = async () =>
+      Number((await tx.query<{ n: number }>('SELECT COUNT(*) AS n FROM batch_probe'))[0]?.n)
+    const first = await count()
+    await other.run('INSERT INTO batch_probe (id, note) VALUES (?, ?)', [63, 'not seen'])
+    return { first, second: await count() }
+  })
+  expect(repeatable.second).toBe(repeatable.first)
 })
