@@ -115,6 +115,14 @@ export function serverStatements(server: BenchServer): number {
   )
 }
 
+/** Round trips the server's pools made: a batch of statements, a transaction's BEGIN with its first read, is one. */
+export function serverRoundTrips(server: BenchServer): number {
+  const runnerDb = server.app.runnerDb
+  return (
+    server.app.db.stats.roundTrips + (runnerDb && runnerDb !== server.app.db ? runnerDb.stats.roundTrips : 0)
+  )
+}
+
 /** Wait until no run is left unfinished (one LIMIT 1 probe of the status index per `everyMs`). */
 export async function waitAllTerminal(db: Db, timeoutMs = 300_000, everyMs = 50): Promise<void> {
   const started = Date.now()

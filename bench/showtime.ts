@@ -55,7 +55,7 @@ import { monitorEventLoopDelay } from 'node:perf_hooks'
 import { setFlagsFromString } from 'node:v8'
 import { runInNewContext } from 'node:vm'
 import { type BenchResult, benchDb, globalStatus, printResults, runMain, saveResult, sleep } from './lib.ts'
-import { serverStatements } from './scheduled.ts'
+import { serverRoundTrips, serverStatements } from './scheduled.ts'
 import { BENCH_TOKENS, type BenchServer, startBenchServer } from './server.ts'
 import type { ClientsReport, Command } from './showtimeClients.ts'
 import {
@@ -144,6 +144,7 @@ interface Phase {
   /** The clients' process's own event-loop delay over the phase (see ClientsReport). */
   clientEld: { p99Ms: number; maxMs: number }
   statementsPerRun: number
+  roundTripsPerRun: number
   questionsPerRun: number
   comPerRun: Record<string, number>
   rssPeakMb: number
@@ -211,6 +212,7 @@ async function single(): Promise<{ results: Record<string, BenchResult>; loaded:
     const phase = async (prefix: string, shows: number, leadMs: number): Promise<Phase> => {
       const passesBefore = await passTotals(s)
       const statementsBefore = serverStatements(s)
+      const roundTripsBefore = serverRoundTrips(s)
       const questionsBefore = await globalStatus('Questions')
       const comBefore = await Promise.all(COM.map(globalStatus))
       const { instant, defs } = await scheduleShow(s, s.app.db, { prefix, shows, leadMs, receiverUrl })
@@ -226,6 +228,7 @@ async function single(): Promise<{ results: Record<string, BenchResult>; loaded:
       const eldMaxMs = Math.max(0, eld.max / 1e6 - ELD_RESOLUTION_MS)
       const peak = rssPeak
       const statements = serverStatements(s) - statementsBefore
+      const roundTrips = serverRoundTrips(s) - roundTripsBefore
       const questions = (await globalStatus('Questions')) - questionsBefore
       const comAfter = await Promise.all(COM.map(globalStatus))
       const report = await clients.ask<ClientsReport>({ type: 'report' }, 'report')
@@ -242,6 +245,7 @@ async function single(): Promise<{ results: Record<string, BenchResult>; loaded:
         eldMaxMs: Math.round(eldMaxMs),
         clientEld: report.eld,
         statementsPerRun: Math.round((statements / shows) * 100) / 100,
+        roundTripsPerRun: Math.round((roundTrips / shows) * 100) / 100,
         questionsPerRun: Math.round((questions / shows) * 100) / 100,
         comPerRun: Object.fromEntries(
           COM.map((c, i) => [
@@ -318,6 +322,7 @@ async function single(): Promise<{ results: Record<string, BenchResult>; loaded:
         null,
       ),
       targetRow('statements per run (server pools)', idle.statementsPerRun, loaded.statementsPerRun, null),
+      targetRow('round trips per run (server pools)', idle.roundTripsPerRun, loaded.roundTripsPerRun, null),
       targetRow(
         'Questions per run (MariaDB, server-wide)',
         idle.questionsPerRun,
