@@ -30,15 +30,12 @@ afterAll(async () => {
  * statements in the batch with the COMMIT, where its row id is not known).
  */
 const APPLIED_BUDGET = 12
-/**
- * The round trips that carry them: the answer's last writes go with its
- * COMMIT (11 before), the reply's read with the audit entry (7 before).
- */
-const APPLIED_ROUND_TRIPS = 6
+/** The round trips that carry them: the answer's last writes go with its COMMIT (11 before). */
+const APPLIED_ROUND_TRIPS = 7
 
 const oneStep = (steps: unknown[]) => ({ program: { phases: [{ name: 'main', steps }] } })
 
-it('an applied GO sends at most 12 statements in 6 round trips, a refused second answer no more, and an outsider on an exclusive cue is FORBIDDEN', async () => {
+it('an applied GO sends at most 12 statements in 7 round trips, a refused second answer no more, and an outsider on an exclusive cue is FORBIDDEN', async () => {
   // As the server builds it: cues open ladders (who may answer, and the answer's record).
   runner = new Runner({
     db: t.db,
@@ -85,7 +82,7 @@ it('an applied GO sends at most 12 statements in 6 round trips, a refused second
     const trips = db.stats.roundTrips - before.roundTrips
     // BEGIN, the step and run read, the ladder locked, the move, then the
     // answer's record, its event, log line and wake with the COMMIT in one;
-    // the reply's read with the audit entry after it.
+    // the reply's read and the audit after it.
     expect(trips).toBeLessThanOrEqual(APPLIED_ROUND_TRIPS)
     // One connection for the whole answer: a full queue can refuse it only before it applies.
     expect(acquisitions).toBe(1)

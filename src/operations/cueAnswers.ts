@@ -63,10 +63,7 @@ interface HandedOver {
  * runner in this process, its claim for that runner: src/runner/handOff.ts).
  * After the commit, on the same connection: the run is handed over or the
  * runner nudged first, then the reply's step is read and the audit entry
- * written in one round trip, so neither delays the GO. The round trips
- * before the commit stay as they are: an answer that reached its hand-over
- * claim sooner found the run still held by the runner writing its park
- * (docs/performance.md, twenty-first round).
+ * written, so neither delays the GO.
  */
 export async function answerCue(deps: ControlDeps, input: CueAnswerInput): Promise<StepAnswer> {
   const { stepId, person, outcome, via, text } = input
@@ -108,27 +105,23 @@ export async function answerCue(deps: ControlDeps, input: CueAnswerInput): Promi
         await refuse(conn, before, person, action, via)
         return { decision, step: before }
       }
-      // The reply's step read and the audit entry (and a refused answer's
-      // line before them) in one round trip.
-      const [reread] = await conn.batch([
-        steps.getByIdStatement(stepId),
-        ...(decision.applied ? [] : [logs.appendStatement(answerLine(before, decision))]),
-        audit.recordStatement({
-          actor: person.name,
-          action: outcome === 'resolved' ? 'cue.resolve' : 'cue.skip',
-          targetType: 'step',
-          targetId: String(stepId),
-          outcome: decision.applied ? 'ok' : 'refused',
-          detail: {
-            runId: before.runId,
-            via,
-            by,
-            note: text,
-            ...(decision.applied ? {} : { why: decision.why }),
-          },
-        }),
-      ])
-      return { decision, step: steps.stepOf(reread?.rows ?? []) ?? before }
+      if (!decision.applied) await logs.append(conn, answerLine(before, decision))
+      const step = (await steps.getById(conn, stepId)) ?? before
+      await audit.record(conn, {
+        actor: person.name,
+        action: outcome === 'resolved' ? 'cue.resolve' : 'cue.skip',
+        targetType: 'step',
+        targetId: String(stepId),
+        outcome: decision.applied ? 'ok' : 'refused',
+        detail: {
+          runId: before.runId,
+          via,
+          by,
+          note: text,
+          ...(decision.applied ? {} : { why: decision.why }),
+        },
+      })
+      return { decision, step }
     },
     { retryable: true },
   )
