@@ -1,5 +1,5 @@
 /** `event_run_logs`: what happened to a run, who did it, and the retention sweep. */
-import { type CountedStatement, checkAffected, type Queryable, type SqlValue, type Statement } from './db.ts'
+import { type CountedStatement, type Queryable, runEach, type SqlValue, type Statement } from './db.ts'
 import { chunkRows, clampLimit, idSet, parseJson, placeholders, toJson } from './json.ts'
 
 export type LogLevel = 'debug' | 'info' | 'warn' | 'error'
@@ -82,8 +82,7 @@ const MAX_STEP_IDS_PER_STATEMENT = 2000
  * written set-wise (see {@link SHARED_LINE_MIN}); the rest as multi-row VALUES.
  */
 export async function appendMany(db: Queryable, entries: readonly NewLog[]): Promise<void> {
-  for (const st of appendManyStatements(entries))
-    checkAffected(st, (await db.runQuery(st.sql, st.params)).affectedRows)
+  await runEach(db, appendManyStatements(entries))
 }
 
 /** {@link appendMany} as statements for a batch, in order; a shared steps' INSERT says how many lines it must write. */

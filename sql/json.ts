@@ -1,4 +1,5 @@
 import type { SqlValue } from './db.ts'
+import { BATCH_TEXT_BYTES, cutBySize } from './statements.ts'
 
 /** JSON columns arrive as text from MariaDB (its JSON type is LONGTEXT). */
 export function parseJson<T = unknown>(value: unknown, fallback: T): T {
@@ -55,11 +56,6 @@ export function placeholders(n: number): string {
 
 /** Rows per multi-row statement, at most. */
 const MAX_ROWS_PER_STATEMENT = 2000
-/**
- * Bytes of values per multi-row statement, at most: well under MariaDB's
- * default `max_allowed_packet` (16 MiB), whatever the rows carry.
- */
-const MAX_BYTES_PER_STATEMENT = 4 * 1024 * 1024
 
 /**
  * Split rows for multi-row statements so each stays within a row count and a
@@ -67,24 +63,8 @@ const MAX_BYTES_PER_STATEMENT = 4 * 1024 * 1024
  * large step's params). A single row over the budget still gets a chunk of its own.
  */
 export function chunkRows<T>(rows: readonly T[], size: (row: T) => number): T[][] {
-  const chunks: T[][] = []
-  let current: T[] = []
-  let bytes = 0
-  for (const row of rows) {
-    const b = size(row) + 64
-    if (
-      current.length > 0 &&
-      (current.length >= MAX_ROWS_PER_STATEMENT || bytes + b > MAX_BYTES_PER_STATEMENT)
-    ) {
-      chunks.push(current)
-      current = []
-      bytes = 0
-    }
-    current.push(row)
-    bytes += b
-  }
-  if (current.length > 0) chunks.push(current)
-  return chunks
+  // Values well under MariaDB's packet limit (BATCH_TEXT_BYTES), whatever the rows carry.
+  return cutBySize(rows, (row) => size(row) + 64, BATCH_TEXT_BYTES, MAX_ROWS_PER_STATEMENT)
 }
 
 /** Rows per `CASE id WHEN … END` statement: the CASE is read in order for every row it updates. */

@@ -38,8 +38,9 @@ export interface BatchAnswer {
 }
 
 /**
- * How large one text may grow before a batch that must not be cut (a
- * transaction's last writes) is sent in parts: a quarter of MariaDB's default
+ * How large one text may grow: a multi-row statement's values (json.ts
+ * `chunkRows`), and a batch that must not be cut (a transaction's last
+ * writes) before it is sent in parts. A quarter of MariaDB's default
  * `max_allowed_packet` (16 MiB), so escaping and multi-byte text cannot reach it.
  */
 export const BATCH_TEXT_BYTES = 4 * 1024 * 1024
@@ -59,26 +60,59 @@ export function statementBytes(st: Statement): number {
 }
 
 /**
+ * `items` in order, cut into pieces of at most `maxBytes` (as `size` counts
+ * them) and `maxCount` items each; an item over the byte budget alone still
+ * gets a piece of its own. The rows of a multi-row statement (json.ts
+ * `chunkRows`) and the statements of one text ({@link partsBySize}) are cut so.
+ */
+export function cutBySize<T>(
+  items: readonly T[],
+  size: (item: T) => number,
+  maxBytes: number,
+  maxCount = Number.POSITIVE_INFINITY,
+): T[][] {
+  const pieces: T[][] = []
+  let piece: T[] = []
+  let bytes = 0
+  for (const item of items) {
+    const b = size(item)
+    if (piece.length > 0 && (piece.length >= maxCount || bytes + b > maxBytes)) {
+      pieces.push(piece)
+      piece = []
+      bytes = 0
+    }
+    piece.push(item)
+    bytes += b
+  }
+  if (piece.length > 0) pieces.push(piece)
+  return pieces
+}
+
+/**
  * The statements in order, cut into texts of at most `maxBytes` each (a
  * statement larger than that alone goes as a text of its own): the producers
  * chunk their rows, so one statement stays well under the server's limit.
  */
 export function partsBySize(statements: readonly Statement[], maxBytes = BATCH_TEXT_BYTES): Statement[][] {
-  const parts: Statement[][] = []
-  let part: Statement[] = []
-  let bytes = 0
+  return cutBySize(statements, statementBytes, maxBytes)
+}
+
+/**
+ * Send `statements` one by one on `db` (each its own round trip, as a
+ * repository's one-shot form does), checking each {@link CountedStatement}'s
+ * count as it answers; answers the rows they affected in all.
+ */
+export async function runEach(
+  db: { runQuery(sql: string, params: readonly SqlValue[]): Promise<{ affectedRows: number }> },
+  statements: readonly CountedStatement[],
+): Promise<number> {
+  let affected = 0
   for (const st of statements) {
-    const size = statementBytes(st)
-    if (part.length > 0 && bytes + size > maxBytes) {
-      parts.push(part)
-      part = []
-      bytes = 0
-    }
-    part.push(st)
-    bytes += size
+    const { affectedRows } = await db.runQuery(st.sql, st.params)
+    checkAffected(st, affectedRows)
+    affected += affectedRows
   }
-  if (part.length > 0) parts.push(part)
-  return parts
+  return affected
 }
 
 /** The statements as one text: the placeholders stay, their values in order. */

@@ -6,7 +6,7 @@
  * are guarded on the current value, so an unchanged value restamps nothing.
  */
 
-import type { Db, Queryable, SqlValue, Statement } from '../db.ts'
+import { type Db, type Queryable, runEach, type SqlValue, type Statement } from '../db.ts'
 import { cancelUnfinished, fail as failStep } from '../eventSteps/index.ts'
 import { idSet, placeholders } from '../json.ts'
 import type { RunHealth, RunStatus } from '../states.ts'
@@ -199,8 +199,7 @@ export function failWithStep(
  */
 export async function releaseKey(db: Queryable, runIds: readonly number[]): Promise<number> {
   if (runIds.length === 0) return 0
-  const st = releaseKeyStatement(runIds)
-  return (await db.runQuery(st.sql, st.params)).affectedRows
+  return runEach(db, [releaseKeyStatement(runIds)])
 }
 
 function releaseKeyStatement(runIds: readonly number[]): Statement {
@@ -230,8 +229,7 @@ export async function setHealth(db: Queryable, id: number, health: RunHealth): P
  * leaves its run as it was. Answers how many runs changed.
  */
 export async function degradeForSteps(db: Queryable, stepIds: readonly number[]): Promise<number> {
-  const [st] = degradeForStepsStatements(stepIds)
-  return st ? (await db.runQuery(st.sql, st.params)).affectedRows : 0
+  return runEach(db, degradeForStepsStatements(stepIds))
 }
 
 /** {@link degradeForSteps} as statements for a batch (none for no steps). */
@@ -253,8 +251,7 @@ export function degradeForStepsStatements(stepIds: readonly number[]): Statement
  * steps failed for good or is itself waiting out a retry. Answers how many changed.
  */
 export async function restoreHealthOf(db: Queryable, runIds: readonly number[]): Promise<number> {
-  const [st] = restoreHealthOfStatements(runIds)
-  return st ? (await db.runQuery(st.sql, st.params)).affectedRows : 0
+  return runEach(db, restoreHealthOfStatements(runIds))
 }
 
 /** {@link restoreHealthOf} as statements for a batch (none for no runs). */
@@ -280,8 +277,7 @@ export async function setPhase(db: Queryable, id: number, phase: string): Promis
 
 /** {@link setPhase} for many runs moving into the same phase. */
 export async function setPhaseMany(db: Queryable, ids: readonly number[], phase: string): Promise<number> {
-  const [st] = setPhaseManyStatements(ids, phase)
-  return st ? (await db.runQuery(st.sql, st.params)).affectedRows : 0
+  return runEach(db, setPhaseManyStatements(ids, phase))
 }
 
 /** {@link setPhaseMany} as statements for a batch (none for no runs). */

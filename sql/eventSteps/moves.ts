@@ -5,7 +5,7 @@
  * runner makes for one step or for a batch is written once, set-wise, and the
  * one-step form calls it.
  */
-import type { Queryable, Statement } from '../db.ts'
+import { type Queryable, runEach, type Statement } from '../db.ts'
 import { caseOf, chunkCase, placeholders, toJson } from '../json.ts'
 import { LEASE_EXPIRY, leaseFree, leaseMicros } from '../leases.ts'
 import { KEY_HOLDING } from '../states.ts'
@@ -194,13 +194,6 @@ export function completeManyStatements(rows: readonly { id: number; result: unkn
       params: [...result.args, ...chunk.map((r) => r.id)],
     }
   })
-}
-
-/** Send `statements` one by one; answers the rows they moved in all. */
-async function runEach(db: Queryable, statements: readonly Statement[]): Promise<number> {
-  let moved = 0
-  for (const st of statements) moved += (await db.runQuery(st.sql, st.params)).affectedRows
-  return moved
 }
 
 /**
