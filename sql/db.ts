@@ -8,6 +8,7 @@
 import mysql, { type Connection, type Pool, type PoolConnection, type ResultSetHeader } from 'mysql2/promise'
 import { type DbOptions, parseDatabaseUrl, poolOptionsFromUrl } from './databaseUrl.ts'
 import { DatabaseError, DB_ERRNO, isConflict, isDbErrno, isDbUnavailable, nothingRan } from './dbErrors.ts'
+import { HostRouter } from './hostRouter.ts'
 import {
   answersOf,
   type BatchAnswer,
@@ -231,48 +232,6 @@ function makeQueryable(send: Send, stats: DbStats, autocommit: boolean): Queryab
 
 function sendOn(target: Pool | PoolConnection): Send {
   return (how, sql, params) => (how === 'execute' ? target.execute(sql, params) : target.query(sql, params))
-}
-
-/**
- * One pool per host of the URL, and which one is in use. An instance stays on
- * one node while it answers (its own writes then never conflict with each other
- * in certification), and moves to the next when that node is unavailable.
- */
-class HostRouter {
-  private current = 0
-  constructor(readonly pools: readonly Pool[]) {}
-
-  get pool(): Pool {
-    return this.pools[this.current] as Pool
-  }
-
-  /** Which of the URL's hosts is in use. */
-  get hostIndex(): number {
-    return this.current
-  }
-
-  /** `pool` failed as unavailable: move to the next host, unless another failure already moved us. */
-  failed(pool: Pool): void {
-    if (this.pools.length > 1 && this.pool === pool) this.current = (this.current + 1) % this.pools.length
-  }
-
-  /**
-   * Run one autocommit statement. When the host is unavailable and certainly
-   * ran nothing, try the next host at once; otherwise the error is the caller's
-   * (a later call goes to the next host).
-   */
-  async send<T>(fn: (pool: Pool) => Promise<T>): Promise<T> {
-    for (let tried = 1; ; tried++) {
-      const pool = this.pool
-      try {
-        return await fn(pool)
-      } catch (err) {
-        if (!isDbUnavailable(err)) throw err
-        this.failed(pool)
-        if (tried >= this.pools.length || !nothingRan(err)) throw err
-      }
-    }
-  }
 }
 
 /** How far a transaction's attempt got: connecting, its statements, its COMMIT, or past it. */
