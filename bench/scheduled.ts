@@ -4,7 +4,7 @@
  * co-hosted runner (buildApp, configured through loadConfig) materialises and
  * starts them. Nothing here inserts a run.
  */
-import type { Db } from '../sql/db.ts'
+import type { Db, DbStats } from '../sql/db.ts'
 import { sleep } from './lib.ts'
 import { type BenchServer, startBenchServer } from './server.ts'
 
@@ -107,20 +107,23 @@ export async function scheduleAtInstant(
   return ids
 }
 
-/** Statements sent so far by the server's pools, the API's and the runner's. */
-export function serverStatements(server: BenchServer): number {
-  const runnerDb = server.app.runnerDb
-  return (
-    server.app.db.stats.statements + (runnerDb && runnerDb !== server.app.db ? runnerDb.stats.statements : 0)
-  )
+/**
+ * What the server's pools (the API's and the runner's) have sent so far:
+ * statements, and the round trips that carried them (a batch, or a
+ * transaction's BEGIN riding with its first statement, is one).
+ */
+export function serverDbStats(server: BenchServer): DbStats {
+  const { db, runnerDb } = server.app
+  const runner = runnerDb && runnerDb !== db ? runnerDb.stats : { statements: 0, roundTrips: 0 }
+  return {
+    statements: db.stats.statements + runner.statements,
+    roundTrips: db.stats.roundTrips + runner.roundTrips,
+  }
 }
 
-/** Round trips the server's pools made: a batch of statements, a transaction's BEGIN with its first read, is one. */
-export function serverRoundTrips(server: BenchServer): number {
-  const runnerDb = server.app.runnerDb
-  return (
-    server.app.db.stats.roundTrips + (runnerDb && runnerDb !== server.app.db ? runnerDb.stats.roundTrips : 0)
-  )
+/** Statements sent so far by the server's pools, the API's and the runner's. */
+export function serverStatements(server: BenchServer): number {
+  return serverDbStats(server).statements
 }
 
 /** Wait until no run is left unfinished (one LIMIT 1 probe of the status index per `everyMs`). */

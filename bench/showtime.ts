@@ -55,7 +55,7 @@ import { monitorEventLoopDelay } from 'node:perf_hooks'
 import { setFlagsFromString } from 'node:v8'
 import { runInNewContext } from 'node:vm'
 import { type BenchResult, benchDb, globalStatus, printResults, runMain, saveResult, sleep } from './lib.ts'
-import { serverRoundTrips, serverStatements } from './scheduled.ts'
+import { serverDbStats } from './scheduled.ts'
 import { BENCH_TOKENS, type BenchServer, startBenchServer } from './server.ts'
 import type { ClientsReport, Command } from './showtimeClients.ts'
 import {
@@ -211,8 +211,7 @@ async function single(): Promise<{ results: Record<string, BenchResult>; loaded:
 
     const phase = async (prefix: string, shows: number, leadMs: number): Promise<Phase> => {
       const passesBefore = await passTotals(s)
-      const statementsBefore = serverStatements(s)
-      const roundTripsBefore = serverRoundTrips(s)
+      const sentBefore = serverDbStats(s)
       const questionsBefore = await globalStatus('Questions')
       const comBefore = await Promise.all(COM.map(globalStatus))
       const { instant, defs } = await scheduleShow(s, s.app.db, { prefix, shows, leadMs, receiverUrl })
@@ -227,8 +226,9 @@ async function single(): Promise<{ results: Record<string, BenchResult>; loaded:
       const eldP99Ms = Math.max(0, eld.percentile(99) / 1e6 - ELD_RESOLUTION_MS)
       const eldMaxMs = Math.max(0, eld.max / 1e6 - ELD_RESOLUTION_MS)
       const peak = rssPeak
-      const statements = serverStatements(s) - statementsBefore
-      const roundTrips = serverRoundTrips(s) - roundTripsBefore
+      const sentAfter = serverDbStats(s)
+      const statements = sentAfter.statements - sentBefore.statements
+      const roundTrips = sentAfter.roundTrips - sentBefore.roundTrips
       const questions = (await globalStatus('Questions')) - questionsBefore
       const comAfter = await Promise.all(COM.map(globalStatus))
       const report = await clients.ask<ClientsReport>({ type: 'report' }, 'report')

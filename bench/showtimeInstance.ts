@@ -7,6 +7,7 @@
  * delay and RSS, as bench/showtime.ts does in-process for the single instance.
  */
 import { monitorEventLoopDelay } from 'node:perf_hooks'
+import { serverStatements } from './scheduled.ts'
 import { type BenchServer, startBenchServer } from './server.ts'
 
 export type InstanceCommand =
@@ -38,11 +39,6 @@ const rssTimer = setInterval(() => {
   rssPeak = Math.max(rssPeak, process.memoryUsage().rss)
 }, 100)
 
-function statements(s: BenchServer): number {
-  const runnerDb = s.app.runnerDb
-  return s.app.db.stats.statements + (runnerDb && runnerDb !== s.app.db ? runnerDb.stats.statements : 0)
-}
-
 process.on('message', (cmd: InstanceCommand) => {
   const run = async () => {
     switch (cmd.type) {
@@ -64,7 +60,7 @@ process.on('message', (cmd: InstanceCommand) => {
           eldMaxMs: Math.round(Math.max(0, eld.max / 1e6 - ELD_RESOLUTION_MS)),
           rssMb: mb(process.memoryUsage().rss),
           rssPeakMb: mb(rssPeak),
-          statements: server ? statements(server) : 0,
+          statements: server ? serverStatements(server) : 0,
         }
         send(stats)
         return
