@@ -387,7 +387,25 @@ export async function releaseClaimsAt(
   owner: string,
 ): Promise<number> {
   let released = 0
-  for (const chunk of chunkCase(rows)) {
+  for (const st of releaseClaimsAtStatements(rows, owner))
+    released += (await db.runQuery(st.sql, st.params)).affectedRows
+  return released
+}
+
+/**
+ * {@link releaseClaimsAt} as statements for a transaction. With `token` (the
+ * claim's token; null for a claim taken without one), a run is given back
+ * only while that same claim is on it: a transaction sent again after its
+ * answer was lost must not give back a claim taken since (a GO's hand-over
+ * to this same instance, sql/eventRuns/handOff.ts, carries a token of its own).
+ */
+export function releaseClaimsAtStatements(
+  rows: readonly { id: number; wakeAt: Date | null }[],
+  owner: string,
+  token?: string | null,
+): Statement[] {
+  const guard = token === undefined ? '' : ' AND claim_token <=> ?'
+  return chunkCase(rows).map((chunk) => {
     const planned = caseOf(
       'id',
       chunk.map((r) => [r.id, r.wakeAt] as const),
@@ -396,15 +414,20 @@ export async function releaseClaimsAt(
       'id',
       chunk.map((r) => r.id),
     )
-    const res = await db.runQuery(
-      `UPDATE event_runs
+    return {
+      sql: `UPDATE event_runs
           SET ${releasedWakeAt(planned.sql)}, ${DROP_CLAIM}
-        WHERE ${which.sql} AND claimed_by = ?`,
-      [...IN_FLIGHT, ...planned.args, ...planned.args, ...which.args, owner],
-    )
-    released += res.affectedRows
-  }
-  return released
+        WHERE ${which.sql} AND claimed_by = ?${guard}`,
+      params: [
+        ...IN_FLIGHT,
+        ...planned.args,
+        ...planned.args,
+        ...which.args,
+        owner,
+        ...(token === undefined ? [] : [token]),
+      ],
+    }
+  })
 }
 
 /** Release every claim `owner` holds (a stopping runner), in-flight runs due again at `now` (the runner's clock); answers how many. */

@@ -21,8 +21,8 @@ export interface AnswerClaim {
  * Claim run `id` for `claim`, as the lane's lease would (owner, token, lease,
  * `wake_at` at the lease's end), if it is still `expected` (the status the
  * caller read, so the row it holds is current) and nobody holds a live lease
- * on it. A run still held (its runner giving back the park the answer ends)
- * is not taken: the caller wakes it instead, and its holder's give-back keeps
+ * on it. A run still held (its cue answered before its park was written) is
+ * not taken: the caller wakes it instead, and its holder's give-back keeps
  * that wake. Answers whether the run is now the claim's.
  */
 export async function claimAnswered(

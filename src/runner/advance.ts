@@ -220,7 +220,7 @@ async function rounds(
     entries = await enter(deps, entries, leaseUntil, now, onAnswer)
 
     // Outcomes and log lines are written as they come, set-wise.
-    const recording = new Recording(deps)
+    const recording = new Recording(deps, held.tell)
     // A step's lines are written while it runs: with the round's writes while
     // the round lasts, at once by a straggler.
     let roundOpen = true
@@ -325,7 +325,7 @@ async function straggler(
   leaseEnds: number,
 ): Promise<void> {
   try {
-    const recording = new Recording(deps)
+    const recording = new Recording(deps, held.tell)
     recording.record(e, resultOf(deps, e, await pending))
     await recording.settled()
     for (const [run, answer] of recording.leaving) held.tell(run, answer)
@@ -349,8 +349,23 @@ class Recording {
   private readonly alone: Promise<void>[] = []
   private readonly finished: { kind: string; how: 'completed' | 'sleep' | 'park' | 'retry' | 'failed' }[] = []
 
-  constructor(private readonly deps: EngineDeps) {
-    this.writer = new GroupWriter(deps.db, deps.hardStop, () => deps.observer?.cuesParked?.())
+  /** Runs whose park gives their claim back in its own write, told as soon as it is made. */
+  private readonly parking = new Map<number, ClaimedRun>()
+
+  constructor(
+    private readonly deps: EngineDeps,
+    tell: OnAnswer,
+  ) {
+    this.writer = new GroupWriter(deps.db, deps.hardStop, {
+      parked: () => deps.observer?.cuesParked?.(),
+      givenBack: (given) => {
+        for (const g of given) {
+          const run = this.parking.get(g.id)
+          this.parking.delete(g.id)
+          if (run) tell(run, { wakeAt: g.wakeAt, givenBack: true })
+        }
+      },
+    })
   }
 
   record(e: Entry, result: AttemptResult): void {
@@ -360,9 +375,13 @@ class Recording {
       return
     }
     const { write } = result
+    const parks = write.write === 'park'
+    if (parks) this.parking.set(e.run.id, e.run)
     this.writer.add((w) => {
       if (write.write === 'complete') void w.complete(step.id, write.result)
-      else w.setAsideStep(step.id, write.until, write.write === 'park')
+      else w.setAsideStep(step.id, write.until, parks)
+      // Free the moment its cue can be seen (writer.ts `giveBack`).
+      if (write.write === 'park') w.giveBack(e.run, this.deps.owner, write.until)
       // Logged when the cue first parks; a rung that parks it again logs its own line (cueLadder.ts).
       if (write.write === 'park' && e.how === 'begin') void w.log(parkedLine(e.run, step))
       // A retry that succeeded: the run is no longer degraded for it.
@@ -373,7 +392,8 @@ class Recording {
       this.next.push(e.run)
     } else {
       this.finished.push({ kind: step.kind, how: write.write })
-      this.leaving.push([e.run, { wakeAt: write.until }])
+      // A park is answered by its own write, once made (see the constructor).
+      if (!parks) this.leaving.push([e.run, { wakeAt: write.until }])
     }
   }
 

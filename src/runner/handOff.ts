@@ -13,8 +13,8 @@
  * Where it does not apply, the answer wakes the run as before and the lane or
  * a pass claims it: no runner in the process (`RUNNER=off`; the runners'
  * doorbells are rung), a runner that is not active (stopping), a run still
- * held (its runner is writing the park's give-back; the give-back keeps the
- * wake). A process that dies between the commit and the hand-over leaves a
+ * held (its cue answered before its park was written, the run given back
+ * with it: the give-back keeps the wake). A process that dies between the commit and the hand-over leaves a
  * claim that runs out like any other: the run is due again at the lease's end.
  */
 import type { AnswerClaim, LeasedRun } from '../../sql/eventRuns/index.ts'

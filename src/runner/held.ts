@@ -1,14 +1,17 @@
 /**
- * The claims one pass of the runner holds, and the one place they are given
- * back. A run is held from the moment its claim is taken (a start, a lease, a
- * keyed claim) until it is answered (advance.ts says when it next needs the
+ * The claims one pass of the runner holds, and where they are given back. A
+ * run is held from the moment its claim is taken (a start, a lease, a keyed
+ * claim) until it is answered (advance.ts says when it next needs the
  * runner) or the pass ends: `giveBack()`, in the tick's `finally`, releases
  * whatever was not answered, due now, whether the pass finished or failed.
  *
- * Answered runs are released as their answers come, not when the whole pass
- * ends, and set-wise like a group commit: what is answered while one release
- * is being written goes in the next, so a batch's runs let go together cost
- * one statement, and a run let go early is not held back by a slow straggler.
+ * A run parked on a person is given back by the write that parks it
+ * (executor/writer.ts), free the moment its cue can be seen; its answer
+ * only tells these claims so. Other answered runs are released as their
+ * answers come, not when the whole pass ends, and set-wise like a group
+ * commit: what is answered while one release is being written goes in the
+ * next, so a batch's runs let go together cost one statement, and a run let
+ * go early is not held back by a slow straggler.
  *
  * Held claims are kept alive: every third of `LEASE_MS` while any run is
  * held, their leases are renewed to at least `LEASE_MS` from then. A round
@@ -57,12 +60,13 @@ export class HeldClaims {
       released?: (wakeAts: readonly Date[]) => void
       /**
        * How many nudges (a cue answered, a run resumed) the runner has had,
-       * and how to wake its lane. A person can act on a run while its park is
-       * still being given back: the act pulls `wake_at` to now and the
-       * release keeps it (`woken_while_claimed`), but the nudge came while
-       * the run was claimed and found nothing to take. So a release of a
-       * parked run after any nudge since these claims were taken wakes the
-       * lane; otherwise such a GO waited for the next tick.
+       * and how to wake its lane. A person can act on a run while it is
+       * still held (a cue answered between its ladder's opening and its
+       * park's write): the act pulls `wake_at` to now and the give-back
+       * keeps it (`woken_while_claimed`), but the nudge came while the run
+       * was claimed and found nothing to take. So a parked run given back
+       * after any nudge since these claims were taken wakes the lane;
+       * otherwise such a GO waited for the next tick.
        */
       nudged?: NudgeWatch
       /** The lease to keep held claims alive for, renewed every third of it; unset: not kept alive. */
@@ -180,6 +184,10 @@ export class HeldClaims {
   answer(id: number, answer: RunAnswer): void {
     if (!this.open.delete(id)) return
     if (this.open.size === 0) this.stopKeepingAlive()
+    if ('givenBack' in answer) {
+      this.givenBack(answer.wakeAt)
+      return
+    }
     const { clock } = this.deps
     let wakeAt: Date | null
     const asked = 'wakeAt' in answer && answer.wakeAt !== null
@@ -195,6 +203,18 @@ export class HeldClaims {
     this.queue.push({ id, wakeAt, asked })
     // Answers that arrive together (a round's) are collected before the first release is written.
     this.draining ??= new Promise<void>((resolve) => setImmediate(resolve)).then(() => this.drain())
+  }
+
+  /**
+   * A run parked on a person whose claim its park's own write gave back: as a
+   * release of it would, aim the runner's sleep at its timeout, and wake the
+   * lane if the runner was nudged while it was held (a GO between the cue's
+   * first entry and its park's commit pulled `wake_at` to now, and the give-back kept it).
+   */
+  private givenBack(wakeAt: Date | null): void {
+    if (wakeAt !== null) this.deps.released?.([wakeAt])
+    const nudged = this.deps.nudged
+    if (nudged && nudged.count() !== this.nudgesAtStart) nudged.wake()
   }
 
   /** The end of the pass: give back every claim still held, due now, and wait for every release. */

@@ -63,6 +63,12 @@ export interface EngineDeps {
  * What a held run's advance came to, once per run: when it next needs the
  * runner (`wakeAt`), `stop` (release it as it is, due now), or `error`: its
  * own writes failed (the batch's others went on), so it is released to be
- * tried again after a tick, and the error is reported.
+ * tried again after a tick, and the error is reported; or `givenBack`: its
+ * claim is no longer held, nothing is left to release.
  */
-export type RunAnswer = { wakeAt: Date | null } | { stop: true } | { error: unknown }
+export type RunAnswer =
+  | { wakeAt: Date | null }
+  | { stop: true }
+  | { error: unknown }
+  /** Already given back, due at `wakeAt`, by the write that parked its cue (executor/writer.ts). */
+  | { wakeAt: Date | null; givenBack: true }

@@ -64,6 +64,34 @@ export async function recordOutcome<T>(hardStop: AbortSignal, write: () => Promi
   }
 }
 
+/** What a flush tells once its transaction is committed. */
+export interface FlushListeners {
+  /** Steps were parked on a person (written, so readers see them now). */
+  parked?: () => void
+  /** These runs' claims were given back by the flush ({@link BufferedWriter.giveBack}). */
+  givenBack?: (runs: readonly GivenBack[]) => void
+}
+
+/** A run's claim given back by a flush: whose, under which token, due when. */
+export interface GivenBack {
+  id: number
+  owner: string
+  token: string | null
+  wakeAt: Date | null
+}
+
+/** Claims to give back, one group per (owner, token): one guarded statement each. */
+function groupByClaim(rows: readonly GivenBack[]): Map<string, GivenBack[]> {
+  const out = new Map<string, GivenBack[]>()
+  for (const r of rows) {
+    const key = JSON.stringify([r.owner, r.token])
+    const group = out.get(key)
+    if (group) group.push(r)
+    else out.set(key, [r])
+  }
+  return out
+}
+
 function groupBy<K>(pairs: readonly [K, number][]): Map<K, number[]> {
   const out = new Map<K, number[]>()
   for (const [k, id] of pairs) {
@@ -89,12 +117,12 @@ export class BufferedWriter implements StepWriter {
   private setAside: { id: number; until: Date | null; parked: boolean }[] = []
   private failedAttempts: { id: number; error: string; retryAt: Date | null }[] = []
   private restored: number[] = []
+  private givenBack: GivenBack[] = []
 
   constructor(
     private readonly db: Pick<Db, 'commitAll'>,
     private readonly hardStop: AbortSignal,
-    /** Told once a flush has parked steps on a person (written, so readers see them now). */
-    private readonly parked: () => void = () => {},
+    private readonly told: FlushListeners = {},
   ) {}
 
   async movePhase(runId: number, move: PhaseMove): Promise<void> {
@@ -127,6 +155,18 @@ export class BufferedWriter implements StepWriter {
     this.failedAttempts.push({ id: stepId, error, retryAt })
   }
 
+  /**
+   * Give the run's claim back in this flush, due at `wakeAt` (a cue's
+   * timeout; null: when its person acts): a run parked on a person is free
+   * the moment its cue can be seen, so a GO that comes at once can take the
+   * run for its next step (handOff.ts) instead of finding it still held.
+   * Guarded by the claim's owner and token: a claim lost meanwhile, or one
+   * taken since, is not given back.
+   */
+  giveBack(run: { id: number; claimToken: string | null }, owner: string, wakeAt: Date | null): void {
+    this.givenBack.push({ id: run.id, token: run.claimToken, owner, wakeAt })
+  }
+
   /** A retried step of this run succeeded: the run is `ok` again unless another step keeps it degraded. */
   restoreHealth(runId: number): void {
     this.restored.push(runId)
@@ -142,7 +182,8 @@ export class BufferedWriter implements StepWriter {
       this.completed.length === 0 &&
       this.setAside.length === 0 &&
       this.failedAttempts.length === 0 &&
-      this.restored.length === 0
+      this.restored.length === 0 &&
+      this.givenBack.length === 0
     )
   }
 
@@ -154,20 +195,25 @@ export class BufferedWriter implements StepWriter {
    * whole while the database is unavailable (see {@link recordOutcome}): a
    * lost outcome would run its step again. Only a COMMIT whose answer was
    * lost can make the next attempt write its log lines twice; its guarded
-   * moves match nothing the second time. Answers whether it wrote anything.
+   * moves match nothing the second time, nor do its claims given back.
+   * Answers whether it wrote anything.
    */
   async flush(): Promise<boolean> {
     const statements = this.statements()
     const parked = this.setAside.some((r) => r.parked)
+    const givenBack = this.givenBack
     this.clear()
     if (statements.length === 0) return false
     const answers = await recordOutcome(this.hardStop, () =>
       this.db.commitAll(statements, { retryable: true }),
     )
     for (const [i, st] of statements.entries()) checkAffected(st, answers[i]?.affectedRows ?? 0)
+    // Before anyone is told of the park: whoever holds these claims must not
+    // give them back again (by then they may be a GO's hand-over).
+    if (givenBack.length > 0) this.told.givenBack?.(givenBack)
     // A parked cue is news to its owner's inbox now, not when the whole batch
     // (its other runs' rounds, its stragglers) is done.
-    if (parked) this.parked()
+    if (parked) this.told.parked?.()
     return true
   }
 
@@ -185,10 +231,14 @@ export class BufferedWriter implements StepWriter {
     out.push(...steps.failAttemptsStatements(this.failedAttempts))
     out.push(...runs.degradeForStepsStatements(this.failedAttempts.map((f) => f.id)))
     out.push(...runs.restoreHealthOfStatements(this.restored))
+    // After the steps set aside: the claims go with the parks they follow.
+    for (const group of groupByClaim(this.givenBack).values())
+      out.push(...runs.releaseClaimsAtStatements(group, group[0]?.owner ?? '', group[0]?.token ?? null))
     return out
   }
 
   private clear(): void {
+    this.givenBack = []
     this.setAside = []
     this.failedAttempts = []
     this.restored = []
@@ -217,9 +267,9 @@ export class GroupWriter {
   constructor(
     private readonly db: Pick<Db, 'commitAll'>,
     private readonly hardStop: AbortSignal,
-    private readonly parked: () => void = () => {},
+    private readonly told: FlushListeners = {},
   ) {
-    this.buffer = new BufferedWriter(db, hardStop, parked)
+    this.buffer = new BufferedWriter(db, hardStop, told)
   }
 
   /** Collect writes for the next flush (BufferedWriter's methods collect at once), and start it unless one is under way. */
@@ -236,7 +286,7 @@ export class GroupWriter {
     try {
       while (!this.buffer.isEmpty()) {
         const batch = this.buffer
-        this.buffer = new BufferedWriter(this.db, this.hardStop, this.parked)
+        this.buffer = new BufferedWriter(this.db, this.hardStop, this.told)
         await batch.flush()
       }
     } catch (err) {
