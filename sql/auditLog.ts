@@ -1,5 +1,5 @@
 /** `audit_log`: mutations outside one run's log (definitions, versions), with actor and outcome. */
-import type { Queryable } from './db.ts'
+import type { Queryable, Statement } from './db.ts'
 import { clampLimit, parseJson, toJson } from './json.ts'
 
 export interface AuditEntry {
@@ -17,10 +17,16 @@ export interface AuditRow extends AuditEntry {
 }
 
 export async function record(db: Queryable, e: AuditEntry): Promise<void> {
-  await db.run(
-    'INSERT INTO audit_log (actor, action, target_type, target_id, outcome, detail) VALUES (?, ?, ?, ?, ?, ?)',
-    [e.actor, e.action, e.targetType, e.targetId, e.outcome, toJson(e.detail)],
-  )
+  const st = recordStatement(e)
+  await db.run(st.sql, st.params)
+}
+
+/** {@link record} as a statement for a batch. */
+export function recordStatement(e: AuditEntry): Statement {
+  return {
+    sql: 'INSERT INTO audit_log (actor, action, target_type, target_id, outcome, detail) VALUES (?, ?, ?, ?, ?, ?)',
+    params: [e.actor, e.action, e.targetType, e.targetId, e.outcome, toJson(e.detail)],
+  }
 }
 
 /** Newest first. */

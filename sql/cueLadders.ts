@@ -4,7 +4,7 @@
  * Every move is guarded on the value it moves from, so two writers of the
  * same rung or two answers cannot both apply.
  */
-import type { Queryable, SqlValue, Statement } from './db.ts'
+import type { Queryable, Row, SqlValue, Statement } from './db.ts'
 import {
   hydrate as hydrateStep,
   type Raw,
@@ -73,6 +73,17 @@ export async function get(db: Queryable, stepId: number): Promise<LadderRow | nu
 /** The row, locked until the transaction ends: an answer decides on what no one else can change meanwhile. */
 export async function getForUpdate(tx: Queryable, stepId: number): Promise<LadderRow | null> {
   const [row] = await tx.execute(`SELECT ${COLUMNS} FROM cue_ladders WHERE step_id = ? FOR UPDATE`, [stepId])
+  return row ? hydrate(row) : null
+}
+
+/** {@link getForUpdate} as a statement for a batch; its rows read by {@link ladderOf}. */
+export function getForUpdateStatement(stepId: number): Statement {
+  return { sql: `SELECT ${COLUMNS} FROM cue_ladders WHERE step_id = ? FOR UPDATE`, params: [stepId] }
+}
+
+/** The ladder in the answer of {@link getForUpdateStatement}, or null when the cue has none. */
+export function ladderOf(rows: readonly Row[]): LadderRow | null {
+  const [row] = rows
   return row ? hydrate(row) : null
 }
 

@@ -6,7 +6,7 @@
  * only as a clamped integer, every other value is a bound parameter.
  */
 
-import type { Queryable } from '../db.ts'
+import type { Queryable, Row, Statement } from '../db.ts'
 import {
   hydratePrefixedStep,
   hydrate as hydrateStep,
@@ -49,12 +49,22 @@ const NEXT_STEP_COLUMNS = prefixedStepColumns('x')
  * begins it without reading it. Null when there is no such step (or, which
  * no key refuses, its run is gone).
  */
-export async function getStepWithRun(
-  db: Queryable,
-  stepId: number,
-): Promise<{ step: StepRow; run: RunWithDefinition; next: StepRow | null } | null> {
-  const [row] = await db.execute<Raw>(
-    `SELECT ${STEP_COLUMNS}, ${PREFIXED_RUN_COLUMNS}, ${DEFINITION_NAME_COLUMNS}, ${NEXT_STEP_COLUMNS}
+export async function getStepWithRun(db: Queryable, stepId: number): Promise<StepWithRun | null> {
+  const st = getStepWithRunStatement(stepId)
+  return stepWithRunOf(await db.execute<Raw>(st.sql, st.params))
+}
+
+/** A step with its run and the run's next unfinished step after it. */
+export interface StepWithRun {
+  step: StepRow
+  run: RunWithDefinition
+  next: StepRow | null
+}
+
+/** {@link getStepWithRun} as a statement for a batch; its rows read by {@link stepWithRunOf}. */
+export function getStepWithRunStatement(stepId: number): Statement {
+  return {
+    sql: `SELECT ${STEP_COLUMNS}, ${PREFIXED_RUN_COLUMNS}, ${DEFINITION_NAME_COLUMNS}, ${NEXT_STEP_COLUMNS}
        FROM event_run_steps s
        JOIN event_runs r ON r.id = s.run_id
        JOIN event_definitions d ON d.id = r.definition_id
@@ -62,8 +72,13 @@ export async function getStepWithRun(
               SELECT MIN(n.seq) FROM event_run_steps n FORCE INDEX (uq_evstep_run_seq)
                WHERE n.run_id = s.run_id AND n.seq > s.seq AND n.status IN ('pending','running'))
       WHERE s.id = ?`,
-    [stepId],
-  )
+    params: [stepId],
+  }
+}
+
+/** The answer of {@link getStepWithRunStatement}: null when the step does not exist. */
+export function stepWithRunOf(rows: readonly (Raw | Row)[]): StepWithRun | null {
+  const [row] = rows as Raw[]
   if (!row) return null
   return {
     step: hydrateStep(row),

@@ -1,10 +1,21 @@
 /** Reading steps: by id, per run, the next step to run, and the cue inbox. */
-import type { Queryable } from '../db.ts'
+import type { Queryable, Row, Statement } from '../db.ts'
 import { clampLimit, placeholders } from '../json.ts'
 import { hydrate, type Raw, SELECT_STEP, type StepRow } from './rows.ts'
 
 export async function getById(db: Queryable, id: number): Promise<StepRow | null> {
   const [row] = await db.execute<Raw>(`${SELECT_STEP} WHERE s.id = ?`, [id])
+  return row ? hydrate(row) : null
+}
+
+/** {@link getById} as a statement for a batch; its rows read by {@link stepOf}. */
+export function getByIdStatement(id: number): Statement {
+  return { sql: `${SELECT_STEP} WHERE s.id = ?`, params: [id] }
+}
+
+/** The step in the answer of {@link getByIdStatement}, or null. */
+export function stepOf(rows: readonly Row[]): StepRow | null {
+  const [row] = rows as unknown as Raw[]
   return row ? hydrate(row) : null
 }
 

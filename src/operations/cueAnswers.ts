@@ -57,13 +57,14 @@ interface HandedOver {
  * One connection from the pool for the whole answer, taken once: a full
  * queue can refuse the answer (BUSY) only before anything of it is applied,
  * never after, and a busy pool is waited for once instead of at each
- * statement. In the transaction: the step and its run (read first, before
- * any lock), the ladder row locked (the exclusivity check reads it too), the
- * move, the answer's record, its log line and the run's wake-up (or, with a
- * runner in this process, its claim for that runner: src/runner/handOff.ts).
- * After the commit, on the same connection: the run is handed over or the
- * runner nudged first, then the reply's step is read and the audit entry
- * written, so neither delays the GO.
+ * statement. Four round trips: the BEGIN, the step and its run read and
+ * the ladder row locked (the exclusivity check reads it too); the move; the
+ * answer's record, its log line and the run's wake-up (or, with a runner in
+ * this process, its claim for that runner: src/runner/handOff.ts) with the
+ * COMMIT. After the commit, on the same connection: the run is handed over
+ * or the runner nudged first, then the reply's step is read and the audit
+ * entry written, so neither delays the GO. Each round trip holds one of the
+ * API pool's connections: fewer of them, a shorter wait for the next answer.
  */
 export async function answerCue(deps: ControlDeps, input: CueAnswerInput): Promise<StepAnswer> {
   const { stepId, person, outcome, via, text } = input
@@ -84,13 +85,20 @@ export async function answerCue(deps: ControlDeps, input: CueAnswerInput): Promi
   })
   const answered = await deps.db.transactionThen(
     async (tx): Promise<{ before: StepRow; decision: Decision }> => {
-      const found = await runs.getStepWithRun(tx, stepId)
+      // The step and its run read, then the ladder row locked (the
+      // exclusivity check reads it too), in one text with the BEGIN.
+      const [read, locked] = await tx.batch([
+        runs.getStepWithRunStatement(stepId),
+        ladders.getForUpdateStatement(stepId),
+      ])
+      const found = runs.stepWithRunOf(read?.rows ?? [])
       if (!found) throw notFound('step', stepId)
       const { step: before, run, next } = found
       const decision = await moveCue(tx, deps, input, {
         before,
         run,
         next,
+        ladder: ladders.ladderOf(locked?.rows ?? []),
         by,
         appliedLine: answerLine(before, { applied: true }),
       })
@@ -105,23 +113,27 @@ export async function answerCue(deps: ControlDeps, input: CueAnswerInput): Promi
         await refuse(conn, before, person, action, via)
         return { decision, step: before }
       }
-      if (!decision.applied) await logs.append(conn, answerLine(before, decision))
-      const step = (await steps.getById(conn, stepId)) ?? before
-      await audit.record(conn, {
-        actor: person.name,
-        action: outcome === 'resolved' ? 'cue.resolve' : 'cue.skip',
-        targetType: 'step',
-        targetId: String(stepId),
-        outcome: decision.applied ? 'ok' : 'refused',
-        detail: {
-          runId: before.runId,
-          via,
-          by,
-          note: text,
-          ...(decision.applied ? {} : { why: decision.why }),
-        },
-      })
-      return { decision, step }
+      // The reply's step read and the audit entry (and a refused answer's
+      // line before them) in one round trip.
+      const [reread] = await conn.batch([
+        steps.getByIdStatement(stepId),
+        ...(decision.applied ? [] : [logs.appendStatement(answerLine(before, decision))]),
+        audit.recordStatement({
+          actor: person.name,
+          action: outcome === 'resolved' ? 'cue.resolve' : 'cue.skip',
+          targetType: 'step',
+          targetId: String(stepId),
+          outcome: decision.applied ? 'ok' : 'refused',
+          detail: {
+            runId: before.runId,
+            via,
+            by,
+            note: text,
+            ...(decision.applied ? {} : { why: decision.why }),
+          },
+        }),
+      ])
+      return { decision, step: steps.stepOf(reread?.rows ?? []) ?? before }
     },
     { retryable: true },
   )
@@ -135,7 +147,7 @@ export async function answerCue(deps: ControlDeps, input: CueAnswerInput): Promi
 }
 
 /**
- * In the answer's transaction: the cue's ladder row locked, then (when the
+ * In the answer's transaction, its ladder row locked: (when the
  * answer may apply) the step moved by its guard, the answer recorded with
  * CUE_ANSWERED, its log line written and the run woken; or why it does not apply.
  */
@@ -147,13 +159,14 @@ async function moveCue(
     before: StepRow
     run: runs.RunWithDefinition
     next: StepRow | null
+    /** The cue's ladder row, locked by this transaction; null for a cue without one. */
+    ladder: LadderRow | null
     by: string
     appliedLine: logs.NewLog
   },
 ): Promise<Decision> {
   const { stepId, person, outcome, via, text } = input
-  const { before, run, by } = at
-  const ladder = await ladders.getForUpdate(tx, stepId)
+  const { before, run, by, ladder } = at
   if (ladder && !mayAnswer(person, ladder))
     return { applied: false, why: 'the cue is exclusive to its assignees', forbidden: ladder.assignees }
   if (ladder?.answer) return { applied: false, why: `already answered by ${ladder.answer.by}` }
