@@ -108,6 +108,7 @@ it('an applied GO sends at most 12 statements in 4 round trips, a refused second
     expect(second).toBeLessThanOrEqual(APPLIED_BUDGET)
 
     // The exclusivity check now reads the locked ladder row: an outsider is still refused, and nothing moves.
+    const beforeRefusal = db.stats.roundTrips
     await expect(
       answerCue(deps, {
         stepId: mine.id,
@@ -123,6 +124,16 @@ it('an applied GO sends at most 12 statements in 4 round trips, a refused second
       [mine.id],
     )
     expect(refusals).toHaveLength(1)
+    // An outsider costs 3 round trips: the BEGIN with the reads and the
+    // lock, the COMMIT, then the refusal's line with its audit entry (4 when
+    // those two went one by one).
+    const refusalTrips = db.stats.roundTrips - beforeRefusal
+    const [audited] = await t.db.query<{ n: number }>(
+      `SELECT COUNT(*) AS n FROM audit_log WHERE target_id = ? AND outcome = 'refused'`,
+      [String(mine.id)],
+    )
+    expect(Number(audited?.n)).toBe(1)
+    expect(refusalTrips).toBe(3)
     const ok = await answerCue(deps, { stepId: mine.id, person, outcome: 'resolved', via: 'api', text: null })
     expect(ok.applied).toBe(true)
     console.log(`statements: an applied GO ${applied} in ${trips} round trips, a second answer ${second}`)

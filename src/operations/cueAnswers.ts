@@ -208,6 +208,7 @@ async function moveCue(
   return { applied: true }
 }
 
+/** An outsider's answer to an exclusive cue: its line and its audit entry, in one round trip. */
 async function refuse(
   db: Queryable,
   step: StepRow,
@@ -215,22 +216,24 @@ async function refuse(
   action: string,
   via: CueVia,
 ): Promise<void> {
-  await logs.append(db, {
-    runId: step.runId,
-    stepId: step.id,
-    level: 'warn',
-    message: `${action} ${step.id} (step ${step.seq + 1} of the run) by ${person.name} via ${via} refused: the cue is exclusive to its assignees`,
-    actor: person.name,
-    data: { action, applied: false, via, forbidden: true },
-  })
-  await audit.record(db, {
-    actor: person.name,
-    action: action === 'resolve cue' ? 'cue.resolve' : 'cue.skip',
-    targetType: 'step',
-    targetId: String(step.id),
-    outcome: 'refused',
-    detail: { runId: step.runId, via, why: 'exclusive' },
-  })
+  await db.batch([
+    logs.appendStatement({
+      runId: step.runId,
+      stepId: step.id,
+      level: 'warn',
+      message: `${action} ${step.id} (step ${step.seq + 1} of the run) by ${person.name} via ${via} refused: the cue is exclusive to its assignees`,
+      actor: person.name,
+      data: { action, applied: false, via, forbidden: true },
+    }),
+    audit.recordStatement({
+      actor: person.name,
+      action: action === 'resolve cue' ? 'cue.resolve' : 'cue.skip',
+      targetType: 'step',
+      targetId: String(step.id),
+      outcome: 'refused',
+      detail: { runId: step.runId, via, why: 'exclusive' },
+    }),
+  ])
 }
 
 /** `resolveCue`: a parked cue answered `resolved`. */
