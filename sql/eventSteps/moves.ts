@@ -94,12 +94,22 @@ export async function takeBackEntered(
 }
 
 /**
+ * The step's run still advances (`running` or `ending`), as of the statement
+ * that enters the step: a pause or a cancel that lands after the runner read
+ * the run's status (a claim made ahead of a timer, a round's read) keeps the
+ * step from starting, instead of being seen only at the next round.
+ */
+const RUN_ADVANCING = `EXISTS (SELECT 1 FROM event_runs r
+  WHERE r.id = event_run_steps.run_id AND r.status IN ('running', 'ending'))`
+
+/**
  * {@link begin} for many steps at once (a batch of runs, or a batch of one):
  * first attempts, retries whose backoff has ended, and steps whose executing
  * owner's lease is gone; answers how many began. `now` stamps `started_at`
  * (only a first start), from the runner's clock: `core.wait {seconds}` and cue
  * timeouts count from it and compare with the runner's clock, so both ends
  * must come from the same clock. The lease is on the database's (sql/leases.ts).
+ * A step of a run no longer advancing (paused, cancelled) does not begin.
  */
 export async function beginMany(
   db: Queryable,
@@ -116,7 +126,7 @@ export async function beginMany(
       WHERE id IN (${placeholders(ids.length)})
         AND ((status = 'pending' AND (wake_at IS NULL OR wake_at <= ?))
              OR (status = 'running' AND parked = 0 AND wake_at IS NULL))
-        AND ${leaseFree()}`,
+        AND ${leaseFree()} AND ${RUN_ADVANCING}`,
     [owner, leaseMicros(leaseUntil, now), now, ...ids, now],
   )
   return res.affectedRows
@@ -139,7 +149,8 @@ export async function resume(
 
 /**
  * {@link resume} for many steps at once (a batch of runs whose timers came due
- * together); answers how many were re-entered. The same guard, row by row.
+ * together); answers how many were re-entered. The same guard, row by row,
+ * and the same rule for a run no longer advancing.
  */
 export async function resumeMany(
   db: Queryable,
@@ -153,7 +164,7 @@ export async function resumeMany(
     `UPDATE event_run_steps
         SET claimed_by = ?, claim_expires_at = ${LEASE_EXPIRY}, parked = 0
       WHERE id IN (${placeholders(ids.length)}) AND status = 'running' AND wake_at IS NOT NULL AND wake_at <= ?
-        AND ${leaseFree()}`,
+        AND ${leaseFree()} AND ${RUN_ADVANCING}`,
     [owner, leaseMicros(leaseUntil, now), ...ids, now],
   )
   return res.affectedRows
