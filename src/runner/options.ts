@@ -89,7 +89,7 @@ export interface RunnerOptions {
    * retry's backoff) the wake lane claims its run, so that the claim's round
    * trips are behind it when the end comes and the step moves at its time
    * (wakeLane.ts). Needs a clock that moves with real time: 0 (claim when
-   * due) for any other. @default 50 with the system clock, else 0
+   * due) for any other. @default 150 with the system clock, else 0
    */
   timerLeadMs?: number
   /** Steps per run per claim before it is given back. @default 25 */
@@ -108,10 +108,14 @@ export interface RunnerOptions {
 
 /**
  * A loaded lane's claim (a lease, then a read) took p50 14 / p99 50 ms in
- * the quick show (docs/performance.md, seventeenth round): claimed this far
- * ahead, most timers find their claim done when they end.
+ * the quick show (docs/performance.md, seventeenth round), but at 2,000
+ * shows the lane's claims queue behind each other (one at a time) and a 2 s
+ * wait's overshoot p99 read 170–440 ms with 50 here; with 150, 89–139
+ * (twenty-second round). A held run's status is taken as read at the claim;
+ * the step's begin checks that the run still advances (a pause in between
+ * keeps the step from starting).
  */
-export const TIMER_LEAD_MS = 50
+export const TIMER_LEAD_MS = 150
 
 const noopLogger: RunnerLogger = { info() {}, warn() {}, error() {}, debug() {} }
 

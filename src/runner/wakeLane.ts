@@ -23,7 +23,7 @@
  * stopping runner waits for `settle()`: the claim under way, then every
  * batch of the lane, each giving its claims back.
  *
- * Timers are claimed ahead: `timerLeadMs` (50 ms by default) before a timer
+ * Timers are claimed ahead: `timerLeadMs` (150 ms by default) before a timer
  * ends, the lane claims the runs whose timers end with it (within
  * TIMER_GROUP_MS) and holds them until the end comes (timerGroups.ts), so
  * the claim's round trips are behind the timer, not after it. Under load
