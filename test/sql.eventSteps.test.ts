@@ -34,9 +34,19 @@ const get = async (id: number): Promise<StepRow> => {
   return s
 }
 
-/** The steps of a fresh run with `n` pending steps. */
+/**
+ * A run with `n` pending steps, started (`running`): a step begins only
+ * while its run runs, as the runner begins them.
+ */
+async function startedRun(n: number, overrides: Parameters<typeof makeRunWithSteps>[2] = {}) {
+  const made = await makeRunWithSteps(db, n, overrides)
+  await db.run("UPDATE event_runs SET status = 'running', started_at = NOW(3) WHERE id = ?", [made.run.id])
+  return made
+}
+
+/** The steps of a fresh started run with `n` pending steps. */
 async function fresh(n: number): Promise<StepRow[]> {
-  return (await makeRunWithSteps(db, n)).steps
+  return (await startedRun(n)).steps
 }
 
 function nth(list: readonly StepRow[], i: number): StepRow {
@@ -119,7 +129,7 @@ describe("getStepWithRun (a cue answer's first read)", () => {
   })
 
   it('answers the next step still to run after it, as the runner would read it, or null past the last', async () => {
-    const { steps: made } = await makeRunWithSteps(db, 4)
+    const { steps: made } = await startedRun(4)
     const [first, second, third, fourth] = made as [StepRow, StepRow, StepRow, StepRow]
     expect((await runs.getStepWithRun(db, first.id))?.next).toEqual(await get(second.id))
     // A step after it already done (skipped ahead) is passed over; one before it is not its next.
@@ -285,6 +295,25 @@ describe('begin', () => {
     await new Promise((r) => setTimeout(r, 350))
     expect(await steps.begin(db, s.id, 'w2', at(30_000), new Date())).toBe(true)
     expect(await get(s.id)).toMatchObject({ status: 'running', attempts: 2, claimedBy: 'w2' })
+  })
+
+  it('is refused for a step of a run that no longer runs (paused, cancelled); resumeMany too', async () => {
+    for (const status of ['paused', 'cancelled'] as const) {
+      const { run, steps: made } = await startedRun(1)
+      const s = nth(made, 0)
+      await db.run('UPDATE event_runs SET status = ? WHERE id = ?', [status, run.id])
+      expect(await steps.beginMany(db, [s.id], 'w1', at(30_000), new Date())).toBe(0)
+      expect(await get(s.id)).toMatchObject({ status: 'pending', attempts: 0 })
+    }
+    // A timer that came due on a paused run is not re-entered either.
+    const { run, steps: made } = await startedRun(1)
+    const s = nth(made, 0)
+    await begun(s)
+    expect(await steps.sleep(db, s.id, new Date(Date.now() - 1000))).toBe(true)
+    await db.run("UPDATE event_runs SET status = 'paused' WHERE id = ?", [run.id])
+    expect(await steps.resumeMany(db, [s.id], 'w1', at(30_000), new Date())).toBe(0)
+    await db.run("UPDATE event_runs SET status = 'running' WHERE id = ?", [run.id])
+    expect(await steps.resumeMany(db, [s.id], 'w1', at(30_000), new Date())).toBe(1)
   })
 
   it('is refused for parked, sleeping and finished steps', async () => {
@@ -522,7 +551,7 @@ describe('the moves of a running step', () => {
   })
 
   it('cancelUnfinished cancels pending and running steps of that run only', async () => {
-    const { run, steps: list } = await makeRunWithSteps(db, 6)
+    const { run, steps: list } = await startedRun(6)
     const other = nth(await fresh(1), 0)
     const [done, skipped, parked, sleeping, executing] = list as [StepRow, StepRow, StepRow, StepRow, StepRow]
     for (const s of [done, parked, sleeping, executing]) await begun(s)
@@ -550,6 +579,7 @@ describe('the moves of a running step', () => {
 describe('nextStep / nextSteps', () => {
   it('pick the lowest unfinished seq (not the lowest id); null/absent when all are done', async () => {
     const a = await makeRun(db)
+    await db.run("UPDATE event_runs SET status = 'running' WHERE id = ?", [a.id])
     // Inserted in reverse, so id order and seq order disagree.
     await steps.expand(db, [{ runId: a.id, specs: stepSpecs(4).reverse() }])
     const aSteps = await steps.listForRun(db, a.id)
@@ -562,9 +592,9 @@ describe('nextStep / nextSteps', () => {
     await steps.park(db, nth(aSteps, 2).id, null)
     expect((await steps.nextStep(db, a.id))?.seq).toBe(2) // parked is unfinished
 
-    const { run: b, steps: bSteps } = await makeRunWithSteps(db, 2)
+    const { run: b, steps: bSteps } = await startedRun(2)
     for (const s of bSteps) await steps.skip(db, s.id, null)
-    const { run: c } = await makeRunWithSteps(db, 3)
+    const { run: c } = await startedRun(3)
     const none = await makeRun(db)
     expect(await steps.nextStep(db, b.id)).toBeNull()
     expect(await steps.nextStep(db, none.id)).toBeNull()
@@ -580,7 +610,7 @@ describe('nextStep / nextSteps', () => {
 
 describe('invariant 10 (steps): reclaim releases the lease only', () => {
   it('releases expired step leases, keeps status and attempts; the next begin re-runs the step', async () => {
-    const { run, steps: made } = await makeRunWithSteps(db, 3)
+    const { run, steps: made } = await startedRun(3)
     const [stale, live, parked] = made as [StepRow, StepRow, StepRow]
     // Steps run only once their run has started; the sweep looks at started runs' steps.
     await runs.transition(db, run.id, 'scheduled', 'running')
@@ -612,9 +642,9 @@ describe('invariant 10 (steps): reclaim releases the lease only', () => {
 describe('invariant 13: waiting counts parked cues only', () => {
   it('list, getById, statusesOf, waitingSummary and listWaiting never count timers or backoffs', async () => {
     const fx = await makeDefinition(db)
-    const r1 = await makeRunWithSteps(db, 4, { definition: fx })
-    const r2 = await makeRunWithSteps(db, 4, { definition: fx })
-    const r3 = await makeRunWithSteps(db, 2, { definition: fx })
+    const r1 = await startedRun(4, { definition: fx })
+    const r2 = await startedRun(4, { definition: fx })
+    const r3 = await startedRun(2, { definition: fx })
     const [cue1, wait1, retry1, exec1] = r1.steps as [StepRow, StepRow, StepRow, StepRow]
     const [wait2, retry2, cue2] = r2.steps as [StepRow, StepRow, StepRow]
     const [wait3, retry3] = r3.steps as [StepRow, StepRow]
