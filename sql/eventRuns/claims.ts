@@ -17,7 +17,7 @@
  * owner's run comes due by itself) and `leaseUntil - now` the lease's length.
  */
 
-import type { Queryable, Statement } from '../db.ts'
+import { type Queryable, runEach, type Statement } from '../db.ts'
 import { caseOf, chunkCase, clampLimit, idSet, placeholders } from '../json.ts'
 import { LEASE_EXPIRY, leaseFree, leaseMicros } from '../leases.ts'
 import { IN_FLIGHT } from '../states.ts'
@@ -386,10 +386,7 @@ export async function releaseClaimsAt(
   rows: readonly { id: number; wakeAt: Date | null }[],
   owner: string,
 ): Promise<number> {
-  let released = 0
-  for (const st of releaseClaimsAtStatements(rows, owner))
-    released += (await db.runQuery(st.sql, st.params)).affectedRows
-  return released
+  return runEach(db, releaseClaimsAtStatements(rows, owner))
 }
 
 /**
@@ -404,7 +401,7 @@ export function releaseClaimsAtStatements(
   owner: string,
   token?: string | null,
 ): Statement[] {
-  const guard = token === undefined ? '' : ' AND claim_token <=> ?'
+  const [guard, tokenArgs] = token === undefined ? ['', []] : [' AND claim_token <=> ?', [token]]
   return chunkCase(rows).map((chunk) => {
     const planned = caseOf(
       'id',
@@ -418,14 +415,7 @@ export function releaseClaimsAtStatements(
       sql: `UPDATE event_runs
           SET ${releasedWakeAt(planned.sql)}, ${DROP_CLAIM}
         WHERE ${which.sql} AND claimed_by = ?${guard}`,
-      params: [
-        ...IN_FLIGHT,
-        ...planned.args,
-        ...planned.args,
-        ...which.args,
-        owner,
-        ...(token === undefined ? [] : [token]),
-      ],
+      params: [...IN_FLIGHT, ...planned.args, ...planned.args, ...which.args, owner, ...tokenArgs],
     }
   })
 }
