@@ -80,24 +80,14 @@ export interface GivenBack {
   wakeAt: Date | null
 }
 
-/** Claims to give back, one group per (owner, token): one guarded statement each. */
-function groupByClaim(rows: readonly GivenBack[]): Map<string, GivenBack[]> {
-  const out = new Map<string, GivenBack[]>()
-  for (const r of rows) {
-    const key = JSON.stringify([r.owner, r.token])
+/** `items` grouped by `keyOf`, each group in the order given. */
+function groupBy<T, K>(items: readonly T[], keyOf: (item: T) => K): Map<K, T[]> {
+  const out = new Map<K, T[]>()
+  for (const item of items) {
+    const key = keyOf(item)
     const group = out.get(key)
-    if (group) group.push(r)
-    else out.set(key, [r])
-  }
-  return out
-}
-
-function groupBy<K>(pairs: readonly [K, number][]): Map<K, number[]> {
-  const out = new Map<K, number[]>()
-  for (const [k, id] of pairs) {
-    const ids = out.get(k)
-    if (ids) ids.push(id)
-    else out.set(k, [id])
+    if (group) group.push(item)
+    else out.set(key, [item])
   }
   return out
 }
@@ -222,17 +212,20 @@ export class BufferedWriter implements StepWriter {
     const out: CountedStatement[] = [
       ...runs.transitionManyStatements(this.finished, ['running', 'ending'], 'completed'),
     ]
-    for (const [phase, ids] of groupBy(this.endingMoves))
-      out.push(...runs.transitionManyStatements(ids, 'running', 'ending', { phase }))
-    for (const [phase, ids] of groupBy(this.phaseMoves)) out.push(...runs.setPhaseManyStatements(ids, phase))
+    const ids = (moves: readonly [string, number][]) => moves.map(([, id]) => id)
+    for (const [phase, moves] of groupBy(this.endingMoves, ([p]) => p))
+      out.push(...runs.transitionManyStatements(ids(moves), 'running', 'ending', { phase }))
+    for (const [phase, moves] of groupBy(this.phaseMoves, ([p]) => p))
+      out.push(...runs.setPhaseManyStatements(ids(moves), phase))
     out.push(...logs.appendManyStatements(this.lines))
     out.push(...steps.completeManyStatements(this.completed))
     out.push(...steps.setAsideManyStatements(this.setAside))
     out.push(...steps.failAttemptsStatements(this.failedAttempts))
     out.push(...runs.degradeForStepsStatements(this.failedAttempts.map((f) => f.id)))
     out.push(...runs.restoreHealthOfStatements(this.restored))
-    // After the steps set aside: the claims go with the parks they follow.
-    for (const group of groupByClaim(this.givenBack).values())
+    // After the steps set aside: the claims go with the parks they follow,
+    // one guarded statement per (owner, token).
+    for (const group of groupBy(this.givenBack, (g) => JSON.stringify([g.owner, g.token])).values())
       out.push(...runs.releaseClaimsAtStatements(group, group[0]?.owner ?? '', group[0]?.token ?? null))
     return out
   }
