@@ -381,9 +381,9 @@ class Recording {
       if (write.write === 'complete') void w.complete(step.id, write.result)
       else w.setAsideStep(step.id, write.until, parks)
       // Free the moment its cue can be seen (writer.ts `giveBack`).
-      if (write.write === 'park') w.giveBack(e.run, this.deps.owner, write.until)
+      if (parks) w.giveBack(e.run, this.deps.owner, write.until)
       // Logged when the cue first parks; a rung that parks it again logs its own line (cueLadder.ts).
-      if (write.write === 'park' && e.how === 'begin') void w.log(parkedLine(e.run, step))
+      if (parks && e.how === 'begin') void w.log(parkedLine(e.run, step))
       // A retry that succeeded: the run is no longer degraded for it.
       if (write.write === 'complete' && step.attempts > 1 && step.lastError) w.restoreHealth(e.run.id)
     })

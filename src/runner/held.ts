@@ -213,6 +213,11 @@ export class HeldClaims {
    */
   private givenBack(wakeAt: Date | null): void {
     if (wakeAt !== null) this.deps.released?.([wakeAt])
+    this.wakeLaneIfNudged()
+  }
+
+  /** Wake the lane if the runner was nudged since these claims began (see `nudged`). */
+  private wakeLaneIfNudged(): void {
     const nudged = this.deps.nudged
     if (nudged && nudged.count() !== this.nudgesAtStart) nudged.wake()
   }
@@ -254,9 +259,7 @@ export class HeldClaims {
       else await runs.releaseClaimsAt(db, batch, owner)
       const asked = batch.filter((r) => r.asked && r.wakeAt !== null).map((r) => r.wakeAt as Date)
       if (asked.length > 0) this.deps.released?.(asked)
-      const nudged = this.deps.nudged
-      if (nudged && nudged.count() !== this.nudgesAtStart && batch.some((r) => r.wakeAt === null))
-        nudged.wake()
+      if (batch.some((r) => r.wakeAt === null)) this.wakeLaneIfNudged()
     } catch (err) {
       this.deps.logger.warn(
         { err, runIds: batch.map((r) => r.id) },
