@@ -8,49 +8,13 @@
 import { expect, it } from 'vitest'
 import type { LogLevel } from '../sql/eventRunLogs.ts'
 import { BufferedWriter } from '../src/runner/executor/writer.ts'
-import { Runner } from '../src/runner/runner.ts'
 import { useTestDb } from './helpers/db.ts'
-import {
-  defineEvent,
-  logLines,
-  makeRegistry,
-  materialiseDueRuns,
-  program,
-  type RunnerTestEnv,
-  runOf,
-  stepsOf,
-  TestClock,
-} from './helpers/runnerHarness.ts'
+import { logLines, parkedShows, runOf, stepsOf } from './helpers/runnerHarness.ts'
 
 const t = useTestDb()
 
-/** Runs parked on a cue (running, their cue step running and parked), and their cue steps' ids. */
-async function parkedShows(count: number): Promise<{ runIds: number[]; cueIds: number[] }> {
-  const clock = new TestClock()
-  const env: RunnerTestEnv = { db: t.db, registry: makeRegistry(), clock }
-  const def = await defineEvent(env, {
-    graceSeconds: 3600,
-    program: program([
-      'show',
-      [
-        { kind: 'core.cue', params: { prompt: 'GO?' } },
-        { kind: 'core.log', params: { message: 'after' } },
-      ],
-    ]),
-  })
-  const runIds = await materialiseDueRuns(t.db, def, count)
-  await new Runner({ db: t.db, registry: env.registry, clock, instanceId: 'flush-setup' }).tick()
-  const cueIds: number[] = []
-  for (const id of runIds) {
-    const [cue] = await stepsOf(t.db, id)
-    expect(cue).toMatchObject({ status: 'running', parked: true })
-    cueIds.push((cue as { id: number }).id)
-  }
-  return { runIds, cueIds }
-}
-
 it('a flush of every kind of write is one round trip, and what it wrote is all there', async () => {
-  const { runIds, cueIds } = await parkedShows(4)
+  const { runIds, cueIds } = await parkedShows(t.db, 4)
   const [a, b, c, d] = runIds as [number, number, number, number]
   const [cueA, cueB, cueC] = cueIds as [number, number, number, number]
   const writer = new BufferedWriter(t.db, new AbortController().signal)
@@ -81,7 +45,7 @@ it('a flush of every kind of write is one round trip, and what it wrote is all t
 })
 
 it('a write of a flush that fails keeps none of the others: the run stays unfinished, the cue parked', async () => {
-  const { runIds, cueIds } = await parkedShows(2)
+  const { runIds, cueIds } = await parkedShows(t.db, 2)
   const [a, b] = runIds as [number, number]
   const writer = new BufferedWriter(t.db, new AbortController().signal)
   await writer.finishRun(a)

@@ -16,17 +16,7 @@ import { Runner } from '../src/runner/runner.ts'
 import { createDefaultRegistry } from '../src/runner/steps/registry.ts'
 import { useTestDb } from './helpers/db.ts'
 import { makeRun } from './helpers/fixtures.ts'
-import {
-  cueShow,
-  defineEvent,
-  makeRegistry,
-  materialiseDueRuns,
-  program,
-  type RunnerTestEnv,
-  stepsOf,
-  TestClock,
-  waitFor,
-} from './helpers/runnerHarness.ts'
+import { cueShow, parkedShows, stepsOf, waitFor } from './helpers/runnerHarness.ts'
 
 const t = useTestDb()
 let runner: Runner | undefined
@@ -57,20 +47,6 @@ function slowLoneReleases(db: Db, ms: number): Db {
       }
     },
   })
-}
-
-/** `count` runs parked on a cue by a runner's tick (given back), by their ids. */
-async function parkedShows(count: number): Promise<number[]> {
-  const clock = new TestClock()
-  const env: RunnerTestEnv = { db: t.db, registry: makeRegistry(), clock }
-  const def = await defineEvent(env, {
-    graceSeconds: 3600,
-    program: program(['show', [{ kind: 'core.cue', params: { prompt: 'GO?' } }]]),
-  })
-  const runIds = await materialiseDueRuns(t.db, def, count)
-  await new Runner({ db: t.db, registry: env.registry, clock, instanceId: 'setup' }).tick()
-  for (const id of runIds) expect((await stepsOf(t.db, id))[0]).toMatchObject({ parked: true })
-  return runIds
 }
 
 async function claimOf(runId: number): Promise<{ claimed_by: string | null; wake_at: Date | null }> {
@@ -123,7 +99,7 @@ it('a GO sent the moment its cue is parked is handed to the runner: the park gav
 })
 
 it("the park's write gives back only the claim it was given: not one lost, nor one taken since", async () => {
-  const ids = await parkedShows(3)
+  const ids = (await parkedShows(t.db, 3)).runIds
   const [kept, lost, since] = ids as [number, number, number]
   // Each run held again by 'me' under the token 'tok', as while its runner parks it.
   await t.db.run(

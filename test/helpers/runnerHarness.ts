@@ -26,6 +26,7 @@ import {
 } from '../../src/operations/definitions.ts'
 import type { ControlDeps } from '../../src/operations/runControls.ts'
 import type { Clock } from '../../src/runner/clock.ts'
+import { Runner } from '../../src/runner/runner.ts'
 import {
   type AnyStepKind,
   createDefaultRegistry,
@@ -429,6 +430,35 @@ export async function parkedCueRun(
   runner.start()
   const cue = await waitFor(() => parkedCueOf(db, runId), { timeoutMs: 10_000 })
   return { runId, cue }
+}
+
+/**
+ * `count` runs of a show whose cue comes first (then a log line), due now,
+ * started and parked by one tick of a runner on a test clock and given back:
+ * their ids, and their cues' ids in the same order.
+ */
+export async function parkedShows(db: Db, count: number): Promise<{ runIds: number[]; cueIds: number[] }> {
+  const clock = new TestClock()
+  const env: RunnerTestEnv = { db, registry: makeRegistry(), clock }
+  const def = await defineEvent(env, {
+    graceSeconds: 3600,
+    program: program([
+      'show',
+      [
+        { kind: 'core.cue', params: { prompt: 'GO?' } },
+        { kind: 'core.log', params: { message: 'after' } },
+      ],
+    ]),
+  })
+  const runIds = await materialiseDueRuns(db, def, count)
+  await new Runner({ db, registry: env.registry, clock, instanceId: 'parked-shows' }).tick()
+  const cueIds: number[] = []
+  for (const id of runIds) {
+    const [cue] = await stepsOf(db, id)
+    if (cue?.status !== 'running' || !cue.parked) throw new Error(`run ${id}'s cue did not park`)
+    cueIds.push(cue.id)
+  }
+  return { runIds, cueIds }
 }
 
 /** A lease of due in-flight runs (the wake lane's, a pass's), as recorded by `recordStatements`. */
