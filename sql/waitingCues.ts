@@ -12,8 +12,6 @@
  */
 import type { Queryable } from './db.ts'
 import type { Raw } from './eventRuns/rows.ts'
-import { hydrate, STEP_COLUMNS, type StepRow } from './eventSteps/rows.ts'
-import { idSet } from './json.ts'
 
 /**
  * How old a row's `updated_at` must be, by the database's clock, before a copy
@@ -84,33 +82,6 @@ export async function listWaitingCueKeys(
     }),
   )
   return { keys, complete }
-}
-
-/** A waiting cue read in full with whom it is for (see {@link listParkedCues}). */
-export interface ParkedCue {
-  step: StepRow
-  /** The names and `team:` names the cue is for; empty: anyone who may operate. */
-  assignees: readonly string[]
-}
-
-/**
- * The steps among `stepIds` that wait on a person now, in full with whom each
- * is for, oldest first as the inbox orders them: how the inbox shows cues
- * this process just parked without reading which cues wait for everybody.
- * A step answered or skipped since it was parked is not among them.
- */
-export async function listParkedCues(db: Queryable, stepIds: readonly number[]): Promise<ParkedCue[]> {
-  if (stepIds.length === 0) return []
-  const ids = idSet('s.id', stepIds)
-  const rows = await db.query<Raw>(
-    `SELECT ${STEP_COLUMNS}, l.step_id AS cue_ladder, l.assignees AS cue_assignees
-       FROM event_run_steps s
-       LEFT JOIN cue_ladders l ON l.step_id = s.id
-      WHERE ${ids.sql} AND s.waiting_since IS NOT NULL
-      ORDER BY s.waiting_since, s.id`,
-    ids.args,
-  )
-  return rows.map((r) => ({ step: hydrate(r), assignees: assigneesOf(r) }))
 }
 
 /** No ladder, or a ladder for nobody in particular: the cue is for anyone (an empty list). */

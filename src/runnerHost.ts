@@ -5,7 +5,7 @@
  * instances that run the runner (`RUNNER=on`) build them.
  */
 import type { Db } from '../sql/db.ts'
-import type { ChangeSignal, ParkSignal } from './api/changeSignal.ts'
+import type { ChangeSignal } from './api/changeSignal.ts'
 import type { Config } from './config.ts'
 import type { Logger } from './log.ts'
 import type { Metrics } from './metrics.ts'
@@ -28,8 +28,8 @@ export interface RunnerHostDeps {
   metrics: Metrics
   runCounts: RunCountsReader
   changes: ChangeSignal
-  /** Raised when a round's write parked cues, with their steps: pushed to the cue inbox alone (the runs change when released, told as before). */
-  cuesParked: ParkSignal
+  /** Raised when a round's write parked cues: wakes the cue inbox alone (the runs change when released, told as before). */
+  cuesParked: ChangeSignal
 }
 
 export function hostRunner(
@@ -78,8 +78,8 @@ export function hostRunner(
         if (tickChangedRuns) changes.notify()
         tickChangedRuns = false
       },
-      // A round parked cues: their owners' inboxes show them now, mid-batch, not after the batch.
-      cuesParked: (stepIds) => cuesParked.notify(stepIds),
+      // A round parked cues: their owners' inboxes look now, mid-batch, not after the batch.
+      cuesParked: () => cuesParked.notify(),
       tickError: () => metrics.tickErrors.inc(),
       tickLag: (ms) => metrics.tickLagMs.set(ms),
       runsDeleted: (byStatus) => runCounts.adjustForDeletedRuns(byStatus),

@@ -22,7 +22,7 @@ import type { Db } from '../sql/db.ts'
 import { migrate } from '../sql/migrate.ts'
 import { type AcceptListeners, listenHttp } from './acceptListeners.ts'
 import { Admission, admitHttp } from './api/admission.ts'
-import { ChangeSignal, type ParkSignal } from './api/changeSignal.ts'
+import { ChangeSignal } from './api/changeSignal.ts'
 import type { ApiContext, ApiServices } from './api/context.ts'
 import { DEFINITION_SCHEMA_PATH, serveDefinitionSchema } from './api/definitionSchema.ts'
 import { GRAPHIQL_ASSET_PATH, serveGraphiqlAsset } from './api/graphiql.ts'
@@ -189,8 +189,8 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
   })
   // Changes made by this process wake the live feeds at once (see changeSignal.ts).
   const changes = new ChangeSignal()
-  // A round's write that parked cues, with their steps: pushed to the inbox at once.
-  const cuesParked: ParkSignal = new ChangeSignal()
+  // A round's write that parked cues: only the inbox needs to look at once.
+  const cuesParked = new ChangeSignal()
   // The runner and the notification dispatcher, on instances that run the runner.
   const { runner, dispatcher } =
     config.runner === 'on'

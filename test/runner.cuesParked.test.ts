@@ -45,20 +45,17 @@ it(`a round of ${CUES} cues parks in one write, told once`, async () => {
   })
   const ids = await materialiseDueRuns(t.db, def, CUES)
   const counted = countingParks(t.db)
-  const told: (readonly number[])[] = []
+  let told = 0
   const runner = new Runner({
     db: counted.db,
     registry: env.registry,
     clock,
     instanceId: 'cues-parked',
-    observer: { cuesParked: (stepIds) => told.push(stepIds) },
+    observer: { cuesParked: () => told++ },
   })
   await runner.tick()
   for (const id of ids)
     expect((await stepsOf(t.db, id))[0]).toMatchObject({ status: 'running', parked: true })
   expect(counted.count()).toBe(1)
-  // Told once, with every parked cue's step: what the inbox pushes to their owners.
-  expect(told).toHaveLength(1)
-  const parkedSteps = await Promise.all(ids.map(async (id) => (await stepsOf(t.db, id))[0]?.id))
-  expect([...(told[0] ?? [])].sort((a, b) => a - b)).toEqual(parkedSteps.sort((a, b) => (a ?? 0) - (b ?? 0)))
+  expect(told).toBe(1)
 })

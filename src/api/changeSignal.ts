@@ -4,33 +4,28 @@
  * Every mutation raises it once it has run ({@link useChangeSignalAfterMutations}),
  * and the co-hosted runner after a tick that advanced a run and after each
  * batch it advanced in flight. A round's write that parked cues raises a
- * signal of its own, carrying the cues' steps, that the cue inbox pushes to
- * their owners at once (inboxFeed.ts): the owners should not wait for the
- * rest of the batch, and the runs themselves change
+ * signal of its own that wakes the cue inbox alone (src/server.ts): the owners
+ * should not wait for the rest of the batch, and the runs themselves change
  * for `runChanges` when they are released, told as before. Changes made by other
  * instances are not signalled; the feeds find them at their next poll.
  */
 import { getOperationAST, OperationTypeNode } from 'graphql'
 import type { Plugin } from 'graphql-yoga'
 
-/** A notice to this process's feeds; `News` is what it carries (the parked cues' step ids, say). */
-export class ChangeSignal<News = void> {
-  private readonly handlers = new Set<(news: News) => void>()
+export class ChangeSignal {
+  private readonly handlers = new Set<() => void>()
 
   /** Call `handler` on each notice; answers the function that stops it. */
-  on(handler: (news: News) => void): () => void {
+  on(handler: () => void): () => void {
     this.handlers.add(handler)
     return () => this.handlers.delete(handler)
   }
 
-  /** Tell every handler (each only schedules a poll or a push; none throws). */
-  notify(news: News): void {
-    for (const handler of this.handlers) handler(news)
+  /** Tell every handler (each only schedules a poll; none throws). */
+  notify(): void {
+    for (const handler of this.handlers) handler()
   }
 }
-
-/** Raised when this process's runner parked cues, with their steps' ids. */
-export type ParkSignal = ChangeSignal<readonly number[]>
 
 /**
  * A yoga plugin: after every mutation (over HTTP or WebSocket, applied or not),

@@ -2,8 +2,7 @@
  * The cue inbox's doorbell: how a cue parked by a runner in another process
  * reaches the subscribers of this one at once rather than at its next poll.
  *
- * A runner pushes the cues it parks to its own process's inbox (server.ts,
- * cuesParked; inboxFeed.ts).
+ * A runner wakes its own process's inbox in-process (server.ts, cuesParked).
  * An instance without a runner (`RUNNER=off`), or another full instance,
  * used to learn of the cue at its next inbox poll, up to `STATUS_POLL_MS`
  * later: in the showtime benchmark's split topology, park → owner p99 was
@@ -27,7 +26,7 @@ import type { DoorbellAddress } from '../../sql/runnerHeartbeats.ts'
 import { DoorbellRinger } from '../doorbellRinger.ts'
 import type { Logger } from '../log.ts'
 import { Doorbell } from '../runner/doorbell.ts'
-import type { ParkSignal } from './changeSignal.ts'
+import type { ChangeSignal } from './changeSignal.ts'
 
 /** How often a doorbell in use says again where it is. */
 export const ANNOUNCE_MS = 5000
@@ -198,7 +197,7 @@ export function wireInboxDoorbells(deps: {
   logger: Logger
   inbox: { readonly listenerCount: number; wake(): void }
   /** Told when this instance's runner parked cues; null without a runner. */
-  cuesParked: ParkSignal | null
+  cuesParked: ChangeSignal | null
 }): { bell: InboxBell; stop(): Promise<void> } {
   const bell = new InboxBell({
     db: deps.db,

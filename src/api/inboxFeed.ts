@@ -14,21 +14,13 @@
  * loaders holding the runs the poll read, so `run { … }` in 2,000
  * subscriptions, or in ten operators' inboxes, costs no statement more.
  * Nobody listening costs nothing.
- *
- * Cues this process's runner parks are pushed, not polled for
- * ({@link InboxFeed.parked}): read by id, the moment the park is written,
- * and added to each inbox they belong in that has room for them. A poll
- * first waited out the least gap between polls and read which cues wait for
- * everybody to find the few new ones: under a show, most of a cue's way from
- * its park to its owner. Polls and pushes take turns, so no subscriber is
- * sent an older inbox after a newer one.
  */
 import { Repeater, SlidingBuffer } from 'graphql-yoga'
 import { listWaiting, listWaitingForEach } from '../../sql/cueLadders.ts'
 import type { Db } from '../../sql/db.ts'
-import { getByIds, type RunListRow } from '../../sql/eventRuns/index.ts'
+import { getByIds } from '../../sql/eventRuns/index.ts'
 import type { StepRow } from '../../sql/eventSteps/index.ts'
-import { isFor, listParkedCues, type ParkedCue } from '../../sql/waitingCues.ts'
+import { isFor } from '../../sql/waitingCues.ts'
 import type { Logger } from '../log.ts'
 import { createLoaders, type Loaders } from './loaders.ts'
 import { PollLoop } from './pollLoop.ts'
@@ -75,9 +67,8 @@ interface InboxListener {
   limit: number
   /** `mine`: the caller's name and teams (see src/api/person.ts); null = everybody's cues. */
   identities: string[] | null
-  /** What this listener got last: its fingerprint, and the cues in order. */
+  /** What this listener got last. */
   sent: string
-  steps: StepRow[]
   onInbox(inbox: Inbox): void
   onClose(): void
 }
@@ -118,15 +109,6 @@ export class InboxFeed {
   private closed = false
   /** The first-inbox read that subscribers joining now share (see {@link watch}). */
   private firstRead: Promise<Inbox> | null = null
-  /** Steps parked by this process's runner and not pushed yet (see {@link parked}). */
-  private readonly toPush = new Set<number>()
-  private pushing: Promise<void> | null = null
-  /** The poll or push whose turn it is: they run one at a time (see {@link inTurn}). */
-  private turn: Promise<void> = Promise.resolve()
-  /** The runs the last poll and the pushes since have read, for a push's loaders. */
-  private knownRuns = new Map<number, RunListRow>()
-  /** Pushes of parked cues made (tests). */
-  pushes = 0
   /** The polls' reads of the waiting cues, with the copies they keep. */
   readonly waitingCues = new WaitingCueReader()
 
@@ -134,7 +116,7 @@ export class InboxFeed {
     this.loop = new PollLoop({
       intervalMs: opts.intervalMs ?? 500,
       minGapMs: Math.min(INBOX_MIN_GAP_MS, opts.intervalMs ?? 500),
-      poll: () => this.inTurn(() => this.poll()),
+      poll: () => this.poll(),
       hasListeners: () => this.listeners.size > 0,
       onError: (err) => opts.logger?.warn({ err }, 'waitingSteps poll failed; retrying at the next interval'),
     })
@@ -151,17 +133,6 @@ export class InboxFeed {
   /** Something changed in this process: look now (or within `withinMs`) rather than at the next interval. */
   wake(withinMs = 0): void {
     this.loop.wake(withinMs)
-  }
-
-  /**
-   * Cues this process's runner has just parked, by their steps' ids: shown
-   * in the inboxes they belong in at once, without a poll. Ids that arrive
-   * while a push is under way go together in the next.
-   */
-  parked(stepIds: readonly number[]): void {
-    if (this.closed || this.listeners.size === 0) return
-    for (const id of stepIds) this.toPush.add(id)
-    this.startPush()
   }
 
   /** The first `limit` cues and their runs, read now. */
@@ -205,7 +176,6 @@ export class InboxFeed {
         limit,
         identities,
         sent: fingerprintOf(first.steps),
-        steps: first.steps,
         onInbox: (inbox) => {
           push(inbox).catch(() => {})
         },
@@ -227,78 +197,7 @@ export class InboxFeed {
     const all = [...this.listeners]
     this.listeners.clear()
     for (const l of all) l.onClose()
-    await Promise.all([this.loop.close(), this.pushing])
-  }
-
-  /**
-   * Runs `work` once the poll or push before it is done. A poll that read
-   * its cues before a push and delivered after it would take the pushed cues
-   * out of the inboxes again (and put them back at the poll after).
-   */
-  private inTurn(work: () => Promise<void>): Promise<void> {
-    const done = this.turn.then(work)
-    // The chain only orders the turns; each caller handles its own failure.
-    this.turn = done.catch(() => {})
-    return done
-  }
-
-  private startPush(): void {
-    if (this.pushing || this.toPush.size === 0) return
-    const stepIds = [...this.toPush]
-    this.toPush.clear()
-    this.pushing = this.inTurn(() => this.push(stepIds))
-      .catch((err) => {
-        this.opts.logger?.warn({ err }, 'could not push parked cues to the inboxes; the next poll shows them')
-        this.loop.wake()
-      })
-      .finally(() => {
-        this.pushing = null
-        if (!this.closed) this.startPush()
-      })
-  }
-
-  /**
-   * Adds the cues among `stepIds` that still wait to every inbox they belong
-   * in, after the cues it was sent last. An inbox already at its limit is
-   * left to the polls: a newer cue does not enter it.
-   */
-  private async push(stepIds: number[]): Promise<void> {
-    const open = [...this.listeners].filter((l) => l.steps.length < l.limit)
-    if (this.closed || open.length === 0) return
-    this.pushes++
-    const db = this.opts.pollDb ?? this.opts.db
-    const read = await db.withConnection(async (tx) => {
-      const cues = await listParkedCues(tx, stepIds)
-      return { cues, runs: await getByIds(tx, [...new Set(cues.map((c) => c.step.runId))]) }
-    })
-    if (read.cues.length === 0) return
-    for (const run of read.runs) this.knownRuns.set(run.id, run)
-    const loaders = createLoaders(db)
-    loaders.rememberRuns([...this.knownRuns.values()])
-    // Listeners sent the same inbox, with the same limit and identities, get
-    // the same new one (one execution for all: sharedSubscribe.ts).
-    const views = new Map<StepRow[], Map<string, View>>()
-    for (const listener of open) {
-      const key = `${listener.limit} ${listener.identities === null ? '' : JSON.stringify(listener.identities)}`
-      const sameBefore = views.get(listener.steps) ?? new Map<string, View>()
-      views.set(listener.steps, sameBefore)
-      const view = sameBefore.get(key) ?? withParked(listener, read.cues)
-      sameBefore.set(key, view)
-      if (view.sent === listener.sent) continue
-      view.inbox ??= { steps: view.steps, loaders }
-      this.deliver(listener, view, view.inbox)
-    }
-  }
-
-  /** Sends `view` to `listener` and remembers it as what the listener got last. */
-  private deliver(listener: InboxListener, view: View, inbox: Inbox): void {
-    listener.sent = view.sent
-    listener.steps = view.steps
-    try {
-      listener.onInbox(inbox)
-    } catch (err) {
-      this.opts.logger?.warn({ err }, 'a waitingSteps listener failed')
-    }
+    await this.loop.close()
   }
 
   private listen(listener: InboxListener): () => void {
@@ -390,13 +289,17 @@ export class InboxFeed {
     // inbox reached them 0.3–0.9 s after the poll had read it.
     const loaders = createLoaders(this.opts.pollDb ?? this.opts.db)
     loaders.rememberRuns(read.runs)
-    this.knownRuns = new Map(read.runs.map((r) => [r.id, r]))
     for (const { due } of changed) {
       for (const { listener, view } of due) {
+        listener.sent = view.sent
         // One inbox object per limit: subscribers of equal selections share its
         // execution (sharedSubscribe.ts), which is keyed by the event object.
         view.inbox ??= { steps: view.steps, loaders }
-        this.deliver(listener, view, view.inbox)
+        try {
+          listener.onInbox(view.inbox)
+        } catch (err) {
+          this.opts.logger?.warn({ err }, 'a waitingSteps listener failed')
+        }
       }
     }
   }
@@ -417,16 +320,4 @@ export class InboxFeed {
     }
     return due
   }
-}
-
-/** `listener`'s last inbox with the cues of `parked` for it that it lacks, newest last, cut at its limit. */
-function withParked(listener: InboxListener, parked: readonly ParkedCue[]): View {
-  const have = new Set(listener.steps.map((s) => s.id))
-  const identities = listener.identities === null ? null : new Set(listener.identities)
-  const added = parked
-    .filter((c) => !have.has(c.step.id) && (identities === null || isFor(c.assignees, identities)))
-    .map((c) => c.step)
-  if (added.length === 0) return { steps: listener.steps, sent: listener.sent }
-  const steps = [...listener.steps, ...added].slice(0, listener.limit)
-  return { steps, sent: fingerprintOf(steps) }
 }

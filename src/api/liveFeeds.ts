@@ -8,7 +8,7 @@ import type { Config } from '../config.ts'
 import type { Logger } from '../log.ts'
 import type { Metrics } from '../metrics.ts'
 import type { Pools } from '../pools.ts'
-import type { ChangeSignal, ParkSignal } from './changeSignal.ts'
+import type { ChangeSignal } from './changeSignal.ts'
 import { wireInboxDoorbells } from './inboxBell.ts'
 import { INBOX_SETTLE_MS, InboxFeed } from './inboxFeed.ts'
 import { RunChangeFeed } from './runChangeFeed.ts'
@@ -24,8 +24,8 @@ export function openLiveFeeds(deps: {
   metrics: Pick<Metrics, 'openSubscriptions'>
   /** Raised after every change this process makes. */
   changes: ChangeSignal
-  /** Raised when this process's runner parked cues, with their steps; null without a runner. */
-  cuesParked: ParkSignal | null
+  /** Raised when this process's runner parked cues; null without a runner. */
+  cuesParked: ChangeSignal | null
 }) {
   const { config, pools, logger, metrics } = deps
   const feedOptions = {
@@ -43,11 +43,10 @@ export function openLiveFeeds(deps: {
   })
   const inbox = new InboxFeed({ ...feedOptions, pollDb: pools.inboxDb })
   deps.changes.on(() => runChanges.wake())
-  // Cues parked here are pushed to their owners at once; other changes
-  // (answers, skips) leave the inboxes within INBOX_SETTLE_MS, so a stream of
-  // answers shares polls.
+  // New cues reach their owners at once; other changes (answers, skips) leave
+  // the inboxes within INBOX_SETTLE_MS, so a stream of answers shares polls.
   deps.changes.on(() => inbox.wake(INBOX_SETTLE_MS))
-  deps.cuesParked?.on((stepIds) => inbox.parked(stepIds))
+  deps.cuesParked?.on(() => inbox.wake())
   // Cues parked by a runner elsewhere wake this inbox too, and ours wake theirs.
   const inboxBells = wireInboxDoorbells({
     db: pools.inboxDb,

@@ -357,7 +357,7 @@ class Recording {
     tell: OnAnswer,
   ) {
     this.writer = new GroupWriter(deps.db, deps.hardStop, {
-      parked: (stepIds) => deps.observer?.cuesParked?.(stepIds),
+      parked: () => deps.observer?.cuesParked?.(),
       givenBack: (given) => {
         for (const g of given) {
           const run = this.parking.get(g.id)

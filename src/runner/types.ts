@@ -21,7 +21,7 @@ export interface RunnerObserver {
   /** A batch a pass handed on (flights.ts) has been advanced: its runs' steps changed since the pass ended. */
   batchAdvanced?(): void
   /** Steps were parked on a person and the write is made: the cue inbox can show them now. */
-  cuesParked?(stepIds: readonly number[]): void
+  cuesParked?(): void
   tickError?(): void
   /** How late this tick started against its schedule, in ms (0 when on time). */
   tickLag?(ms: number): void

@@ -182,26 +182,3 @@ export function shuffled<T>(items: readonly T[]): T[] {
   }
   return a
 }
-
-/**
- * A one-step run whose step waits on a person now (a cue parked as the runner
- * parks it: running, parked, with its ladder), for `owner`, or for anyone when
- * null (no ladder row).
- */
-export async function parkCue(db: Db, owner: string | null): Promise<StepRow> {
-  const fx = await makeDefinition(db)
-  const { steps: made } = await makeRunWithSteps(db, 1, { definition: fx })
-  const step = made[0] as StepRow
-  await db.query(
-    `UPDATE event_run_steps SET status = 'running', parked = 1, started_at = NOW(3) WHERE id = ?`,
-    [step.id],
-  )
-  if (owner !== null) {
-    await db.query(
-      `INSERT INTO cue_ladders (step_id, run_id, prompt, opened_at, assignees)
-       SELECT id, run_id, 'Yours', started_at, JSON_ARRAY(?) FROM event_run_steps WHERE id = ?`,
-      [owner, step.id],
-    )
-  }
-  return step
-}

@@ -66,8 +66,8 @@ export async function recordOutcome<T>(hardStop: AbortSignal, write: () => Promi
 
 /** What a flush tells once its transaction is committed. */
 export interface FlushListeners {
-  /** Steps were parked on a person (written, so readers see them now): their ids. */
-  parked?: (stepIds: number[]) => void
+  /** Steps were parked on a person (written, so readers see them now). */
+  parked?: () => void
   /** These runs' claims were given back by the flush ({@link BufferedWriter.giveBack}). */
   givenBack?: (runs: readonly GivenBack[]) => void
 }
@@ -190,7 +190,7 @@ export class BufferedWriter implements StepWriter {
    */
   async flush(): Promise<boolean> {
     const statements = this.statements()
-    const parked = this.setAside.filter((r) => r.parked).map((r) => r.id)
+    const parked = this.setAside.some((r) => r.parked)
     const givenBack = this.givenBack
     this.clear()
     if (statements.length === 0) return false
@@ -203,7 +203,7 @@ export class BufferedWriter implements StepWriter {
     if (givenBack.length > 0) this.told.givenBack?.(givenBack)
     // A parked cue is news to its owner's inbox now, not when the whole batch
     // (its other runs' rounds, its stragglers) is done.
-    if (parked.length > 0) this.told.parked?.(parked)
+    if (parked) this.told.parked?.()
     return true
   }
 
