@@ -1,15 +1,13 @@
 /**
- * A GO that lands while its cue is being parked again: the cue has come back
- * to its runner at a rung of its ladder (a reminder), so its ladder is open
- * and a person may answer, while the new park and the run's give-back are not
- * written yet. The answer pulls the run's `wake_at` to now and the give-back
- * keeps it (`woken_while_claimed`), but the answer's nudge came while the run
- * was still claimed, so neither the lane nor the pass it woke could take it.
- * Without a second wake the run waited for the next tick (here a minute); a
- * park given back after a nudge wakes the lane (held.ts). The park's write is
- * held back for real: its transaction waits on the runner's own pool before
- * it is sent to MariaDB. (A cue's first entry has no such window: its ladder
- * opens with its park, in one transaction.)
+ * A GO that lands while its cue is still being parked: the cue's ladder is
+ * open (its CUE_WAITING went out, so a person may answer), the park and the
+ * run's give-back not yet written. The answer pulls the run's `wake_at` to
+ * now and the give-back keeps it (`woken_while_claimed`), but the answer's
+ * nudge came while the run was still claimed, so neither the lane nor the
+ * pass it woke could take it. Without a second wake the run waited for the
+ * next tick (here a minute); a park given back after a nudge wakes the lane
+ * (held.ts). The park's write is held back for real: its transaction waits
+ * on the runner's own pool before it is sent to MariaDB.
  */
 import { afterAll, expect, it } from 'vitest'
 import type { StepRow } from '../sql/eventSteps/index.ts'
@@ -19,8 +17,8 @@ import { DbCueLadder } from '../src/runner/cueLadder.ts'
 import { Runner } from '../src/runner/runner.ts'
 import { createDefaultRegistry } from '../src/runner/steps/registry.ts'
 import { useTestDb, wrapStatements } from './helpers/db.ts'
-import { makeDefinition, makeRun } from './helpers/fixtures.ts'
-import { sleep, startedAtMs, stepsOf, waitFor } from './helpers/runnerHarness.ts'
+import { makeRun } from './helpers/fixtures.ts'
+import { cueShow, sleep, startedAtMs, stepsOf, waitFor } from './helpers/runnerHarness.ts'
 
 const t = useTestDb()
 let runner: Runner | undefined
@@ -31,20 +29,20 @@ afterAll(async () => {
 /** How long the park's write is held back: the window the GO lands in. */
 const PARK_HELD_MS = 600
 
-it('a GO answered while its cue is being parked again moves the show on when the park lands, not at the next tick', async () => {
-  let parks = 0
+it('a GO answered while its cue is being parked moves the show on when the park lands, not at the next tick', async () => {
+  let holdPark = true
   let parkHeldAt = 0
-  // Only the second park (at the reminder, with its give-back, one transaction) is held.
+  // Only the first park (with its give-back, one transaction) is held.
   const db = wrapStatements(t.db, 'runQuery', (real) => async (sql, params) => {
-    if (/SET parked = /.test(sql) && ++parks === 2) {
+    if (holdPark && /SET parked = /.test(sql)) {
+      holdPark = false
       parkHeldAt = Date.now()
       await sleep(PARK_HELD_MS)
     }
     return real(sql, params)
   })
   // A minute's tick: only a wake-up can move the run on within the test.
-  // With its cue ladder, as the server runs it: the reminder a second after the
-  // cue opened brings it back to the runner, which parks it again.
+  // With its cue ladder, as the server runs it: the ladder opens before the park.
   runner = new Runner({
     db,
     registry: createDefaultRegistry(),
@@ -52,23 +50,10 @@ it('a GO answered while its cue is being parked again moves the show on when the
     tickMs: 60_000,
     settings: { webhookAllow: [], cueLadder: new DbCueLadder(t.db) },
   })
-  const show = await makeDefinition(t.db, {
-    program: {
-      phases: [
-        {
-          name: 'main',
-          steps: [
-            { kind: 'core.cue', params: { prompt: 'GO?', remindAfterSeconds: [1] } },
-            { kind: 'core.log', params: { message: 'after GO' } },
-          ],
-        },
-      ],
-    },
-  })
-  const runId = (await makeRun(t.db, { definition: show, scheduledFor: new Date() })).id
+  const runId = (await makeRun(t.db, { definition: await cueShow(t.db), scheduledFor: new Date() })).id
   runner.start()
   await waitFor(() => parkHeldAt > 0 || null, { timeoutMs: 10_000 })
-  // The run is still claimed and its cue not parked again yet, but its ladder is open: it can be answered.
+  // The run is still claimed and its cue not parked yet, but its ladder is open: it can be answered.
   const [held] = await t.db.query<{ c: string | null }>(
     'SELECT claimed_by AS c FROM event_runs WHERE id = ?',
     [runId],

@@ -370,8 +370,6 @@ class Recording {
 
   record(e: Entry, result: AttemptResult): void {
     const step = e.executing
-    // Taken whatever the outcome, so an attempt that does not park leaves nothing behind.
-    const ladder = this.deps.settings.cueLadder?.takeOpening?.(step.id) ?? null
     if (!result.ok) {
       this.recordFailure(e, result)
       return
@@ -380,7 +378,6 @@ class Recording {
     const parks = write.write === 'park'
     if (parks) this.parking.set(e.run.id, e.run)
     this.writer.add((w) => {
-      if (parks && ladder) w.openLadder(ladder)
       if (write.write === 'complete') void w.complete(step.id, write.result)
       else w.setAsideStep(step.id, write.until, parks)
       // Free the moment its cue can be seen (writer.ts `giveBack`).

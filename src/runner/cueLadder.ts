@@ -9,17 +9,11 @@
  * the value read, and its notification is written in the same transaction, so
  * a rung is sent exactly once whoever re-enters the cue, and a crash before
  * the commit leaves the rung to the next re-entry (nothing lost, nothing twice).
- *
- * A new cue's ladder is opened by the write that parks the cue
- * ({@link DbCueLadder.takeOpening}): the ladder row and CUE_WAITING commit
- * with the park or not at all, so nobody is told of a cue, nor can answer
- * it, before it waits; a crash before that write leaves a step re-run with
- * no ladder, which opens it then.
  */
 
 import type { LadderRow } from '../../sql/cueLadders.ts'
 import * as ladders from '../../sql/cueLadders.ts'
-import { type Db, isDbUnavailable, type Queryable, type Statement } from '../../sql/db.ts'
+import { type Db, isDbUnavailable, type Queryable } from '../../sql/db.ts'
 import * as logs from '../../sql/eventRunLogs.ts'
 import * as events from '../../sql/notifications/events.ts'
 import { body, type NotificationEventName, type RunSummary, teamsOf } from '../notify/payload.ts'
@@ -79,61 +73,16 @@ function rungTime(plan: CuePlan): (base: Date, seconds: number) => Date {
   return (base, seconds) => showTimeAfter(base, seconds, plan.run.speed)
 }
 
-/** Every rung of a ladder: its reminders, its escalations and its deadline. */
-function rungTimes(plan: CuePlan, ladder: LadderRow): Date[] {
+/** The next rung after `now` of a ladder (reminder, escalation or deadline), or null. */
+export function nextRung(plan: CuePlan, ladder: LadderRow, now: Date): Date | null {
   const at = rungTime(plan)
-  return [
+  const times = [
     ...plan.remindAfterSeconds.map((s) => at(ladder.openedAt, s)),
     ...plan.escalate.map((e) => at(ladder.openedAt, e.afterSeconds)),
     ...(ladder.deadlineAt ? [ladder.deadlineAt] : []),
-  ]
-}
-
-/** The next rung after `now` of a ladder (reminder, escalation or deadline), or null. */
-export function nextRung(plan: CuePlan, ladder: LadderRow, now: Date): Date | null {
-  const times = rungTimes(plan, ladder).filter((t) => t.getTime() > now.getTime())
+  ].filter((t) => t.getTime() > now.getTime())
   if (times.length === 0) return null
   return new Date(Math.min(...times.map((t) => t.getTime())))
-}
-
-/** A ladder as a cue opens it, with the run its notifications name. */
-interface Opening {
-  row: LadderRow
-  run: RunSummary
-}
-
-/** The ladder `plan` opens: nobody has answered, no rung applied yet. */
-function openingOf(plan: CuePlan): Opening {
-  const deadlineAt =
-    plan.timeoutSeconds === undefined ? null : rungTime(plan)(plan.openedAt, plan.timeoutSeconds)
-  return {
-    run: summary(plan.run),
-    row: {
-      stepId: plan.stepId,
-      runId: plan.run.id,
-      prompt: plan.prompt.slice(0, 1000),
-      openedAt: plan.openedAt,
-      deadlineAt,
-      assignees: plan.assignees,
-      exclusive: plan.exclusive,
-      escalationLevel: 0,
-      remindersSent: 0,
-      answer: null,
-    },
-  }
-}
-
-/**
- * The writes that open `opening`: the ladder rows, then CUE_WAITING for each.
- * Both are INSERT IGNORE: a row already there (a racing re-entry) is kept as
- * it is, and the event's dedupe key (cue:ID:waiting) sends CUE_WAITING once.
- */
-function openingStatements(opening: readonly Opening[]): { rows: Statement[]; waiting: Statement[] } {
-  const waiting = opening.map((o) => cueEvent('CUE_WAITING', o.run, o.row, 'waiting', o.row.openedAt))
-  return {
-    rows: ladders.openManyStatements(opening.map((o) => o.row)),
-    waiting: events.emitManyStatements(waiting).flat(),
-  }
 }
 
 /** A cue asking for its ladder, answered when the batch it joined is written. */
@@ -148,24 +97,10 @@ export class DbCueLadder implements CueLadderPort {
   private asking: Asking[] = []
   private draining: Promise<void> | null = null
   private scheduled = false
-  /** Ladders of cues on their first entry, left to the writes that park them ({@link takeOpening}). */
-  private readonly openings = new Map<number, Statement[]>()
 
   constructor(private readonly db: Db) {}
 
   async sync(plan: CuePlan, now: Date): Promise<CueLadderState> {
-    // A new cue with nothing due yet: its ladder is what the plan says, and it
-    // opens with the cue's park (one round trip less between a cue's start and
-    // its person). Should a rung be due already (a rehearsal at speed), the
-    // ladder is opened here and the rung applied at once.
-    if (plan.firstEntry === true) {
-      const opening = openingOf(plan)
-      if (rungTimes(plan, opening.row).every((t) => t.getTime() > now.getTime())) {
-        const { rows, waiting } = openingStatements([opening])
-        this.openings.set(plan.stepId, [...rows, ...waiting])
-        return { nextAt: nextRung(plan, opening.row, now), deadlineAt: opening.row.deadlineAt }
-      }
-    }
     const run = summary(plan.run)
     let ladder = await this.ladderOf(plan)
     if (!ladder.answer) {
@@ -175,12 +110,6 @@ export class DbCueLadder implements CueLadderPort {
         ladder = await this.timeOut(run, ladder, now)
     }
     return { nextAt: nextRung(plan, ladder, now), deadlineAt: ladder.deadlineAt }
-  }
-
-  takeOpening(stepId: number): Statement[] | null {
-    const opening = this.openings.get(stepId) ?? null
-    this.openings.delete(stepId)
-    return opening
   }
 
   /**
@@ -251,19 +180,41 @@ export class DbCueLadder implements CueLadderPort {
   private async openAll(plans: readonly CuePlan[]): Promise<LadderRow[]> {
     const toRead = [...new Set(plans.filter((p) => p.firstEntry !== true).map((p) => p.stepId))]
     const found = new Map((await ladders.getMany(this.db, toRead)).map((l) => [l.stepId, l]))
-    const fresh = new Map<number, Opening>()
+    const fresh = new Map<number, { row: LadderRow; run: RunSummary }>()
     for (const plan of plans) {
       if (found.has(plan.stepId) || fresh.has(plan.stepId)) continue
-      fresh.set(plan.stepId, openingOf(plan))
+      const deadlineAt =
+        plan.timeoutSeconds === undefined ? null : rungTime(plan)(plan.openedAt, plan.timeoutSeconds)
+      fresh.set(plan.stepId, {
+        run: summary(plan.run),
+        row: {
+          stepId: plan.stepId,
+          runId: plan.run.id,
+          prompt: plan.prompt.slice(0, 1000),
+          openedAt: plan.openedAt,
+          deadlineAt,
+          assignees: plan.assignees,
+          exclusive: plan.exclusive,
+          escalationLevel: 0,
+          remindersSent: 0,
+          answer: null,
+        },
+      })
     }
     if (fresh.size > 0) {
       const opening = [...fresh.values()]
-      const { rows, waiting } = openingStatements(opening)
+      // The event's dedupe key (cue:ID:waiting) keeps CUE_WAITING once even
+      // for a row another writer made meanwhile.
+      const rows = opening.map((o) => o.row)
+      const waiting = opening.map((o) => cueEvent('CUE_WAITING', o.run, o.row, 'waiting', o.row.openedAt))
+      const opens = ladders.openManyStatements(rows)
       // One transaction in one round trip (its BEGIN and COMMIT in the text),
       // where a show's first cues opening together took five; an opening past
       // one text's size goes in parts of the same transaction (db.ts).
-      const answers = await this.db.commitAll([...rows, ...waiting], { retryable: true })
-      const made = answers.slice(0, rows.length).reduce((n, a) => n + a.affectedRows, 0)
+      const answers = await this.db.commitAll([...opens, ...events.emitManyStatements(waiting).flat()], {
+        retryable: true,
+      })
+      const made = answers.slice(0, opens.length).reduce((n, a) => n + a.affectedRows, 0)
       // The rows this call made are the rows as written: a burst of cues
       // opening skips a read each. When another writer made some (a racing
       // re-entry), they are read.

@@ -4,13 +4,7 @@
  * of one included), by {@link BufferedWriter} and, as outcomes arrive, by
  * {@link GroupWriter}. What fails a run is written by failure.ts instead.
  */
-import {
-  type CountedStatement,
-  checkAffected,
-  type Db,
-  isDbUnavailable,
-  type Statement,
-} from '../../../sql/db.ts'
+import { type CountedStatement, checkAffected, type Db, isDbUnavailable } from '../../../sql/db.ts'
 import type { NewLog } from '../../../sql/eventRunLogs.ts'
 import * as logs from '../../../sql/eventRunLogs.ts'
 import * as runs from '../../../sql/eventRuns/index.ts'
@@ -114,7 +108,6 @@ export class BufferedWriter implements StepWriter {
   private failedAttempts: { id: number; error: string; retryAt: Date | null }[] = []
   private restored: number[] = []
   private givenBack: GivenBack[] = []
-  private ladderOpenings: Statement[] = []
 
   constructor(
     private readonly db: Pick<Db, 'commitAll'>,
@@ -164,14 +157,6 @@ export class BufferedWriter implements StepWriter {
     this.givenBack.push({ id: run.id, token: run.claimToken, owner, wakeAt })
   }
 
-  /**
-   * Open a cue's ladder in this flush, with the park that follows (the cue
-   * ladder's own statements: cueLadder.ts `takeOpening`).
-   */
-  openLadder(statements: readonly Statement[]): void {
-    this.ladderOpenings.push(...statements)
-  }
-
   /** A retried step of this run succeeded: the run is `ok` again unless another step keeps it degraded. */
   restoreHealth(runId: number): void {
     this.restored.push(runId)
@@ -188,8 +173,7 @@ export class BufferedWriter implements StepWriter {
       this.setAside.length === 0 &&
       this.failedAttempts.length === 0 &&
       this.restored.length === 0 &&
-      this.givenBack.length === 0 &&
-      this.ladderOpenings.length === 0
+      this.givenBack.length === 0
     )
   }
 
@@ -235,8 +219,6 @@ export class BufferedWriter implements StepWriter {
       out.push(...runs.setPhaseManyStatements(ids(moves), phase))
     out.push(...logs.appendManyStatements(this.lines))
     out.push(...steps.completeManyStatements(this.completed))
-    // A new cue's ladder with its park: answerable, and its people told, once it waits.
-    out.push(...this.ladderOpenings)
     out.push(...steps.setAsideManyStatements(this.setAside))
     out.push(...steps.failAttemptsStatements(this.failedAttempts))
     out.push(...runs.degradeForStepsStatements(this.failedAttempts.map((f) => f.id)))
@@ -249,7 +231,6 @@ export class BufferedWriter implements StepWriter {
   }
 
   private clear(): void {
-    this.ladderOpenings = []
     this.givenBack = []
     this.setAside = []
     this.failedAttempts = []

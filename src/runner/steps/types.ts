@@ -1,5 +1,3 @@
-import type { Statement } from '../../../sql/db.ts'
-
 /**
  * The contract between the runner and a step kind. Built-in kinds (`core.log`,
  * `core.wait`, `core.cue`, `core.webhook`) and custom kinds registered from code
@@ -106,15 +104,6 @@ export interface CueLadderPort {
    * the cue), including the deadline (CUE_TIMED_OUT).
    */
   sync(plan: CuePlan, now: Date): Promise<CueLadderState>
-  /**
-   * The writes that open a cue's ladder (with its CUE_WAITING), when
-   * {@link sync} left them to the write that parks the cue: a first entry
-   * with no rung due yet. The runner sends them in the park's own
-   * transaction, so a cue is answerable, and its people told, only once it
-   * is parked, and a round's cues park in one round trip instead of two.
-   * Null when `sync` wrote the ladder itself. Each is taken once.
-   */
-  takeOpening?(stepId: number): readonly Statement[] | null
 }
 
 /** What a handler answers. A thrown error is a failed attempt (see {@link StepFailure}). */
