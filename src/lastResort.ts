@@ -12,7 +12,7 @@
  *   instance, then the process exits with code 1 for its supervisor to restart.
  *   A stop that hangs is cut short after `graceMs`.
  */
-import type { Logger } from './log.ts'
+import { flushThenExit, type Logger } from './log.ts'
 
 export interface LastResortOptions {
   logger: Logger
@@ -50,7 +50,8 @@ export function installLastResortHandlers(opts: LastResortOptions): () => void {
       .catch((stopErr: unknown) => opts.logger.error({ err: stopErr }, 'the graceful stop failed'))
       .finally(() => {
         clearTimeout(force)
-        exit(1)
+        // The fatal line and the stop's own lines written, in order, before the process ends.
+        flushThenExit(opts.logger, 1, exit)
       })
   }
   process.on('unhandledRejection', onRejection)

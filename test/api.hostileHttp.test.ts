@@ -117,17 +117,27 @@ describe('errors that escape every handler (a server process as npm start builds
     expect(child?.exitCode).toBeNull()
   })
 
-  it('an uncaught exception is logged at fatal, the server stops gracefully and exits 1', async () => {
-    const exited = once(child as ChildProcess, 'exit')
-    child?.stdin?.write('throw\n')
-    const [code] = (await exited) as [number | null]
+  it('an uncaught exception is logged at fatal, the server stops gracefully and exits 1, every line written in order', async () => {
+    const closed = once(child as ChildProcess, 'close')
+    // Its stdout not read for a second, as from a slow log shipper, while the
+    // stop logs more than the pipe holds: the child still has a log write
+    // under way when it exits. That write's lines used to be cut off (and
+    // the stop's last lines written ahead of them).
+    child?.stdout?.pause()
+    child?.stdin?.write('fill-at-stop\nthrow\n')
+    setTimeout(() => child?.stdout?.resume(), 1800)
+    const [code] = (await closed) as [number | null]
     expect(code).toBe(1)
     const lines = logLines()
+    const fillers = lines.flatMap((l, i) => (/^filler \d+$/.test(String(l.msg)) ? [{ i, msg: l.msg }] : []))
+    expect(fillers.map((f) => f.msg)).toEqual(Array.from({ length: 300 }, (_, n) => `filler ${n}`))
     const fatal = lines.findIndex((l) => l.level === 'fatal' && /escaped every handler/.test(String(l.msg)))
     expect(fatal, output).toBeGreaterThanOrEqual(0)
     expect(JSON.stringify(lines[fatal]?.err)).toMatch(/boom: an exception nobody caught/)
+    expect(fatal).toBeLessThan(fillers[0]?.i ?? -1)
     // The ordered stop ran to its end (runner stopped, claims released, pool closed).
     const stopped = lines.findIndex((l) => l.msg === 'stopped')
-    expect(stopped).toBeGreaterThan(fatal)
+    expect(stopped, output.slice(-2000)).toBeGreaterThan(fatal)
+    expect(stopped).toBeGreaterThan(fillers.at(-1)?.i ?? Number.POSITIVE_INFINITY)
   })
 })

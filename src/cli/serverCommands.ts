@@ -12,7 +12,7 @@ import { ADMIN_TOKEN_FILE, AdminTokenError, loadOrCreateAdminToken } from '../ad
 import { type Config, ConfigError, generateToken, loadConfig } from '../config.ts'
 import { loadDemo } from '../demo.ts'
 import { installLastResortHandlers } from '../lastResort.ts'
-import { createLogger, type Logger } from '../log.ts'
+import { createLogger, flushThenExit, type Logger } from '../log.ts'
 import {
   MariadbNotInstalledError,
   type PrivateMariadb,
@@ -149,7 +149,7 @@ export async function serve(opts: { dataDir: string; demo?: boolean }): Promise<
         log.error({ err }, 'error while stopping the private MariaDB')
       }
     }
-    process.exit(code)
+    flushThenExit(log, code)
   }
   process.on('SIGINT', () => void shutdown('SIGINT'))
   process.on('SIGTERM', () => void shutdown('SIGTERM'))
