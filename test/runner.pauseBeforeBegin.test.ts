@@ -14,7 +14,7 @@ import { Runner } from '../src/runner/runner.ts'
 import { createDefaultRegistry } from '../src/runner/steps/registry.ts'
 import { useTestDb, wrapStatements } from './helpers/db.ts'
 import { makeDefinition, makeRun } from './helpers/fixtures.ts'
-import { isBegin, stepsOf, waitFor, waitForStatus } from './helpers/runnerHarness.ts'
+import { isBegin, program, stepsOf, waitFor, waitForStatus } from './helpers/runnerHarness.ts'
 
 const t = useTestDb()
 let runner: Runner | undefined
@@ -25,17 +25,13 @@ afterEach(async () => {
 
 it('a pause landing between the status read and the next step’s begin keeps the step from starting', async () => {
   const show = await makeDefinition(t.db, {
-    program: {
-      phases: [
-        {
-          name: 'main',
-          steps: [
-            { kind: 'core.wait', params: { seconds: 1 } },
-            { kind: 'core.log', params: { message: 'after the wait' } },
-          ],
-        },
+    program: program([
+      'main',
+      [
+        { kind: 'core.wait', params: { seconds: 1 } },
+        { kind: 'core.log', params: { message: 'after the wait' } },
       ],
-    },
+    ]),
   })
   const runId = (await makeRun(t.db, { definition: show, scheduledFor: new Date() })).id
   const deps = { db: t.db, clock: systemClock }
