@@ -122,6 +122,70 @@ describe('invariant 1: materialisation is idempotent and pins the version', () =
     expect(await countRows(db, 'event_runs')).toBe(3)
   })
 
+  it('materialiseMany writes every run as materialise does, ids in the order given, each grace its own', async () => {
+    const short = await makeDefinition(db, { graceSeconds: 45 })
+    const long = await makeDefinition(db, { graceSeconds: 7200, concurrencyKey: 'stage-{{scope}}' })
+    const when = new Date(Date.UTC(2031, 4, 6, 7, 8, 9, 123))
+    const specs: Array<(scope: string) => NewRun> = [
+      (scope) => newRun(long, { scope, scheduledFor: when, concurrencyKey: 'stage-a', overlap: 'skip' }),
+      (scope) => newRun(short, { scope, scheduledFor: when, params: { n: 1, s: 'it\'s "quoted"' } }),
+      (scope) => newRun(short, { scope, scheduledFor: new Date(when.getTime() + 1), graceExempt: true }),
+      (scope) => newRun(long, { scope, scheduledFor: when, rehearsal: true, startedBy: null }),
+      (scope) => newRun(short, { scope, scheduledFor: when, timezone: 'Europe/Paris', startedBy: 'ann' }),
+      (scope) => newRun(long, { scope, scheduledFor: new Date(when.getTime() + 999), concurrencyKey: null }),
+    ]
+    const columns = `definition_id, version_id, scheduled_for, timezone, concurrency_key, params, rehearsal,
+      started_by, wake_at, overlap, grace_exempt, missed_at, status`
+    const read = (scopes: string[]) =>
+      db.query<Record<string, unknown>>(
+        `SELECT id, scope, ${columns} FROM event_runs WHERE scope IN (${scopes.map(() => '?').join(', ')}) ORDER BY id`,
+        scopes,
+      )
+    // One by one, the reference.
+    const one = specs.map((_, i) => `one-${i}`)
+    for (const [i, spec] of specs.entries())
+      expect(await runs.materialise(db, spec(one[i] as string))).not.toBeNull()
+    // All at once, the definitions interleaved: the ids follow the input, not the join.
+    const many = specs.map((_, i) => `many-${i}`)
+    expect(
+      await runs.materialiseMany(
+        db,
+        specs.map((spec, i) => spec(many[i] as string)),
+      ),
+    ).toBe(specs.length)
+
+    const strip = ({ id: _id, scope: _scope, ...rest }: Record<string, unknown>) => rest
+    const oneRows = await read(one)
+    const manyRows = await read(many)
+    expect(manyRows.map((r) => r.scope)).toEqual(many)
+    expect(manyRows.map(strip)).toEqual(oneRows.map(strip))
+    // The graces are each definition's own, to the millisecond, and none for the exempt run.
+    const missed = manyRows.map((r) => (r.missed_at as Date | null)?.getTime() ?? null)
+    expect(missed).toEqual([
+      when.getTime() + 7_200_000,
+      when.getTime() + 45_000,
+      null,
+      when.getTime() + 7_200_000,
+      when.getTime() + 45_000,
+      when.getTime() + 999 + 7_200_000,
+    ])
+    const idsInOrder = manyRows.map((r) => Number(r.id))
+    expect([...idsInOrder].sort((a, b) => a - b)).toEqual(idsInOrder)
+  })
+
+  it('materialiseMany reads a grace changed before it in the same transaction', async () => {
+    const fx = await makeDefinition(db, { graceSeconds: 60 })
+    const when = new Date(Date.UTC(2031, 0, 1))
+    await db.transaction(async (tx) => {
+      await tx.run('UPDATE event_definitions SET grace_seconds = 90 WHERE id = ?', [fx.def.id])
+      expect(await runs.materialiseMany(tx, [newRun(fx, { scope: 'g', scheduledFor: when })])).toBe(1)
+    })
+    const [row] = await db.query<{ missed_at: Date }>('SELECT missed_at FROM event_runs WHERE scope = ?', [
+      'g',
+    ])
+    expect(row?.missed_at.getTime()).toBe(when.getTime() + 90_000)
+  })
+
   it('a rehearsal never stores a concurrency key (materialise and materialiseMany)', async () => {
     const fx = await makeDefinition(db, { concurrencyKey: 'stage-1' })
     const id = await runs.materialise(db, newRun(fx, { rehearsal: true, concurrencyKey: 'stage-1' }))
