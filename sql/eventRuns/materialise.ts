@@ -58,9 +58,10 @@ const ROW_SQL = `(${placeholders(12)}, ${MISSED_AT})`
 
 // Many runs are written as rows of a derived table joined to their
 // definitions, so the grace is read once per definition rather than by a
-// subquery per row: in statements of 1,000 runs the subqueries were about 40 %
-// of MariaDB's time for the INSERT (39 against 24 µs a run, measured on this
-// machine). `seq` keeps the runs' ids in the order they were given.
+// subquery per row: in statements of 1,000 runs the subqueries were about two
+// thirds of MariaDB's CPU for the INSERT (68-70 against 22-23 µs a run,
+// docs/performance.md). It is still a locking read of the committed grace.
+// `seq` keeps the runs' ids in the order they were given.
 const MANY_FIELDS = [
   'definition_id',
   'version_id',
