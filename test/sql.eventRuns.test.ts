@@ -173,6 +173,31 @@ describe('invariant 1: materialisation is idempotent and pins the version', () =
     expect([...idsInOrder].sort((a, b) => a - b)).toEqual(idsInOrder)
   })
 
+  it("materialiseMany reads the committed grace, not its transaction's older snapshot", async () => {
+    const fx = await makeDefinition(db, { graceSeconds: 60 })
+    const when = new Date(Date.UTC(2031, 0, 2))
+    await db.transaction(async (tx) => {
+      // A plain read first: the transaction's snapshot now predates the change below.
+      const [before] = await tx.query<{ g: number }>(
+        'SELECT grace_seconds AS g FROM event_definitions WHERE id = ?',
+        [fx.def.id],
+      )
+      expect(Number(before?.g)).toBe(60)
+      // Another connection changes the grace and commits.
+      await db.run('UPDATE event_definitions SET grace_seconds = 120 WHERE id = ?', [fx.def.id])
+      const [still] = await tx.query<{ g: number }>(
+        'SELECT grace_seconds AS g FROM event_definitions WHERE id = ?',
+        [fx.def.id],
+      )
+      expect(Number(still?.g)).toBe(60)
+      expect(await runs.materialiseMany(tx, [newRun(fx, { scope: 'snap', scheduledFor: when })])).toBe(1)
+    })
+    const [row] = await db.query<{ missed_at: Date }>('SELECT missed_at FROM event_runs WHERE scope = ?', [
+      'snap',
+    ])
+    expect(row?.missed_at.getTime()).toBe(when.getTime() + 120_000)
+  })
+
   it('materialiseMany reads a grace changed before it in the same transaction', async () => {
     const fx = await makeDefinition(db, { graceSeconds: 60 })
     const when = new Date(Date.UTC(2031, 0, 1))
