@@ -26,7 +26,7 @@ export interface NewRun {
   graceExempt?: boolean
 }
 
-/** The run's column values in {@link INSERT_RUN_COLUMNS}' order up to `grace_exempt`, then the instant its grace counts from. */
+/** The run's values for {@link RUN_VALUE_COLUMNS}, then the instant its grace counts from. */
 function newRunValues(run: NewRun): SqlValue[] {
   return [
     run.definitionId,
@@ -46,23 +46,8 @@ function newRunValues(run: NewRun): SqlValue[] {
   ]
 }
 
-const INSERT_RUN_COLUMNS = `(definition_id, version_id, scope, scheduled_for, timezone, concurrency_key,
-   params, rehearsal, started_by, wake_at, overlap, grace_exempt, missed_at)`
-
-// The instant the run becomes missed, from its definition's grace as stored
-// when the row is written: a grace change re-stamps the scheduled runs
-// (resetMissedAt), and the statement that writes the run reads the value that
-// change committed, so a run made at the same moment never keeps the old one.
-const MISSED_AT = '? + INTERVAL (SELECT d.grace_seconds FROM event_definitions d WHERE d.id = ?) SECOND'
-const ROW_SQL = `(${placeholders(12)}, ${MISSED_AT})`
-
-// Many runs are written as rows of a derived table joined to their
-// definitions, so the grace is read once per definition rather than by a
-// subquery per row: in statements of 1,000 runs the subqueries were about two
-// thirds of MariaDB's CPU for the INSERT (68-70 against 22-23 µs a run,
-// docs/performance.md). It is still a locking read of the committed grace.
-// `seq` keeps the runs' ids in the order they were given.
-const MANY_FIELDS = [
+/** The columns a new run is given as values, in {@link newRunValues}' order; `missed_at` follows, from the grace. */
+const RUN_VALUE_COLUMNS = [
   'definition_id',
   'version_id',
   'scope',
@@ -75,14 +60,27 @@ const MANY_FIELDS = [
   'wake_at',
   'overlap',
   'grace_exempt',
-  'missed_from',
-  'seq',
 ] as const
+
+const INSERT_RUN_COLUMNS = `(${RUN_VALUE_COLUMNS.join(', ')}, missed_at)`
+
+// The instant the run becomes missed, from its definition's grace as stored
+// when the row is written: a grace change re-stamps the scheduled runs
+// (resetMissedAt), and the statement that writes the run reads the value that
+// change committed, so a run made at the same moment never keeps the old one.
+const MISSED_AT = '? + INTERVAL (SELECT d.grace_seconds FROM event_definitions d WHERE d.id = ?) SECOND'
+const ROW_SQL = `(${placeholders(RUN_VALUE_COLUMNS.length)}, ${MISSED_AT})`
+
+// Many runs are written as rows of a derived table joined to their
+// definitions, so the grace is read once per definition rather than by a
+// subquery per row: in statements of 1,000 runs the subqueries were about two
+// thirds of MariaDB's CPU for the INSERT (68-70 against 22-23 µs a run,
+// docs/performance.md). It is still a locking read of the committed grace.
+// `seq` keeps the runs' ids in the order they were given.
+const MANY_FIELDS = [...RUN_VALUE_COLUMNS, 'missed_from', 'seq'] as const
 const MANY_FIRST_ROW = `SELECT ${MANY_FIELDS.map((f) => `? AS ${f}`).join(', ')}`
 const MANY_NEXT_ROW = `SELECT ${placeholders(MANY_FIELDS.length)}`
-const MANY_COLUMNS = `${MANY_FIELDS.slice(0, 12)
-  .map((f) => `v.${f}`)
-  .join(', ')}, v.missed_from + INTERVAL d.grace_seconds SECOND`
+const MANY_COLUMNS = `${RUN_VALUE_COLUMNS.map((f) => `v.${f}`).join(', ')}, v.missed_from + INTERVAL d.grace_seconds SECOND`
 
 /**
  * Materialise one occurrence: the new run's id, or `null` when the occurrence
