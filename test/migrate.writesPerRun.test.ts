@@ -54,7 +54,8 @@ describe('from 0018 with data', () => {
       scope: 'done',
       scheduledFor: new Date(now - 7_200_000),
     })
-    expect(await runs.transition(t.db, done.id, 'scheduled', 'completed')).toBe(true)
+    // Ended by hand: today's terminal move stamps a column (alerts_checked) that 0018 does not have.
+    await t.db.run(`UPDATE event_runs SET status = 'completed', ended_at = NOW(3) WHERE id = ?`, [done.id])
     const parked = await makeRunWithSteps(t.db, 2, {
       definition: fx,
       scope: 'cue',
