@@ -40,7 +40,9 @@ function channel(name: string, extra: Partial<channels.ChannelFields> = {}): cha
 }
 
 /** The runs' `alerts_checked` stamps, and the run alerts written for them, by type. */
-async function alertsOf(ids: readonly number[]): Promise<{ checked: number[]; events: Map<number, string[]> }> {
+async function alertsOf(
+  ids: readonly number[],
+): Promise<{ checked: number[]; events: Map<number, string[]> }> {
   const stamps = await t.db.query<{ alerts_checked: number }>(
     `SELECT alerts_checked FROM event_runs WHERE id IN (${ids.map(() => '?').join(',')}) ORDER BY id`,
     [...ids],
