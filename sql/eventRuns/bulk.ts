@@ -6,7 +6,14 @@ import type { Queryable, SqlValue } from '../db.ts'
 import { cancelUnfinishedOfRuns } from '../eventSteps/index.ts'
 import { placeholders } from '../json.ts'
 import type { RunStatus } from '../states.ts'
-import { releaseKey, STEPS_LEFT, type TransitionOptions, transitionSets } from './transitions.ts'
+import {
+  alertStatementsFor,
+  releaseKey,
+  STEPS_LEFT,
+  sendTogether,
+  type TransitionOptions,
+  transitionSets,
+} from './transitions.ts'
 
 /** What a bulk action may be narrowed to (the fields of RunFilter). */
 export interface BulkFilter {
@@ -94,10 +101,13 @@ export async function moveBatch(
   )
   const moving = locked.map((r) => Number(r.id))
   if (moving.length === 0) return []
-  const { sets, args } = transitionSets(to, opts)
-  await tx.runQuery(`UPDATE event_runs SET ${sets.join(', ')} WHERE id IN (${placeholders(moving.length)})`, [
-    ...args,
-    ...moving,
+  const { sets, args, owed } = transitionSets(to, opts)
+  await sendTogether(tx, [
+    {
+      sql: `UPDATE event_runs SET ${sets.join(', ')} WHERE id IN (${placeholders(moving.length)})`,
+      params: [...args, ...moving],
+    },
+    ...alertStatementsFor(owed, moving),
   ])
   if (to === 'cancelled' || to === 'failed') {
     await cancelUnfinishedOfRuns(tx, moving)

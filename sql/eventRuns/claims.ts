@@ -30,7 +30,7 @@ import {
   type RunRow,
   type RunWithDefinition,
 } from './rows.ts'
-import { DROP_CLAIM, transitionSets } from './transitions.ts'
+import { alertStatementsFor, DROP_CLAIM, sendTogether, transitionSets } from './transitions.ts'
 
 /**
  * Lock up to `limit` due, key-less, scheduled runs for the caller's start
@@ -134,7 +134,7 @@ export async function markStarted(
       wakeAt = as.wakeAt
     }
   }
-  const { sets, args } = transitionSets(as.status, { phase: as.phase, ...(wakeAt && { wakeAt }) })
+  const { sets, args, owed } = transitionSets(as.status, { phase: as.phase, ...(wakeAt && { wakeAt }) })
   if (opts.startedAt) {
     sets.push('started_at = ?')
     args.push(opts.startedAt)
@@ -144,11 +144,16 @@ export async function markStarted(
     args.push(...claim)
   }
   const which = idSet('id', ids)
-  const res = await tx.runQuery(
-    `UPDATE event_runs SET ${sets.join(', ')} WHERE ${which.sql} AND status = 'scheduled'`,
-    [...args, ...which.args],
-  )
-  return res.affectedRows
+  // A batch that completes owes RUN_COMPLETED: its statements go with the
+  // UPDATE, in one round trip, and write nothing while no channel listens.
+  const [moved] = await sendTogether(tx, [
+    {
+      sql: `UPDATE event_runs SET ${sets.join(', ')} WHERE ${which.sql} AND status = 'scheduled'`,
+      params: [...args, ...which.args],
+    },
+    ...alertStatementsFor(owed, ids),
+  ])
+  return moved?.affectedRows ?? 0
 }
 
 /**

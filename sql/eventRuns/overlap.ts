@@ -8,7 +8,7 @@ import type { Queryable } from '../db.ts'
 import { placeholders } from '../json.ts'
 import { KEY_HOLDING } from '../states.ts'
 import type { Raw } from './rows.ts'
-import { releaseKey, transitionSets } from './transitions.ts'
+import { alertStatementsFor, releaseKey, sendTogether, transitionSets } from './transitions.ts'
 /** What an overlap policy decided for a run that came due while an earlier one of its scope was in progress. */
 export type OverlapOutcome =
   /** SKIP: the run is now `missed`. */
@@ -160,10 +160,13 @@ export async function takeOverlap(tx: Queryable, run: OverlapCandidate): Promise
 
 /** A guarded `scheduled → to` inside the claim's transaction. */
 async function moveScheduled(tx: Queryable, id: number, to: 'missed', error: string): Promise<void> {
-  const { sets, args } = transitionSets(to, { error })
-  await tx.run(`UPDATE event_runs SET ${sets.join(', ')} WHERE id = ? AND status = 'scheduled'`, [
-    ...args,
-    id,
+  const { sets, args, owed } = transitionSets(to, { error })
+  await sendTogether(tx, [
+    {
+      sql: `UPDATE event_runs SET ${sets.join(', ')} WHERE id = ? AND status = 'scheduled'`,
+      params: [...args, id],
+    },
+    ...alertStatementsFor(owed, [id]),
   ])
 }
 
