@@ -55,8 +55,16 @@ export async function measurePeer(jobs = JOBS): Promise<PeerMeasure> {
     let executed = 0
     const started = performance.now()
     const cpu = cpuMeter('postgres')
+    // The worker's pool is ours, so that it is ended before the database is
+    // dropped: a client graphile-worker's own pool still held after stop()
+    // was once terminated by the DROP … WITH (FORCE), and its unhandled
+    // 'error' event ended the whole benchmark.
+    const pgPool = new pg.Pool({ connectionString, max: 25 })
+    const onError = (err: Error) => console.error(`graphile-worker pool: ${err.message}`)
+    pgPool.on('error', onError)
+    pgPool.on('connect', (client) => client.on('error', onError))
     const runner = await run({
-      connectionString,
+      pgPool,
       logger,
       noHandleSignals: true,
       concurrency: 24,
@@ -86,6 +94,7 @@ export async function measurePeer(jobs = JOBS): Promise<PeerMeasure> {
       spent = cpu.perUnit(jobs)
       await runner.stop()
       await probe.end()
+      await pgPool.end()
     }
     if (Number.isNaN(seconds)) throw new Error(`graphile-worker did not finish ${jobs} jobs within 5 minutes`)
     const cpuPerJob = { workerUs: spent.processUs, databaseUs: spent.databaseUs }
