@@ -43,7 +43,8 @@ it('every caller of transitionSets sends the alert its move owes, or names a sta
       const [, destructured = '', target = ''] = m
       const literal = /^'([a-z]+)'$/.exec(target.trim())?.[1]
       if (literal !== undefined && SILENT.has(literal)) continue
-      if (!/\bowed\b/.test(destructured) || !text.includes('alertStatementsFor(owed')) forgetful.push(`${name}: ${m[0]}`)
+      if (!/\bowed\b/.test(destructured) || !text.includes('alertStatementsFor(owed'))
+        forgetful.push(`${name}: ${m[0]}`)
     }
   }
   expect(callers).toBeGreaterThanOrEqual(5)
@@ -55,10 +56,14 @@ it('no statement text ends or degrades runs without stamping them', () => {
   for (const { name, text } of files) {
     for (const m of text.matchAll(/`UPDATE event_runs[^`]*`/g)) {
       const sql = m[0]
-      const setPart = sql.slice(sql.indexOf('SET'), sql.search(/\bWHERE\b/) === -1 ? undefined : sql.search(/\bWHERE\b/))
+      const setPart = sql.slice(
+        sql.indexOf('SET'),
+        sql.search(/\bWHERE\b/) === -1 ? undefined : sql.search(/\bWHERE\b/),
+      )
       const ends = /\bstatus = '(completed|failed|missed)'/.test(setPart)
       const degrades = /\bhealth = 'degraded'/.test(setPart)
-      if ((ends || degrades) && !/alert_stamp = \?/.test(setPart)) unstamped.push(`${name}: ${sql.slice(0, 80)}`)
+      if ((ends || degrades) && !/alert_stamp = \?/.test(setPart))
+        unstamped.push(`${name}: ${sql.slice(0, 80)}`)
     }
   }
   expect(unstamped).toEqual([])
