@@ -285,6 +285,42 @@ describe('the other paths', () => {
   })
 })
 
+describe('with a channel enabled', () => {
+  it('the alert statements read the runs they name, not the table, by ids or by steps', async () => {
+    await channels.create(t.db, channel('all'))
+    const fx = await makeDefinition(t.db)
+    const ids = await materialiseDueRuns(t.db, { id: fx.def.id, currentVersionId: fx.version.id }, 500)
+    await t.db.run(
+      `INSERT INTO event_run_steps (run_id, seq, phase_index, phase, ending, kind, params, status, parked, attempts, last_error, started_at)
+       SELECT id, 0, 0, 'main', 0, 'core.log', '{}', 'pending', 0, 1, 'x', NOW(3) FROM event_runs WHERE definition_id = ?`,
+      [fx.def.id],
+    )
+    await t.db.run('ANALYZE TABLE event_runs, event_run_steps')
+    const [first, second] = ids as [number, number]
+    const steps = await t.db.query<{ id: number }>(
+      'SELECT id FROM event_run_steps WHERE run_id IN (?, ?) ORDER BY id',
+      [first, second],
+    )
+    const scans = await t.db.transaction(async (tx) => {
+      const scanned = async () =>
+        Number(
+          (await tx.query<{ Value: string }>("SHOW SESSION STATUS LIKE 'Handler_read_rnd_next'"))[0]?.Value ??
+            0,
+        )
+      const before = await scanned()
+      expect(await runsSql.transitionMany(tx, [first], 'scheduled', 'failed')).toBe(1)
+      expect(await runsSql.degradeForSteps(tx, [Number(steps[1]?.id)])).toBe(1)
+      return (await scanned()) - before
+    })
+    // A scan of event_runs or event_run_steps reads 500 rows and more; what is
+    // read here is the channels' small table, a few times a statement.
+    expect(scans).toBeLessThan(300)
+    const alerts = await alertsOf(t.db, [first, second])
+    expect(typesOf(alerts, first)).toEqual(['RUN_FAILED'])
+    expect(typesOf(alerts, second)).toEqual(['RUN_DEGRADED'])
+  })
+})
+
 describe('with no channel enabled', () => {
   it('the alert statements read no run, however many they name', async () => {
     await channels.create(t.db, channel('off', { enabled: false }))

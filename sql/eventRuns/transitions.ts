@@ -318,8 +318,11 @@ export function degradeForStepsStatements(stepIds: readonly number[]): Statement
         AND s.last_error IS NOT NULL AND (s.status = 'failed' OR (s.status = 'pending' AND s.attempts > 0))`,
       params: [owed.stamp, ...stepIds],
     },
+    // By the steps, as the UPDATE found them (a run named by two of its steps
+    // is one event: the second row is a duplicate key, ignored).
     ...runAlertStatements(owed, {
-      sql: `r.id IN (SELECT s.run_id FROM event_run_steps s WHERE s.id IN (${steps}))`,
+      from: 'event_run_steps s JOIN event_runs r ON r.id = s.run_id',
+      sql: `s.id IN (${steps})`,
       args: [...stepIds],
     }),
   ]

@@ -61,11 +61,15 @@ export function stampSet(owed: AlertOwed): { set: string; arg: number } {
 }
 
 /**
- * The runs a statement stamped, as a condition on `r` (event_runs): the same
- * runs it was told to move (`which`, a condition on `r.id` with its
- * arguments) that now carry its stamp.
+ * The runs a statement stamped: the same runs it was told to move (`sql`, a
+ * condition with its arguments, on `r`, event_runs, read from `from`) that
+ * now carry its stamp. `from` defaults to `event_runs r`; a statement that
+ * names its runs by their steps reads them from the steps
+ * (`event_run_steps s JOIN event_runs r ON r.id = s.run_id`), the steps
+ * first, since the joins run in the order written.
  */
 export interface StampedRuns {
+  from?: string
   sql: string
   args: SqlValue[]
 }
@@ -89,6 +93,7 @@ export function runAlertStatements(owed: AlertOwed, which: StampedRuns): [Statem
   const type = owed.type
   const dottedType = `run.${type.slice(4).toLowerCase()}`
   const dedupeKey = `CONCAT('run:', r.id, ':', ${sqlString(type.toLowerCase())})`
+  const from = which.from ?? 'event_runs r'
   const runs = `${which.sql} AND r.alert_stamp = ?`
   const runArgs: SqlValue[] = [...which.args, owed.stamp]
   return [
@@ -112,7 +117,7 @@ export function runAlertStatements(owed: AlertOwed, which: StampedRuns): [Statem
               'step', NULL,
               'cue', NULL),
             NOW(3)
-       FROM event_runs r
+       FROM ${from}
        JOIN event_definitions d ON d.id = r.definition_id
       WHERE ${ANY_LISTENING} AND ${runs}
         AND EXISTS (SELECT 1 FROM notification_channels c WHERE ${LISTENS})
@@ -128,7 +133,7 @@ export function runAlertStatements(owed: AlertOwed, which: StampedRuns): [Statem
      SELECT STRAIGHT_JOIN ev.id, c.id, r.id, IF(r.rehearsal = 1, 'DELIVERED', 'PENDING'), r.rehearsal,
             IF(r.rehearsal = 1, NULL, NOW(3)), IF(r.rehearsal = 1, NULL, NOW(3) + INTERVAL 24 HOUR),
             IF(r.rehearsal = 1, NOW(3), NULL)
-       FROM event_runs r
+       FROM ${from}
        JOIN notification_events ev ON ev.dedupe_key = ${dedupeKey}
        JOIN notification_channels c ON ${LISTENS}
       WHERE ${ANY_LISTENING} AND ${runs}
