@@ -144,8 +144,8 @@ export async function markStarted(
     args.push(...claim)
   }
   const which = idSet('id', ids)
-  // A batch that completes owes RUN_COMPLETED: its statements go with the
-  // UPDATE, in one round trip, and write nothing while no channel listens.
+  // A batch that completes owes RUN_COMPLETED: its statements follow the
+  // UPDATE in the start's transaction, and write nothing while no channel listens.
   const [moved] = await sendTogether(tx, [
     {
       sql: `UPDATE event_runs SET ${sets.join(', ')} WHERE ${which.sql} AND status = 'scheduled'`,

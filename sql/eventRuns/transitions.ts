@@ -15,7 +15,6 @@ import {
   alertForStatus,
   newAlertStamp,
   runAlertStatements,
-  stampSet,
 } from '../notifications/runAlerts.ts'
 import type { RunHealth, RunStatus } from '../states.ts'
 import { isTerminal, KEY_HOLDING, TERMINAL } from '../states.ts'
@@ -89,9 +88,8 @@ export function transitionSets(
   const type = alertForStatus(to)
   const owed = type === null ? null : { type, stamp: newAlertStamp() }
   if (owed) {
-    const stamp = stampSet(owed)
-    sets.push(stamp.set)
-    args.push(stamp.arg)
+    sets.push('alert_stamp = ?')
+    args.push(owed.stamp)
   }
   return { sets, args, owed }
 }
@@ -111,7 +109,9 @@ export function alertStatementsFor(owed: AlertOwed | null, ids: readonly number[
  * In a transaction they go one by one, not as one multi-statement text: for
  * the start's UPDATE of a thousand runs and its two alert statements, the
  * text cost MariaDB 5 to 9 µs a run more than the same three statements sent
- * in turn (interleaved rounds on one server), for two round trips saved.
+ * in turn, in one A/B (interleaved rounds on one server) that a later
+ * micro-benchmark could neither confirm nor refute (docs/performance.md);
+ * two round trips a batch are cheap beside it.
  */
 export async function sendTogether(db: Queryable, statements: readonly Statement[]): Promise<BatchAnswer[]> {
   if (isPool(db) && statements.length > 1) return db.commitAll(statements)

@@ -41,7 +41,19 @@ function matchArgs(e: NewEvent): (string | number | null)[] {
  * database's clock (the dispatcher compares them with NOW(3)): due at once and
  * retried for 24 hours; a rehearsal's is delivered at once and never sent.
  */
-const DUE = `IF(? = 1, NULL, NOW(3)), IF(? = 1, NULL, NOW(3) + INTERVAL 24 HOUR), IF(? = 1, NOW(3), NULL)`
+function dueColumns(rehearsal: string): string {
+  return `IF(${rehearsal} = 1, NULL, NOW(3)), IF(${rehearsal} = 1, NULL, NOW(3) + INTERVAL 24 HOUR), IF(${rehearsal} = 1, NOW(3), NULL)`
+}
+const DUE = dueColumns('?')
+
+/**
+ * A new delivery's status, rehearsal, next_attempt_at, give_up_at and
+ * delivered_at, from the SQL expression `rehearsal` (1 or 0) of a statement
+ * that makes deliveries set-wise: a rehearsal's is recorded as delivered.
+ */
+export function newDeliveryColumns(rehearsal: string): string {
+  return `IF(${rehearsal} = 1, 'DELIVERED', 'PENDING'), ${rehearsal}, ${dueColumns(rehearsal)}`
+}
 function dueArgs(e: NewEvent): number[] {
   const r = e.rehearsal ? 1 : 0
   return [r, r, r]
@@ -178,9 +190,7 @@ export function emitManyStatements(list: readonly NewEvent[]): [Statement, State
         sql: `INSERT IGNORE INTO notification_deliveries
               (event_row_id, channel_id, run_id, status, rehearsal, next_attempt_at, give_up_at, delivered_at)
        ${valuesOf('event_id, type, run_id, rehearsal, def, narrow, teams', 7, chunk.length)}
-       SELECT e.id, c.id, v.run_id, IF(v.rehearsal = 1, 'DELIVERED', 'PENDING'), v.rehearsal,
-              IF(v.rehearsal = 1, NULL, NOW(3)), IF(v.rehearsal = 1, NULL, NOW(3) + INTERVAL 24 HOUR),
-              IF(v.rehearsal = 1, NOW(3), NULL)
+       SELECT e.id, c.id, v.run_id, ${newDeliveryColumns('v.rehearsal')}
          FROM v JOIN notification_events e ON e.event_id = v.event_id
          JOIN notification_channels c ON ${MATCH_ROW}`,
         params: matchArgs,

@@ -24,6 +24,7 @@
 import { randomInt } from 'node:crypto'
 import type { SqlValue, Statement } from '../db.ts'
 import type { RunHealth, RunStatus } from '../states.ts'
+import { newDeliveryColumns } from './events.ts'
 
 export type RunAlert = 'RUN_COMPLETED' | 'RUN_FAILED' | 'RUN_MISSED' | 'RUN_DEGRADED'
 
@@ -53,11 +54,6 @@ export function alertForHealth(health: RunHealth): RunAlert | null {
  */
 export function newAlertStamp(): number {
   return randomInt(1, 2 ** 48)
-}
-
-/** The SET clause that stamps a statement's rows, and its argument. */
-export function stampSet(owed: AlertOwed): { set: string; arg: number } {
-  return { set: 'alert_stamp = ?', arg: owed.stamp }
 }
 
 /**
@@ -130,9 +126,7 @@ export function runAlertStatements(owed: AlertOwed, which: StampedRuns): [Statem
       // procedure's ROW_COUNT() test kept it.
       sql: `INSERT IGNORE INTO notification_deliveries
             (event_row_id, channel_id, run_id, status, rehearsal, next_attempt_at, give_up_at, delivered_at)
-     SELECT STRAIGHT_JOIN ev.id, c.id, r.id, IF(r.rehearsal = 1, 'DELIVERED', 'PENDING'), r.rehearsal,
-            IF(r.rehearsal = 1, NULL, NOW(3)), IF(r.rehearsal = 1, NULL, NOW(3) + INTERVAL 24 HOUR),
-            IF(r.rehearsal = 1, NOW(3), NULL)
+     SELECT STRAIGHT_JOIN ev.id, c.id, r.id, ${newDeliveryColumns('r.rehearsal')}
        FROM ${from}
        JOIN notification_events ev ON ev.dedupe_key = ${dedupeKey}
        JOIN notification_channels c ON ${LISTENS}
