@@ -13,7 +13,7 @@ import * as channels from '../sql/notifications/channels.ts'
 import * as events from '../sql/notifications/events.ts'
 import { Dispatcher } from '../src/notify/dispatcher.ts'
 import { useTestDb } from './helpers/db.ts'
-import { countRows } from './helpers/fixtures.ts'
+import { channelFields, countRows } from './helpers/fixtures.ts'
 import { eventually } from './helpers/server.ts'
 
 const t = useTestDb()
@@ -70,17 +70,7 @@ function event(dedupeKey: string) {
 
 describe('the dispatcher under a trickle', () => {
   it('takes events written during a pass at once, though the claim that found the first was short', async () => {
-    await channels.create(t.db, {
-      name: 'trickle',
-      kind: 'WEBHOOK',
-      target: `${url}/hook`,
-      events: ['RUN_FAILED'],
-      definitionIds: null,
-      teams: null,
-      lateStartSeconds: 60,
-      signingSecret: null,
-      enabled: true,
-    })
+    await channels.create(t.db, channelFields('trickle', { target: `${url}/hook` }))
     await t.db.transaction((tx) => events.emit(tx, event('first')))
     onFirst = async () => {
       for (let i = 0; i < LATER; i++) await t.db.transaction((tx) => events.emit(tx, event(`later-${i}`)))
@@ -115,17 +105,10 @@ describe('the dispatcher under a backlog', () => {
     const BACKLOG = 150
     const BATCH = 10
     const LANES = 3
-    await channels.create(t.db, {
-      name: 'backlog',
-      kind: 'WEBHOOK',
-      target: `${url}/backlog`,
-      events: ['RUN_COMPLETED'],
-      definitionIds: null,
-      teams: null,
-      lateStartSeconds: 60,
-      signingSecret: null,
-      enabled: true,
-    })
+    await channels.create(
+      t.db,
+      channelFields('backlog', { target: `${url}/backlog`, events: ['RUN_COMPLETED'] }),
+    )
     await t.db.transaction((tx) =>
       events.emitMany(
         tx,

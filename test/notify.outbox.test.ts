@@ -9,7 +9,7 @@ import * as deliveries from '../sql/notifications/deliveries.ts'
 import * as events from '../sql/notifications/events.ts'
 import { deliveryRetryDelayMs, MAX_RETRY_DELAY_MS } from '../src/notify/dispatcher.ts'
 import { useTestDb } from './helpers/db.ts'
-import { countRows } from './helpers/fixtures.ts'
+import { channelFields, countRows } from './helpers/fixtures.ts'
 
 const t = useTestDb()
 
@@ -27,18 +27,7 @@ function event(dedupeKey: string, type = 'RUN_FAILED') {
   }
 }
 
-const channel = (name: string, extra: Partial<channels.ChannelFields> = {}): channels.ChannelFields => ({
-  name,
-  kind: 'WEBHOOK',
-  target: 'http://127.0.0.1:9/x',
-  events: ['RUN_FAILED'],
-  definitionIds: null,
-  teams: null,
-  lateStartSeconds: 60,
-  signingSecret: null,
-  enabled: true,
-  ...extra,
-})
+const channel = channelFields
 
 describe('the outbox', () => {
   it('writes nothing while no enabled channel listens, and once per dedupe key', async () => {

@@ -13,7 +13,7 @@ import * as channels from '../sql/notifications/channels.ts'
 import { runAlertStatements } from '../sql/notifications/runAlerts.ts'
 import { Runner } from '../src/runner/runner.ts'
 import { useTestDb } from './helpers/db.ts'
-import { makeDefinition, makeRun, makeRunWithSteps, unique } from './helpers/fixtures.ts'
+import { channelFields, makeDefinition, makeRun, makeRunWithSteps, unique } from './helpers/fixtures.ts'
 import {
   defineEvent,
   makeRegistry,
@@ -25,19 +25,12 @@ import {
 
 const t = useTestDb()
 
+/** A channel (its name made unique) listening for every run alert, unless `extra` says otherwise. */
 function channel(name: string, extra: Partial<channels.ChannelFields> = {}): channels.ChannelFields {
-  return {
-    name: unique(name),
-    kind: 'WEBHOOK',
-    target: 'http://127.0.0.1:9/x',
+  return channelFields(unique(name), {
     events: ['RUN_COMPLETED', 'RUN_FAILED', 'RUN_MISSED', 'RUN_DEGRADED'],
-    definitionIds: null,
-    teams: null,
-    lateStartSeconds: 60,
-    signingSecret: null,
-    enabled: true,
     ...extra,
-  }
+  })
 }
 
 interface Alert {

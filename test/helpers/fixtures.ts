@@ -13,6 +13,7 @@ import type { StepRow, StepSpec } from '../../sql/eventSteps/index.ts'
 import * as steps from '../../sql/eventSteps/index.ts'
 import type { VersionRow } from '../../sql/eventVersions.ts'
 import * as versions from '../../sql/eventVersions.ts'
+import type { ChannelFields } from '../../sql/notifications/channels.ts'
 
 let counter = 0
 /** A value unique within this process and across concurrent test files. */
@@ -181,4 +182,23 @@ export function shuffled<T>(items: readonly T[]): T[] {
     ;[a[i], a[j]] = [a[j] as T, a[i] as T]
   }
   return a
+}
+
+/**
+ * A notification channel's fields: an enabled webhook to the loopback's port 9
+ * (it refuses at once) listening for RUN_FAILED, unless `extra` says otherwise.
+ */
+export function channelFields(name: string, extra: Partial<ChannelFields> = {}): ChannelFields {
+  return {
+    name,
+    kind: 'WEBHOOK',
+    target: 'http://127.0.0.1:9/x',
+    events: ['RUN_FAILED'],
+    definitionIds: null,
+    teams: null,
+    lateStartSeconds: 60,
+    signingSecret: null,
+    enabled: true,
+    ...extra,
+  }
 }
