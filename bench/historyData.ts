@@ -66,15 +66,16 @@ export async function fillHistory(db: Db, shape: HistoryShape, now = new Date())
     const to = Math.min(shape.finished, from + SLICE - 1)
     await db.runQuery(
       `INSERT INTO event_runs (definition_id, version_id, scope, scheduled_for, timezone, status, health,
-              current_phase, started_by, started_at, ended_at, created_at, start_reserve)
+              current_phase, started_by, started_at, ended_at, created_at, updated_at, start_reserve)
        SELECT ELT(1 + seq % 5, ${d}), ELT(1 + seq % 5, ${v}), '', ? - INTERVAL seq * 7 SECOND, 'UTC',
               ELT(1 + seq % 10, 'completed', 'completed', 'completed', 'completed', 'completed',
                   'completed', 'completed', 'failed', 'cancelled', 'missed'),
               IF(seq % 50 = 0, 'degraded', 'ok'), 'main', 'schedule',
               ? - INTERVAL seq * 7 SECOND, ? - INTERVAL seq * 7 - 2 SECOND,
-              ? - INTERVAL seq * 7 + 3600 SECOND, NULL
+              ? - INTERVAL seq * 7 + 3600 SECOND, ? - INTERVAL seq * 7 - 2 SECOND, NULL
          FROM seq_${from}_to_${to}`,
-      [now, now, now, now],
+      // updated_at as the service leaves a finished run: last written when it ended.
+      [now, now, now, now, now],
     )
   }
   await db.runQuery(
@@ -91,12 +92,12 @@ export async function fillHistory(db: Db, shape: HistoryShape, now = new Date())
   if (shape.ahead > 0) {
     await db.runQuery(
       `INSERT INTO event_runs (definition_id, version_id, scope, scheduled_for, timezone, started_by,
-              wake_at, missed_at, created_at)
+              wake_at, missed_at, created_at, updated_at)
        SELECT ELT(1 + seq % 5, ${d}), ELT(1 + seq % 5, ${v}), CONCAT('ahead-', seq),
               ? + INTERVAL 3600 + seq SECOND, 'UTC', 'schedule',
-              ? + INTERVAL 3600 + seq SECOND, ? + INTERVAL 3900 + seq SECOND, ? - INTERVAL 1 HOUR
+              ? + INTERVAL 3600 + seq SECOND, ? + INTERVAL 3900 + seq SECOND, ? - INTERVAL 1 HOUR, ? - INTERVAL 1 HOUR
          FROM seq_1_to_${Math.floor(shape.ahead)}`,
-      [now, now, now, now],
+      [now, now, now, now, now],
     )
   }
   for (let i = 0; i < 3; i++) {

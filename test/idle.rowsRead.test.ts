@@ -69,14 +69,16 @@ async function addHistory(from: number, to: number): Promise<void> {
   const v = defs.map((f) => f.version.id).join(', ')
   await t.db.runQuery(
     `INSERT INTO event_runs (definition_id, version_id, scope, scheduled_for, timezone, status, health,
-            current_phase, started_by, started_at, ended_at, created_at, start_reserve)
+            current_phase, started_by, started_at, ended_at, created_at, updated_at, start_reserve)
      SELECT ELT(1 + seq % 5, ${d}), ELT(1 + seq % 5, ${v}), '', ? - INTERVAL seq * 20 SECOND, 'UTC',
             ELT(1 + seq % 10, 'completed', 'completed', 'completed', 'completed', 'completed',
                 'completed', 'completed', 'failed', 'cancelled', 'missed'),
             IF(seq % 50 = 0, 'degraded', 'ok'), 'main', 'schedule',
-            ? - INTERVAL seq * 20 SECOND, ? - INTERVAL seq * 20 - 2 SECOND, ? - INTERVAL seq * 20 + 3600 SECOND, NULL
+            ? - INTERVAL seq * 20 SECOND, ? - INTERVAL seq * 20 - 2 SECOND, ? - INTERVAL seq * 20 + 3600 SECOND,
+            ? - INTERVAL seq * 20 - 2 SECOND, NULL
        FROM seq_${from}_to_${to}`,
-    [NOW, NOW, NOW, NOW],
+    // updated_at as the service leaves it: last written when the run ended.
+    [NOW, NOW, NOW, NOW, NOW],
   )
   await t.db.runQuery(
     `INSERT INTO event_run_steps (run_id, seq, phase_index, phase, kind, status, attempts, started_at, ended_at)
@@ -101,11 +103,11 @@ async function addAhead(): Promise<void> {
   const v = defs.map((f) => f.version.id).join(', ')
   await t.db.runQuery(
     `INSERT INTO event_runs (definition_id, version_id, scope, scheduled_for, timezone, started_by,
-            wake_at, missed_at, created_at)
+            wake_at, missed_at, created_at, updated_at)
      SELECT ELT(1 + seq % 5, ${d}), ELT(1 + seq % 5, ${v}), '', ? + INTERVAL 3600 + seq SECOND, 'UTC', 'schedule',
-            ? + INTERVAL 3600 + seq SECOND, ? + INTERVAL 3900 + seq SECOND, ? - INTERVAL 1 HOUR
+            ? + INTERVAL 3600 + seq SECOND, ? + INTERVAL 3900 + seq SECOND, ? - INTERVAL 1 HOUR, ? - INTERVAL 1 HOUR
        FROM seq_1_to_50000`,
-    [NOW, NOW, NOW, NOW],
+    [NOW, NOW, NOW, NOW, NOW],
   )
   await t.db.runQuery('ANALYZE TABLE event_runs')
 }

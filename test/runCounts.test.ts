@@ -88,6 +88,58 @@ describe('runs by status for /metrics and health', () => {
     expect(await read()).toEqual(await truth())
   })
 
+  it('counts a run ended past the marks once however often it changes after, and one ended behind them not again', async () => {
+    const fx = await makeDefinition(t.db)
+    const behind = await makeRun(t.db, { definition: fx, scope: 'behind' })
+    await runs.transition(t.db, behind.id, 'scheduled', 'completed')
+    await age(3600) // made and ended an hour ago; its updated_at is now, past the marks
+    const still = createRunCounts(t.db, { advanceEveryMs: 3_600_000 })
+    const moving = createRunCounts(t.db, { advanceEveryMs: 0 })
+    expect(await still()).toEqual(await truth())
+    expect(await moving()).toEqual(await truth())
+
+    // Ended after the marks (lag 120 s), then changed again twice: the ended
+    // runs past a mark are found by updated_at, and counted by ended_at.
+    const recent = await makeRun(t.db, { definition: fx, scope: 'recent' })
+    await runs.transition(t.db, recent.id, 'scheduled', 'running')
+    await runs.setHealth(t.db, recent.id, 'degraded')
+    await runs.transition(t.db, recent.id, 'running', 'failed')
+    await t.db.run(`UPDATE event_runs SET current_phase = 'after' WHERE id IN (?, ?)`, [recent.id, behind.id])
+    await t.db.run(`UPDATE event_runs SET last_error = 'noted' WHERE id IN (?, ?)`, [recent.id, behind.id])
+    const expected = await truth()
+    expect(expected).toMatchObject({ completed: 1, failed: 1 })
+    expect(await still()).toEqual(expected)
+    expect(await moving()).toEqual(expected)
+  })
+
+  it('counts live degraded runs from their own index, reading only them', async () => {
+    const fx = await makeDefinition(t.db)
+    const made = await Promise.all(
+      Array.from({ length: 40 }, (_, i) => makeRun(t.db, { definition: fx, scope: `d${i}` })),
+    )
+    for (const r of made) await runs.transition(t.db, r.id, 'scheduled', 'running')
+    const [a, b, c] = made.map((r) => r.id) as [number, number, number]
+    for (const id of [a, b, c]) await runs.setHealth(t.db, id, 'degraded')
+    await runs.transition(t.db, c, 'running', 'failed') // degraded, but no longer live
+    for (const r of made.slice(3, 30)) await runs.transition(t.db, r.id, 'running', 'completed')
+    expect(await runs.countDegraded(t.db)).toBe(2)
+
+    const one = t.open({ connectionLimit: 1 })
+    try {
+      const handlerReads = async () =>
+        (await one.query<{ Value: string }>("SHOW SESSION STATUS LIKE 'Handler_read%'")).reduce(
+          (sum, r) => sum + Number(r.Value),
+          0,
+        )
+      const before = await handlerReads()
+      expect(await runs.countDegraded(one)).toBe(2)
+      // The two entries and the end of the range; not the 38 other runs.
+      expect((await handlerReads()) - before).toBeLessThanOrEqual(4)
+    } finally {
+      await one.close()
+    }
+  })
+
   it('overlapping first reads share one full count', async () => {
     await makeRun(t.db)
     const read = createRunCounts(t.db)

@@ -54,14 +54,15 @@ export async function countByStatus(db: Queryable): Promise<Record<RunStatus, nu
 }
 
 /**
- * How many non-terminal runs are degraded. A run not yet ended has no
- * `ended_at`, so this is the range (NULL, 'degraded') of
- * idx_evrun_ended_health: the degraded live runs and nothing else.
+ * How many non-terminal runs are degraded. `degraded_live` is 1 for a
+ * degraded run not yet ended and NULL for every other (migration 0028), so
+ * this is the range `degraded_live = 1` of its index: the degraded live runs
+ * and nothing else.
  */
 export async function countDegraded(db: Queryable): Promise<number> {
   const [row] = await db.execute<Raw>(
-    `SELECT COUNT(*) AS n FROM event_runs FORCE INDEX (idx_evrun_ended_health)
-      WHERE ended_at IS NULL AND health = 'degraded' AND status IN (${placeholders(NON_TERMINAL.length)})`,
+    `SELECT COUNT(*) AS n FROM event_runs FORCE INDEX (idx_evrun_degraded_live)
+      WHERE degraded_live = 1 AND status IN (${placeholders(NON_TERMINAL.length)})`,
     [...NON_TERMINAL],
   )
   return Number(row?.n ?? 0)
@@ -105,6 +106,17 @@ export interface RunCountRecent {
   /** Runs starting, running, paused or ending. */
   inFlight: Record<(typeof IN_FLIGHT_OR_PAUSED)[number], number>
 }
+
+/**
+ * Runs that ended after a mark (two parameters, the mark twice). There is no
+ * index of `ended_at` (migration 0028: the start of every run rewrote it), so
+ * this reads the range `updated_at > mark` of idx_evrun_updated and checks
+ * `ended_at` on each row: the statement that stamps `ended_at` stamps
+ * `updated_at` with the same NOW(3), and nothing sets `updated_at` back, so
+ * every run that ended after the mark is in the range. The range also holds
+ * the runs made or moved since the mark, which are read and not counted.
+ */
+const ENDED_SINCE = 'updated_at > ? AND ended_at > ?'
 
 const IN_FLIGHT_OR_PAUSED = NON_TERMINAL.filter((s) => s !== 'scheduled')
 
@@ -153,10 +165,10 @@ export async function advanceRunCountBase(
   const { marks } = base
   if (endedThrough.getTime() <= marks.endedThrough.getTime()) return base
   const ended = await db.execute<Raw>(
-    `SELECT status, COUNT(*) AS n FROM event_runs FORCE INDEX (idx_evrun_ended_health)
-      WHERE ended_at > ? AND ended_at <= ? AND status IN (${placeholders(TERMINAL.length)})
+    `SELECT status, COUNT(*) AS n FROM event_runs FORCE INDEX (idx_evrun_updated)
+      WHERE ${ENDED_SINCE} AND ended_at <= ? AND status IN (${placeholders(TERMINAL.length)})
       GROUP BY status`,
-    [marks.endedThrough, endedThrough, ...TERMINAL],
+    [marks.endedThrough, marks.endedThrough, endedThrough, ...TERMINAL],
   )
   const terminal = { ...base.terminal }
   for (const r of ended) terminal[r.status as (typeof TERMINAL)[number]] += Number(r.n)
@@ -180,10 +192,10 @@ export async function advanceRunCountBase(
 export async function countRunsRecent(db: Queryable, marks: RunCountMarks): Promise<RunCountRecent> {
   const [made] = await db.execute<Raw>('SELECT COUNT(*) AS n FROM event_runs WHERE id > ?', [marks.idThrough])
   const ended = await db.execute<Raw>(
-    `SELECT status, COUNT(*) AS n FROM event_runs FORCE INDEX (idx_evrun_ended_health)
-      WHERE ended_at > ? AND status IN (${placeholders(TERMINAL.length)})
+    `SELECT status, COUNT(*) AS n FROM event_runs FORCE INDEX (idx_evrun_updated)
+      WHERE ${ENDED_SINCE} AND status IN (${placeholders(TERMINAL.length)})
       GROUP BY status`,
-    [marks.endedThrough, ...TERMINAL],
+    [marks.endedThrough, marks.endedThrough, ...TERMINAL],
   )
   const live = await db.execute<Raw>(
     `SELECT status, COUNT(*) AS n FROM event_runs
