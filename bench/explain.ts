@@ -92,11 +92,11 @@ const NAMES: [RegExp, string][] = [
   [/INSERT INTO runner_heartbeats/, 'heartbeat'],
   [/MAX\(id\), 0\) AS id FROM event_runs WHERE created_at/, 'the id mark'],
   [/SUM\(id <= \?\)/, 'the count up to the marks'],
-  [/WHERE ended_at > \? AND ended_at <= \?/, 'moving the ended mark: runs ended in between'],
+  [/ended_at > \? AND ended_at <= \?/, 'moving the ended mark: runs ended in between'],
   [/MAX\(id\), \?\) AS id FROM event_runs WHERE id > \?/, 'moving the id mark'],
   [/WHERE id > \? AND id <= \?/, 'moving the id mark: runs made in between'],
   [/COUNT\(\*\) AS n FROM event_runs WHERE id > \?$/, 'runs made past the id mark'],
-  [/WHERE ended_at > \? AND status IN/, 'runs ended past the ended mark'],
+  [/ended_at > \? AND status IN/, 'runs ended past the ended mark'],
   [/GROUP BY status$/, 'runs in flight, by status'],
 ]
 
