@@ -5,9 +5,10 @@
  * that led to it is a loop. Read from the source text, so a new loop fails
  * here before anyone has to run a tool to find it.
  */
-import { readdirSync, readFileSync, statSync } from 'node:fs'
+import { readFileSync } from 'node:fs'
 import { dirname, join, relative, resolve } from 'node:path'
 import { describe, expect, it } from 'vitest'
+import { sourceFiles } from './helpers/sourceFiles.ts'
 
 const ROOT = resolve(import.meta.dirname, '..')
 const DIRS = ['src', 'sql', 'schema', 'resolvers', 'console']
@@ -15,17 +16,6 @@ const SOURCE = /\.(ts|tsx)$/
 // `import … from './x.ts'`, `export … from './x.ts'`, `import './x.ts'` and `import('./x.ts')`.
 const SPECIFIER =
   /(?:^|[\s;])(?:import|export)\b[^'"]*?from\s*['"](\.[^'"]+)['"]|import\s*\(?\s*['"](\.[^'"]+)['"]/g
-
-function sourceFiles(dir: string): string[] {
-  const out: string[] = []
-  for (const name of readdirSync(dir)) {
-    if (name === 'node_modules' || name.startsWith('.')) continue
-    const path = join(dir, name)
-    if (statSync(path).isDirectory()) out.push(...sourceFiles(path))
-    else if (SOURCE.test(name)) out.push(path)
-  }
-  return out
-}
 
 /** Relative imports of one file, resolved to files (an import of a file outside the scanned tree is kept and leads nowhere). */
 function importsOf(file: string, text: string): string[] {
@@ -76,7 +66,7 @@ describe('imports', () => {
   it('form no loop in src/, sql/, schema/, resolvers/ or console/', () => {
     const graph = new Map<string, string[]>()
     for (const dir of DIRS)
-      for (const file of sourceFiles(join(ROOT, dir)))
+      for (const file of sourceFiles(join(ROOT, dir), SOURCE))
         graph.set(file, importsOf(file, readFileSync(file, 'utf8')))
     expect(graph.size).toBeGreaterThan(100)
     const loops = findCycles(graph).map((c) => c.map((f) => relative(ROOT, f)).join(' → '))
@@ -86,7 +76,7 @@ describe('imports', () => {
   it('keep schema/ from reaching resolvers/: src/api/schema.ts composes the two', () => {
     const graph = new Map<string, string[]>()
     for (const dir of DIRS)
-      for (const file of sourceFiles(join(ROOT, dir)))
+      for (const file of sourceFiles(join(ROOT, dir), SOURCE))
         graph.set(file, importsOf(file, readFileSync(file, 'utf8')))
     const resolvers = join(ROOT, 'resolvers')
     const reached = new Set<string>()

@@ -10,26 +10,19 @@
  *
  * notify.runAlertPaths.test.ts proves the paths that exist write their alerts.
  */
-import { readdirSync, readFileSync, statSync } from 'node:fs'
+import { readFileSync } from 'node:fs'
 import { join, relative, resolve } from 'node:path'
 import { expect, it } from 'vitest'
+import { sourceFiles } from './helpers/sourceFiles.ts'
 
 const ROOT = resolve(import.meta.dirname, '..')
 
-function sourceFiles(dir: string): string[] {
-  const out: string[] = []
-  for (const name of readdirSync(dir)) {
-    const path = join(dir, name)
-    if (statSync(path).isDirectory()) out.push(...sourceFiles(path))
-    else if (name.endsWith('.ts')) out.push(path)
-  }
-  return out
-}
-
-const files = [...sourceFiles(join(ROOT, 'sql')), ...sourceFiles(join(ROOT, 'src'))].map((path) => ({
-  name: relative(ROOT, path),
-  text: readFileSync(path, 'utf8'),
-}))
+const files = [...sourceFiles(join(ROOT, 'sql'), /\.ts$/), ...sourceFiles(join(ROOT, 'src'), /\.ts$/)].map(
+  (path) => ({
+    name: relative(ROOT, path),
+    text: readFileSync(path, 'utf8'),
+  }),
+)
 
 /** Statuses a move may name literally without owing an alert. */
 const SILENT = new Set(['cancelled', 'paused', 'running', 'ending', 'starting', 'scheduled'])

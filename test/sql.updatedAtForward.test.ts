@@ -8,26 +8,17 @@
  * leaving runs out of `/metrics` and `health`. runCounts.test.ts proves the
  * counts with runs changed after they ended.
  */
-import { readdirSync, readFileSync, statSync } from 'node:fs'
+import { readFileSync } from 'node:fs'
 import { join, relative, resolve } from 'node:path'
 import { expect, it } from 'vitest'
+import { sourceFiles } from './helpers/sourceFiles.ts'
 
 const ROOT = resolve(import.meta.dirname, '..')
 
-function sourceFiles(dir: string, ext: string): string[] {
-  const out: string[] = []
-  for (const name of readdirSync(dir)) {
-    const path = join(dir, name)
-    if (statSync(path).isDirectory()) out.push(...sourceFiles(path, ext))
-    else if (name.endsWith(ext)) out.push(path)
-  }
-  return out
-}
-
+// sql/ holds the migrations (.sql) beside the statements (.ts).
 const files = [
-  ...sourceFiles(join(ROOT, 'sql'), '.ts'),
-  ...sourceFiles(join(ROOT, 'src'), '.ts'),
-  ...sourceFiles(join(ROOT, 'sql', 'migrations'), '.sql'),
+  ...sourceFiles(join(ROOT, 'sql'), /\.(ts|sql)$/),
+  ...sourceFiles(join(ROOT, 'src'), /\.ts$/),
 ].map((path) => ({ name: relative(ROOT, path), text: readFileSync(path, 'utf8') }))
 
 /** Tables other than event_runs that have an `updated_at` of their own, set freely. */
@@ -43,10 +34,9 @@ it('no statement sets a run’s updated_at to anything but itself or NOW(3)', ()
   const offending: string[] = []
   let seen = 0
   for (const { name, text } of files) {
-    for (const m of text.matchAll(/\b(?:\w+\.)?updated_at\s*=\s*([^\s,)]+)(\s+\w+)?/g)) {
-      const [whole, value = '', next = ''] = m
-      const comparison =
-        /^\s*(AND|OR)$/i.test(next) || /^\s*(AND|OR)\b/i.test(text.slice((m.index ?? 0) + whole.length))
+    for (const m of text.matchAll(/\b(?:\w+\.)?updated_at\s*=\s*([^\s,)]+)/g)) {
+      const [whole, value = ''] = m
+      const comparison = /^\s*(AND|OR)\b/i.test(text.slice((m.index ?? 0) + whole.length))
       if (value === '?' && comparison) continue // a keyset's comparison, not an assignment
       seen++
       if (/^(\w+\.)?updated_at$/.test(value) || /^NOW\(3\)$/i.test(value)) continue
