@@ -123,9 +123,18 @@ it('a run still held when its cue is answered is woken, not taken; its holder gi
   expect(await runNow(runId)).toMatchObject({ claimed_by: 'another', woken: 1, due: 1 })
   expect(nudges).toBe(1)
   expect(lane.adoptedRuns).toBe(0)
-  // The holder lets go as it planned (a parked run: no wake); the person's wake stands.
-  await runs.releaseClaims(t.db, [runId], 'another', null)
-  expect(await runNow(runId)).toMatchObject({ claimed_by: null, due: 1 })
+  // The holder lets go as it planned (a parked run: no wake); the person's wake
+  // stands. Read inside the release's own transaction: once it commits the run
+  // is due and the woken lane may take it before a later read.
+  const released = await t.db.transaction(async (tx) => {
+    const given = await runs.releaseClaims(tx, [runId], 'another', null)
+    const [row] = await tx.query<{ claimed_by: string | null; due: number }>(
+      'SELECT claimed_by, wake_at <= NOW(3) AS due FROM event_runs WHERE id = ?',
+      [runId],
+    )
+    return { given, row }
+  })
+  expect(released).toEqual({ given: 1, row: { claimed_by: null, due: 1 } })
   lane.wake()
   await completed(runId)
 })
