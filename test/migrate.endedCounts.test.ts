@@ -37,7 +37,7 @@ describe('from 0027 with data', () => {
     const before = await runs.countByStatus(t.db)
 
     const rest = await migrate(t.db)
-    expect(rest.applied).toEqual(NEW)
+    expect(rest.applied.slice(0, NEW.length)).toEqual(NEW)
     expect(await migrate(t.db)).toMatchObject({ applied: [] })
 
     const indexes = await indexNames(t.db, 'event_runs')

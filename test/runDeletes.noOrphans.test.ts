@@ -44,9 +44,13 @@ async function orphans(): Promise<Record<string, number>> {
     bulk: await count(
       'SELECT COUNT(*) AS n FROM bulk_action_runs b LEFT JOIN event_runs r ON r.id = b.run_id WHERE r.id IS NULL',
     ),
+    retries: await count(
+      `SELECT COUNT(*) AS n FROM event_run_retries x LEFT JOIN event_runs o ON o.id = x.original_id
+        LEFT JOIN event_runs r ON r.id = x.run_id WHERE o.id IS NULL OR r.id IS NULL`,
+    ),
   }
 }
-const NONE = { steps: 0, logs: 0, ladders: 0, links: 0, bulk: 0 }
+const NONE = { steps: 0, logs: 0, ladders: 0, links: 0, bulk: 0, retries: 0 }
 
 /** Every row of these runs, per table. */
 async function rowsOf(ids: number[]): Promise<Record<string, number>> {
@@ -120,6 +124,13 @@ async function madeRuns(
   )
   const bulkId = await bulk.create(t.db, { action: 'pause', actor: 'test', reason: null, filter: {} })
   await bulk.addRuns(t.db, bulkId, ids)
+  // Each run after the first is the retry of the one before it (as the record
+  // alone: a retry's own status path is test/retry.onePerOriginal.test.ts).
+  for (let i = 1; i < ids.length; i++)
+    await t.db.run('INSERT INTO event_run_retries (original_id, run_id) VALUES (?, ?)', [
+      ids[i - 1] as number,
+      ids[i] as number,
+    ])
   const terminal = ['completed', 'cancelled', 'failed', 'missed'].includes(status)
   await t.db.query(
     `UPDATE event_runs SET status = ?, wake_at = NULL, ended_at = ?, started_at = ?, started_by = ?

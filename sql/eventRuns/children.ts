@@ -1,6 +1,7 @@
 /**
  * The rows that belong to a run: its steps, their cue ladders and answer
- * links, its log lines and its bulk-action memberships. No foreign key ties
+ * links, its log lines, its bulk-action memberships and its retry record (as
+ * the original or as the retry). No foreign key ties
  * them to the run (migration 0024: the parent check cost every step and log
  * INSERT a lookup and a shared lock of the run's row, and every run delete a
  * cascade), so every statement that deletes runs calls this first, for the
@@ -46,6 +47,10 @@ export async function deleteRunChildren(db: Queryable, set: RunSet): Promise<num
     ['DELETE c FROM cue_ladders c', ofRuns(set, 'c.run_id')],
     ['DELETE l FROM event_run_logs l', ofRuns(set, 'l.run_id')],
     ['DELETE b FROM bulk_action_runs b', ofRuns(set, 'b.run_id')],
+    // Gone with the retry, its original may be retried again (as when the
+    // retry's own unique entry was the guard, before migration 0029).
+    ['DELETE x FROM event_run_retries x', ofRuns(set, 'x.original_id')],
+    ['DELETE x FROM event_run_retries x', ofRuns(set, 'x.run_id')],
     ['DELETE s FROM event_run_steps s', bySteps],
   ]
   let n = 0

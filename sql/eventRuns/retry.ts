@@ -1,6 +1,7 @@
 /**
  * The run side of retrying a FAILED run and of rehearsing at speed: the retry
- * of an original (one at most, by the unique `retry_of`), a new run put
+ * of an original (one at most: `event_run_retries` is keyed by the original,
+ * so no run but a retry writes anything to keep it), a new run put
  * straight into `starting` (its steps already written, so the ordinary
  * pick-up of a `starting` run expands nothing more and goes on), and a run's
  * speed.
@@ -12,17 +13,21 @@ import type { Raw } from './rows.ts'
 
 /** The id of the run that retries `originalId`, or null. */
 export async function retryOf(db: Queryable, originalId: number): Promise<number | null> {
-  const [row] = await db.execute<Raw>('SELECT id FROM event_runs WHERE retry_of = ?', [originalId])
-  return row ? Number(row.id) : null
+  const [row] = await db.execute<Raw>('SELECT run_id FROM event_run_retries WHERE original_id = ?', [
+    originalId,
+  ])
+  return row ? Number(row.run_id) : null
 }
 
 /**
  * Mark a just-inserted run as the retry of `originalId` and put it in
  * `starting`, due now: the runner leases it like a start that was interrupted
  * after its claim, finds its steps written and runs the first unfinished one.
- * A second retry of the same original surfaces as DB_ERRNO.DUP_ENTRY.
+ * A second retry of the same original surfaces as DB_ERRNO.DUP_ENTRY, at the
+ * first statement: a concurrent one waits there for the first to commit.
  */
 export async function startAsRetry(tx: Queryable, id: number, originalId: number, now: Date): Promise<void> {
+  await tx.run('INSERT INTO event_run_retries (original_id, run_id) VALUES (?, ?)', [originalId, id])
   await tx.run(
     `UPDATE event_runs SET retry_of = ?, status = 'starting', wake_at = ?, started_at = COALESCE(started_at, NOW(3)),
         missed_at = NULL, start_reserve = NULL

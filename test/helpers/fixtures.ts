@@ -146,6 +146,7 @@ export async function resetRuns(db: Queryable): Promise<void> {
   await db.run('DELETE FROM cue_ladders')
   await db.run('DELETE FROM event_run_logs')
   await db.run('DELETE FROM event_run_steps')
+  await db.run('DELETE FROM event_run_retries')
   await db.run('DELETE FROM event_runs')
 }
 
