@@ -7,10 +7,10 @@
  */
 import { describe, expect, it } from 'vitest'
 import * as runs from '../sql/eventRuns/index.ts'
-import { loadMigrations, migrate } from '../sql/migrate.ts'
+import { migrate } from '../sql/migrate.ts'
 import { createRunCounts } from '../src/runCounts.ts'
 import { makeDefinition, makeRun } from './helpers/fixtures.ts'
-import { indexNames, useDatabaseUpTo } from './helpers/migrationsUpTo.ts'
+import { indexNames, runFilesAgain, useDatabaseUpTo } from './helpers/migrationsUpTo.ts'
 
 const NEW = ['0028_end_counts_without_ended_index.sql']
 
@@ -49,7 +49,6 @@ describe('from 0027 with data', () => {
     expect(await createRunCounts(t.db, { lagSeconds: 0 })()).toEqual(before)
 
     // Each new file runs again without error (a migrator killed halfway repeats it).
-    for (const m of (await loadMigrations()).filter((x) => NEW.includes(x.name)))
-      for (const sql of m.statements) await t.db.run(sql)
+    await runFilesAgain(t.db, NEW)
   })
 })

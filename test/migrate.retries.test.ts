@@ -9,9 +9,9 @@
 import { describe, expect, it } from 'vitest'
 import { DB_ERRNO, isDbErrno } from '../sql/db.ts'
 import * as runs from '../sql/eventRuns/index.ts'
-import { loadMigrations, migrate } from '../sql/migrate.ts'
+import { migrate } from '../sql/migrate.ts'
 import { makeDefinition, makeRun } from './helpers/fixtures.ts'
-import { indexNames, useDatabaseUpTo } from './helpers/migrationsUpTo.ts'
+import { indexNames, runFilesAgain, useDatabaseUpTo } from './helpers/migrationsUpTo.ts'
 
 const NEW = ['0029_retries_beside_runs.sql']
 
@@ -56,8 +56,7 @@ describe('from 0028 with data', () => {
     expect(isDbErrno(second, DB_ERRNO.DUP_ENTRY)).toBe(true)
 
     // Each new file runs again without error (a migrator killed halfway repeats it).
-    for (const m of (await loadMigrations()).filter((x) => NEW.includes(x.name)))
-      for (const sql of m.statements) await t.db.run(sql)
+    await runFilesAgain(t.db, NEW)
     expect(await records()).toEqual([[original, retry]])
   })
 })

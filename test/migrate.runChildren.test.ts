@@ -8,10 +8,10 @@
 import { describe, expect, it } from 'vitest'
 import * as ladders from '../sql/cueLadders.ts'
 import * as logs from '../sql/eventRunLogs.ts'
-import { loadMigrations, migrate } from '../sql/migrate.ts'
+import { migrate } from '../sql/migrate.ts'
 import * as links from '../sql/notifications/cueLinks.ts'
 import { makeDefinition, makeRunWithSteps } from './helpers/fixtures.ts'
-import { indexNames, useDatabaseUpTo } from './helpers/migrationsUpTo.ts'
+import { indexNames, runFilesAgain, useDatabaseUpTo } from './helpers/migrationsUpTo.ts'
 
 const NEW = ['0024_run_children_unkeyed.sql']
 
@@ -90,7 +90,6 @@ describe('from 0023 with data', () => {
     expect(await indexesOf('cue_ladders')).toContain('idx_cueladder_run')
 
     // The file runs again without error (a migrator killed halfway repeats it).
-    for (const m of (await loadMigrations()).filter((x) => NEW.includes(x.name)))
-      for (const sql of m.statements) await t.db.run(sql)
+    await runFilesAgain(t.db, NEW)
   })
 })

@@ -7,10 +7,10 @@
 import { describe, expect, it } from 'vitest'
 import * as runs from '../sql/eventRuns/index.ts'
 import * as steps from '../sql/eventSteps/index.ts'
-import { loadMigrations, migrate } from '../sql/migrate.ts'
+import { migrate } from '../sql/migrate.ts'
 import { listRuns, pageKeys } from '../sql/runPage.ts'
 import { makeDefinition, makeRun, makeRunWithSteps } from './helpers/fixtures.ts'
-import { indexNames, useDatabaseUpTo } from './helpers/migrationsUpTo.ts'
+import { indexNames, runFilesAgain, useDatabaseUpTo } from './helpers/migrationsUpTo.ts'
 
 const NEW = [
   '0020_missed_sweep_by_status.sql',
@@ -101,7 +101,6 @@ describe('from 0018 with data', () => {
     expect((await pageKeys(t.db, { definitionId: fx.def.id }, 100, null)).map((k) => k.id)).toEqual(ofFx)
 
     // Each new file runs again without error (a migrator killed halfway repeats it).
-    for (const m of (await loadMigrations()).filter((x) => NEW.includes(x.name)))
-      for (const sql of m.statements) await t.db.run(sql)
+    await runFilesAgain(t.db, NEW)
   })
 })

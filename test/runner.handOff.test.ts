@@ -9,7 +9,7 @@
  * runner's own pool, against the real database.
  */
 import { afterEach, expect, it } from 'vitest'
-import type { Db } from '../sql/db.ts'
+import type { Db, Queryable } from '../sql/db.ts'
 import { claimAnswered } from '../sql/eventRuns/handOff.ts'
 import * as runs from '../sql/eventRuns/index.ts'
 import { resolveCueAs } from '../src/operations/cueAnswers.ts'
@@ -43,8 +43,9 @@ interface RunRowNow {
   woken: number
   due: number
 }
-async function runNow(runId: number): Promise<RunRowNow> {
-  const [row] = await t.db.query<RunRowNow>(
+/** The run's row now, through `db` (the pool, or a transaction that holds it). */
+async function runNow(runId: number, db: Queryable = t.db): Promise<RunRowNow> {
+  const [row] = await db.query<RunRowNow>(
     `SELECT status, claimed_by, woken_while_claimed AS woken, wake_at <= NOW(3) AS due
        FROM event_runs WHERE id = ?`,
     [runId],
@@ -128,13 +129,10 @@ it('a run still held when its cue is answered is woken, not taken; its holder gi
   // is due and the woken lane may take it before a later read.
   const released = await t.db.transaction(async (tx) => {
     const given = await runs.releaseClaims(tx, [runId], 'another', null)
-    const [row] = await tx.query<{ claimed_by: string | null; due: number }>(
-      'SELECT claimed_by, wake_at <= NOW(3) AS due FROM event_runs WHERE id = ?',
-      [runId],
-    )
-    return { given, row }
+    return { given, row: await runNow(runId, tx) }
   })
-  expect(released).toEqual({ given: 1, row: { claimed_by: null, due: 1 } })
+  expect(released.given).toBe(1)
+  expect(released.row).toMatchObject({ claimed_by: null, due: 1 })
   lane.wake()
   await completed(runId)
 })

@@ -10,7 +10,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterAll, beforeAll } from 'vitest'
 import type { Queryable } from '../../sql/db.ts'
-import { MIGRATIONS_DIR } from '../../sql/migrate.ts'
+import { loadMigrations, MIGRATIONS_DIR } from '../../sql/migrate.ts'
 import { type TestDb, useTestDb } from './db.ts'
 
 export interface HeldAtMigration {
@@ -47,4 +47,13 @@ export async function indexNames(db: Queryable, table: string): Promise<string[]
     [table],
   )
   return rows.map((r) => r.INDEX_NAME).sort()
+}
+
+/**
+ * Every statement of the named migration files, sent again: a migrator killed
+ * halfway repeats its file, so each must run a second time without error.
+ */
+export async function runFilesAgain(db: Queryable, names: readonly string[]): Promise<void> {
+  for (const m of (await loadMigrations()).filter((x) => names.includes(x.name)))
+    for (const sql of m.statements) await db.run(sql)
 }
