@@ -92,12 +92,12 @@ export async function fillHistory(db: Db, shape: HistoryShape, now = new Date())
   if (shape.ahead > 0) {
     await db.runQuery(
       `INSERT INTO event_runs (definition_id, version_id, scope, scheduled_for, timezone, started_by,
-              wake_at, missed_at, created_at, updated_at)
+              missed_at, created_at, updated_at)
        SELECT ELT(1 + seq % 5, ${d}), ELT(1 + seq % 5, ${v}), CONCAT('ahead-', seq),
               ? + INTERVAL 3600 + seq SECOND, 'UTC', 'schedule',
-              ? + INTERVAL 3600 + seq SECOND, ? + INTERVAL 3900 + seq SECOND, ? - INTERVAL 1 HOUR, ? - INTERVAL 1 HOUR
+              ? + INTERVAL 3900 + seq SECOND, ? - INTERVAL 1 HOUR, ? - INTERVAL 1 HOUR
          FROM seq_1_to_${Math.floor(shape.ahead)}`,
-      [now, now, now, now, now],
+      [now, now, now, now],
     )
   }
   for (let i = 0; i < 3; i++) {

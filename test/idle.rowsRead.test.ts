@@ -103,11 +103,11 @@ async function addAhead(): Promise<void> {
   const v = defs.map((f) => f.version.id).join(', ')
   await t.db.runQuery(
     `INSERT INTO event_runs (definition_id, version_id, scope, scheduled_for, timezone, started_by,
-            wake_at, missed_at, created_at, updated_at)
+            missed_at, created_at, updated_at)
      SELECT ELT(1 + seq % 5, ${d}), ELT(1 + seq % 5, ${v}), '', ? + INTERVAL 3600 + seq SECOND, 'UTC', 'schedule',
-            ? + INTERVAL 3600 + seq SECOND, ? + INTERVAL 3900 + seq SECOND, ? - INTERVAL 1 HOUR, ? - INTERVAL 1 HOUR
+            ? + INTERVAL 3900 + seq SECOND, ? - INTERVAL 1 HOUR, ? - INTERVAL 1 HOUR
        FROM seq_1_to_50000`,
-    [NOW, NOW, NOW, NOW, NOW],
+    [NOW, NOW, NOW, NOW],
   )
   await t.db.runQuery('ANALYZE TABLE event_runs')
 }
@@ -185,7 +185,8 @@ async function measureAll(size: Size): Promise<void> {
     runs.claimTickBatch(m, 'measure', `measure-${size}`, leaseUntil, NOW, 200),
   )
   r['lock due key-less runs'] = await rowsRead(() => m.transaction((tx) => runs.lockDueToStart(tx, NOW, 200)))
-  r['due keyed runs'] = await rowsRead(() => runs.findDue(m, NOW, 200))
+  r['due keyed runs'] = await rowsRead(() => runs.findDueKeyed(m, NOW, 200))
+  r['due runs of every kind'] = await rowsRead(() => runs.findDue(m, NOW, 200))
   r['log retention: oldest lines'] = await rowsRead(() => logs.oldestLines(m, 0, 1000))
   r['heartbeat'] = await rowsRead(() =>
     heartbeats.beat(m, { instanceId: 'measure', host: 'h', pid: 1, startedAt: NOW, tickLagMs: 0 }),
@@ -254,6 +255,7 @@ describe('an idle instance reads the same rows on day 1 and day 1,000', () => {
     'lease due in-flight runs',
     'lock due key-less runs',
     'due keyed runs',
+    'due runs of every kind',
     'log retention: oldest lines',
     'heartbeat',
     'heartbeat prune',

@@ -229,13 +229,16 @@ describe('invariant 1: materialisation is idempotent and pins the version', () =
     expect(byId.get(real as number)?.concurrency_key).toBe('stage-1')
   })
 
-  it('a new run is due at its scheduled instant (wake_at = scheduled_for)', async () => {
+  it('a new run is due at its scheduled instant (key-less: by scheduled_for, wake_at NULL; keyed: wake_at = scheduled_for)', async () => {
     const when = at(5_000)
-    const run = await makeRun(db, { scheduledFor: when })
-    expect(run.wakeAt?.getTime()).toBe(when.getTime())
+    const run = await makeRun(db, { scheduledFor: when, concurrencyKey: null })
+    expect(run.wakeAt).toBeNull()
     expect(run.status).toBe('scheduled')
+    const keyed = await makeRun(db, { scheduledFor: at(1, when), concurrencyKey: 'stage' })
+    expect(keyed.wakeAt?.getTime()).toBe(at(1, when).getTime())
     expect(ids(await runs.findDue(db, at(-1, when)))).toEqual([])
     expect(ids(await runs.findDue(db, when))).toEqual([run.id])
+    expect(ids(await runs.findDue(db, at(1, when)))).toEqual([run.id, keyed.id])
   })
 })
 
@@ -413,7 +416,7 @@ describe('invariant 2: claims are compare-and-set', () => {
     const now = new Date(base)
     const place = async (id: number) => {
       const r = await runs.getById(db, id)
-      return { wakeAt: r!.wakeAt!, id }
+      return { scheduledFor: r!.scheduledFor, id }
     }
     const lockAfter = (after?: runs.DuePlace) =>
       db.transaction(async (tx) => ids(await runs.lockDueToStart(tx, now, 100, after)))

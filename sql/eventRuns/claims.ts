@@ -3,9 +3,11 @@
  * compare-and-set UPDATEs (`affectedRows = 1` is ownership; no transaction is
  * held open while the work happens), leases, release and reclaim.
  *
- * The due query reads `wake_at`, which is NULL or in the future for every run
- * parked on a cue, waiting out a timer or leased, so idle runs leave the index
- * and cannot starve new ones. Taking a concurrency key inserts a
+ * In-flight runs are claimed through `wake_at`, which is NULL or in the future
+ * for every run parked on a cue, waiting out a timer or leased, so idle runs
+ * leave the index and cannot starve new ones. Key-less scheduled runs have no
+ * `wake_at` either (migration 0030): they are started from the due index
+ * (status, scheduled_for). Taking a concurrency key inserts a
  * `concurrency_locks` row in the same short transaction as the claim, so two
  * instances can never both start a holder of one key.
  *
@@ -42,7 +44,15 @@ import { alertStatementsFor, DROP_CLAIM, sendTogether, transitionSets } from './
  * The grace window is the caller's to check: a locking read that joined the
  * definitions would lock their rows as well, and serialise every starter on them.
  *
- * `after` starts the walk past a place in the due order (`wake_at`, `id`) that
+ * They are read from the scheduled range of `idx_evrun_due`: a key-less
+ * scheduled run is due at its `scheduled_for` and its `wake_at` is NULL
+ * (migration 0030), so a start that finishes the run leaves `idx_evrun_wake`
+ * as it found it (NULL to NULL writes no entry). The range also
+ * holds the scheduled runs that start by their own claims (a concurrency key
+ * or an overlap policy, `keyedStart.ts`), which this read steps over, as the
+ * wake range it used to read held those that were due.
+ *
+ * `after` starts the walk past a place in the due order (`scheduled_for`, `id`) that
  * an earlier batch of the same pass reached. A start moves its runs out of the
  * due index, but their old entries stay there, delete-marked, until InnoDB's
  * purge removes them, and a walk from the bottom steps over every one: the
@@ -62,7 +72,7 @@ export async function lockDueToStart(
   after?: DuePlace,
 ): Promise<LockedRun[]> {
   const n = clampLimit(limit, 100, 1, 5000)
-  const past = after ? ' AND (r.wake_at > ? OR (r.wake_at = ? AND r.id > ?))' : ''
+  const past = after ? ' AND (r.scheduled_for > ? OR (r.scheduled_for = ? AND r.id > ?))' : ''
   // Walk the due index in order and stop at the limit. A plan that sorted
   // instead (the optimiser's pick on a small table) would lock every due row it
   // read before sorting, and a second instance would then find nothing to start.
@@ -70,12 +80,12 @@ export async function lockDueToStart(
   // rows arrive as binary values, cheaper to decode than text for thousands of
   // rows a batch (dates especially).
   const rows = await tx.execute<Raw>(
-    `SELECT ${RUN_COLUMNS}, NOW(3) AS locked_at FROM event_runs r FORCE INDEX (idx_evrun_wake)
-      WHERE r.wake_at <= ?${past} AND r.status = 'scheduled' AND r.concurrency_key IS NULL AND r.overlap IS NULL
-      ORDER BY r.wake_at, r.id
+    `SELECT ${RUN_COLUMNS}, NOW(3) AS locked_at FROM event_runs r FORCE INDEX (idx_evrun_due)
+      WHERE r.status = 'scheduled' AND r.scheduled_for <= ?${past} AND r.concurrency_key IS NULL AND r.overlap IS NULL
+      ORDER BY r.scheduled_for, r.id
       LIMIT ${n}
       FOR UPDATE SKIP LOCKED`,
-    after ? [now, after.wakeAt, after.wakeAt, after.id] : [now],
+    after ? [now, after.scheduledFor, after.scheduledFor, after.id] : [now],
   )
   return rows.map((row) => Object.assign(hydrate(row), { lockedAt: row.locked_at as Date }))
 }
@@ -83,9 +93,9 @@ export async function lockDueToStart(
 /** A run {@link lockDueToStart} locked, and when (the database's clock). */
 export type LockedRun = RunRow & { lockedAt: Date }
 
-/** A place in the order {@link lockDueToStart} walks: a run's `wake_at`, then its id. */
+/** A place in the order {@link lockDueToStart} walks: a run's `scheduled_for`, then its id. */
 export interface DuePlace {
-  wakeAt: Date
+  scheduledFor: Date
   id: number
 }
 

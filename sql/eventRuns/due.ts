@@ -1,6 +1,7 @@
 /**
  * Which runs need the runner now: the due query, the keyed/overlap due query,
- * and the missed sweep. Each reads an index range that ends where its work ends.
+ * the runner's next wake-up and the missed sweep. Each reads an index range
+ * that ends where its work ends.
  *
  * The due query reads `wake_at`, which is NULL or in the future for every run
  * parked on a cue, waiting out a timer or leased, so idle runs leave the index
@@ -22,15 +23,29 @@ const DUE_STATUSES = ['scheduled', ...IN_FLIGHT] as const
  * a run parked on a cue has `wake_at` NULL (or its timeout), a run waiting out a
  * timer has it in the future, and a leased run has it at its lease expiry. So
  * 10,000 parked runs cost this query nothing.
+ *
+ * Two index ranges, merged: `idx_evrun_wake` up to `now` (in-flight runs, and
+ * scheduled runs with a key or an overlap policy) and the scheduled range of
+ * `idx_evrun_due` up to `now` (key-less scheduled runs, due at their
+ * `scheduled_for`, their `wake_at` NULL since migration 0030). Runs ahead are
+ * past both ranges' ends. A key-less scheduled run is answered with its
+ * `wakeAt` null, as stored.
  */
 export async function findDue(db: Queryable, now: Date, limit = 50): Promise<RunRow[]> {
   const n = clampLimit(limit, 50)
   const rows = await db.execute<Raw>(
-    `${SELECT_RUN}
-      WHERE r.wake_at <= ? AND r.status IN (${placeholders(DUE_STATUSES.length)})
-      ORDER BY r.wake_at, r.id
-      LIMIT ${n}`,
-    [now, ...DUE_STATUSES],
+    `(${SELECT_RUN} FORCE INDEX (idx_evrun_wake)
+       WHERE r.wake_at <= ? AND r.status IN (${placeholders(DUE_STATUSES.length)})
+       ORDER BY r.wake_at, r.id
+       LIMIT ${n})
+     UNION ALL
+     (${SELECT_RUN} FORCE INDEX (idx_evrun_due)
+       WHERE r.status = 'scheduled' AND r.scheduled_for <= ? AND r.concurrency_key IS NULL AND r.overlap IS NULL
+       ORDER BY r.scheduled_for, r.id
+       LIMIT ${n})
+     ORDER BY COALESCE(wake_at, scheduled_for), id
+     LIMIT ${n}`,
+    [now, ...DUE_STATUSES, now],
   )
   return rows.map(hydrate)
 }
@@ -39,18 +54,28 @@ export async function findDue(db: Queryable, now: Date, limit = 50): Promise<Run
  * The soonest `wake_at` after `now` among runs the runner will need to look at
  * (scheduled or in flight), or null when there is none. The runner aims its
  * sleep at it, so a run due between two ticks starts at its time rather than at
- * the next tick. One walk of `idx_evrun_wake` from `now`: parked, paused and
- * terminal runs have no `wake_at` and are not in its way.
+ * the next tick. Two probes in one statement, one entry each: `idx_evrun_wake`
+ * from `now` (in-flight runs, and scheduled runs with a key or an overlap
+ * policy; parked, paused and terminal runs have no `wake_at` and are not in its
+ * way), and the scheduled range of `idx_evrun_due` from `now` (key-less
+ * scheduled runs, due at their `scheduled_for`, with no `wake_at` since
+ * migration 0030).
  */
 export async function nextWakeAfter(db: Queryable, now: Date): Promise<Date | null> {
-  const rows = await db.execute<{ wake_at: Date }>(
-    `SELECT wake_at FROM event_runs FORCE INDEX (idx_evrun_wake)
-      WHERE wake_at > ? AND status IN (${placeholders(DUE_STATUSES.length)})
-      ORDER BY wake_at
-      LIMIT 1`,
-    [now, ...DUE_STATUSES],
+  const rows = await db.execute<{ woken: Date | null; scheduled: Date | null }>(
+    `SELECT (SELECT wake_at FROM event_runs FORCE INDEX (idx_evrun_wake)
+              WHERE wake_at > ? AND status IN (${placeholders(DUE_STATUSES.length)})
+              ORDER BY wake_at
+              LIMIT 1) AS woken,
+            (SELECT scheduled_for FROM event_runs FORCE INDEX (idx_evrun_due)
+              WHERE status = 'scheduled' AND scheduled_for > ?
+              ORDER BY scheduled_for
+              LIMIT 1) AS scheduled`,
+    [now, ...DUE_STATUSES, now],
   )
-  return rows[0]?.wake_at ?? null
+  const { woken, scheduled } = rows[0] ?? { woken: null, scheduled: null }
+  if (woken === null || scheduled === null) return woken ?? scheduled
+  return new Date(Math.min(woken.getTime(), scheduled.getTime()))
 }
 
 /**

@@ -38,12 +38,20 @@ function newRunValues(run: NewRun): SqlValue[] {
     toJson(run.params),
     run.rehearsal ? 1 : 0,
     run.startedBy ?? null,
-    run.scheduledFor,
+    // wake_at: a key-less run is due at its scheduled_for, found there by the
+    // start (idx_evrun_due); only runs started by their own claim (a key, an
+    // overlap policy) wait in idx_evrun_wake, where a held key defers them.
+    startsByOwnClaim(run) ? run.scheduledFor : null,
     run.rehearsal ? null : (run.overlap ?? null),
     run.graceExempt ? 1 : 0,
     // missed_at: NULL for a grace-exempt run (NULL + INTERVAL is NULL), so the sweep never sees it.
     run.graceExempt ? null : run.scheduledFor,
   ]
+}
+
+/** True for a run started by a claim of its own (keyedStart.ts): it has a concurrency key or an overlap policy. */
+function startsByOwnClaim(run: NewRun): boolean {
+  return !run.rehearsal && (run.concurrencyKey !== null || (run.overlap ?? null) !== null)
 }
 
 /** The columns a new run is given as values, in {@link newRunValues}' order; `missed_at` follows, from the grace. */
@@ -156,11 +164,12 @@ export async function moveScheduled(
   concurrencyKey: string | null,
 ): Promise<boolean> {
   const res = await db.run(
-    `UPDATE event_runs r SET r.scheduled_for = ?, r.wake_at = ?, r.concurrency_key = ?,
+    `UPDATE event_runs r SET r.scheduled_for = ?, r.wake_at = IF(? IS NULL AND r.overlap IS NULL, NULL, ?),
+        r.concurrency_key = ?,
         r.missed_at = IF(r.grace_exempt = 1, NULL,
           ? + INTERVAL (SELECT d.grace_seconds FROM event_definitions d WHERE d.id = r.definition_id) SECOND)
       WHERE r.id = ? AND r.status = 'scheduled'`,
-    [to, to, concurrencyKey, to, id],
+    [to, concurrencyKey, to, concurrencyKey, to, id],
   )
   return res.affectedRows === 1
 }

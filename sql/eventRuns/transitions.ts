@@ -84,6 +84,12 @@ export function transitionSets(
   else if (opts.wakeAt !== undefined) {
     sets.push('wake_at = ?')
     args.push(opts.wakeAt)
+  } else {
+    // A key-less scheduled run has no wake_at (migration 0030): one moved on
+    // without a wake time is due at its scheduled instant, as when every run
+    // carried it, not parked out of the runner's sight. First in the SET list,
+    // since MariaDB assigns left to right and `status` must still be the old one.
+    sets.unshift("wake_at = IF(status = 'scheduled', COALESCE(wake_at, scheduled_for), wake_at)")
   }
   const type = alertForStatus(to)
   const owed = type === null ? null : { type, stamp: newAlertStamp() }

@@ -189,9 +189,9 @@ export async function startKeylessDue(
   return { handOff, backlog: !drained }
 }
 
-/** Compare two places in the due order: `wake_at`, then id. */
+/** Compare two places in the due order: `scheduled_for`, then id. */
 function placeOrder(a: DuePlace, b: DuePlace): number {
-  return a.wakeAt.getTime() - b.wakeAt.getTime() || a.id - b.id
+  return a.scheduledFor.getTime() - b.scheduledFor.getTime() || a.id - b.id
 }
 
 /** A run that cannot be started for a reason of its own (its program), as opposed to a fault of the runner. */
@@ -261,7 +261,7 @@ async function startInTransaction(
   const budget = deps.maxStepsPerClaim ?? 25
   const locked = await runs.lockDueToStart(tx, now, limit, after)
   const last = locked.at(-1)
-  onLocked?.(locked.length, last?.wakeAt ? { wakeAt: last.wakeAt, id: last.id } : undefined)
+  onLocked?.(locked.length, last ? { scheduledFor: last.scheduledFor, id: last.id } : undefined)
   if (locked.length === 0) return empty
   // The lock is the start's claim: the runs' started_at (the database's clock, as every stamp).
   const startedAt = (locked[0] as LockedRun).lockedAt
