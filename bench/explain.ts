@@ -72,7 +72,7 @@ const NAMES: [RegExp, string][] = [
   ],
   [/STRAIGHT_JOIN event_run_steps/, 'reclaim expired step leases'],
   [/FROM event_definitions WHERE state = 'active'/, 'materialisation check: the definitions to look at'],
-  [/idx_evrun_due\) WHERE r\.status = 'scheduled' AND r\.scheduled_for </, 'missed sweep'],
+  [/idx_evrun_due\) WHERE r\.status = 'scheduled' AND r\.scheduled_for < \? - INTERVAL/, 'missed sweep'],
   [
     /woken_while_claimed = 0 WHERE id = \? AND status = \?/,
     'the answer claims its run for the runner in its process',
