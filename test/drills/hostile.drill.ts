@@ -21,7 +21,8 @@
  * heavy answers six at once, a secret straddling each truncation, joined
  * placeholders and a principal creating past its runs per minute. Expected:
  * each is closed, the process stays up with its peak RSS under 1 GB, and
- * `/healthz` p99 stays under 100 ms throughout (`[drill:hostile-round3]`).
+ * `/healthz` p99 stays under 100 ms throughout, from 200+ samples
+ * (`[drill:hostile-round3]`, with the server's own event-loop delay).
  *
  * A third keeps 2,000 viewer requests in flight (finding 10: `/healthz`
  * waited behind them) until a prober has 250 samples of `/healthz`. It is
@@ -456,19 +457,26 @@ it('the third round: heavy answers, truncation edges, joined placeholders, runs 
         MAX_RUNS_PER_MINUTE: '1500',
       },
     })
-    // Probed every 20 ms: a round of a few seconds still gives a p99 of a few hundred samples.
     const quiet = (await probeInChild(`${s.url}/healthz`, 2000, 20)).latencies
-    let stopProbe = false
-    const healthz: number[] = []
-    const probing = (async () => {
-      while (!stopProbe) {
-        const r = await probeInChild(`${s?.url}/healthz`, 2000, 20)
-        healthz.push(...r.latencies)
-      }
-    })()
-    const result = await roundThree(s, db.db, receiver, secret)
-    stopProbe = true
-    await probing
+    // One prober for the whole round, every 2 ms. The round lasts about a
+    // second: probed every 20 ms (by a prober restarted every 2 s) it gave
+    // 75-135 samples, so its "p99" was the round's slowest answer or the one
+    // before it, and one stall of a loaded machine decided the test (a CI run
+    // read 104 ms against 100). Every 2 ms gives about 300; fewer than 200
+    // fails the test rather than passing or failing it on a maximum.
+    const server = s
+    const round = roundThree(server, db.db, receiver, secret)
+    const probing = probeInChild(
+      `${server.url}/healthz`,
+      120_000,
+      2,
+      0,
+      round.catch(() => {}),
+    )
+    const result = await round
+    const probe = await probing
+    const healthz = probe.latencies
+    const serverLoopDelay = await loopDelay(server.url)
     const figures = {
       ...result.figures,
       healthzQuiet: { p99Ms: Math.round(percentile(quiet, 99)) },
@@ -479,13 +487,15 @@ it('the third round: heavy answers, truncation edges, joined placeholders, runs 
         p99Ms: Math.round(percentile(healthz, 99)),
         maxMs: Math.round(Math.max(...healthz)),
       },
-      problems: result.problems,
+      serverLoopDelay,
+      problems: [...result.problems, ...probe.problems],
       serverErrorLogLines: s.errorLines().length,
     }
     report('hostile-round3', figures)
     expect(s.alive(), s.tail()).toBe(true)
     expect(result.problems).toEqual([])
     expect(s.errorLines()).toEqual([])
+    expect(healthz.length).toBeGreaterThanOrEqual(200)
     expect(figures.healthz.p99Ms).toBeLessThan(figures.healthzP99BoundMs)
   } finally {
     await s?.stop()
