@@ -10,7 +10,14 @@
 import type { Queryable } from '../db.ts'
 import { clampLimit, placeholders } from '../json.ts'
 import { IN_FLIGHT } from '../states.ts'
-import { hydrate, type Raw, type RunRow, SELECT_RUN } from './rows.ts'
+import {
+  hydrate,
+  type Raw,
+  type RunRow,
+  SELECT_RUN,
+  STARTS_BY_OWN_CLAIM,
+  STARTS_UNDER_ROW_LOCK,
+} from './rows.ts'
 
 const DUE_STATUSES = ['scheduled', ...IN_FLIGHT] as const
 
@@ -40,7 +47,7 @@ export async function findDue(db: Queryable, now: Date, limit = 50): Promise<Run
        LIMIT ${n})
      UNION ALL
      (${SELECT_RUN} FORCE INDEX (idx_evrun_due)
-       WHERE r.status = 'scheduled' AND r.scheduled_for <= ? AND r.concurrency_key IS NULL AND r.overlap IS NULL
+       WHERE r.status = 'scheduled' AND r.scheduled_for <= ? AND ${STARTS_UNDER_ROW_LOCK}
        ORDER BY r.scheduled_for, r.id
        LIMIT ${n})
      ORDER BY COALESCE(wake_at, scheduled_for), id
@@ -91,7 +98,7 @@ export async function findDueKeyed(db: Queryable, now: Date, limit = 50): Promis
   const rows = await db.execute<Raw>(
     `${SELECT_RUN} FORCE INDEX (idx_evrun_keyed_due)
       WHERE r.keyed_due_at <= ? AND r.status = 'scheduled'
-        AND (r.concurrency_key IS NOT NULL OR r.overlap IS NOT NULL)
+        AND ${STARTS_BY_OWN_CLAIM}
       ORDER BY r.keyed_due_at, r.id
       LIMIT ${n}`,
     [now],

@@ -1,6 +1,6 @@
 /**
  * `event_runs`, one module per audience: `read.ts` for the API; `materialise.ts`
- * for making runs; `due.ts`, `claimStart.ts` (with `overlap.ts`), `claims.ts`
+ * for making runs; `due.ts`, `startLock.ts`, `claimStart.ts` (with `overlap.ts`), `claims.ts`
  * and `transitions.ts` for the runner; `counts.ts` and `retention.ts` for
  * health, metrics and history. Callers import this index.
  */
@@ -19,4 +19,5 @@ export * from './read.ts'
 export * from './retention.ts'
 export * from './retry.ts'
 export type { RunListRow, RunRow, RunWithDefinition } from './rows.ts'
+export * from './startLock.ts'
 export * from './transitions.ts'

@@ -53,6 +53,17 @@ export interface RunListRow extends RunRow {
   waitingSteps: number
 }
 
+/**
+ * The runs the key-less start locks and starts (startLock.ts): no concurrency
+ * key and no overlap policy. Their scheduled `wake_at` is NULL (migration
+ * 0030); the converse, {@link STARTS_BY_OWN_CLAIM}, starts by a claim of its
+ * own (claimStart.ts) and is found through `keyed_due_at`. Spelled for the
+ * alias `r`; `startsByOwnClaim` (materialise.ts) is the same rule for a run
+ * about to be made.
+ */
+export const STARTS_UNDER_ROW_LOCK = 'r.concurrency_key IS NULL AND r.overlap IS NULL'
+export const STARTS_BY_OWN_CLAIM = '(r.concurrency_key IS NOT NULL OR r.overlap IS NOT NULL)'
+
 export const RUN_COLUMNS = `r.id, r.definition_id, r.version_id, r.scope, r.scheduled_for, r.timezone, r.concurrency_key,
   r.params, r.rehearsal, r.started_by, r.status, r.health, r.current_phase, r.last_error, r.claimed_by,
   r.claim_expires_at, r.claim_token, r.wake_at, r.missed_at, r.started_at, r.ended_at, r.created_at, r.updated_at,

@@ -5,8 +5,9 @@
  * re-stamped when the grace changes); it is NULL for a run whose grace window
  * does not apply (a backfilled run, or an occurrence held back by BUFFER_ONE
  * until the run before it ends), which starts however late. The SQL side of
- * the same rule compares the same column (`sql/eventRuns/claims.ts`: the
- * claim's guard and the missed sweep), so all three agree at the boundary.
+ * the same rule compares the same column (the start claim's guard in
+ * `sql/eventRuns/claimStart.ts`, the missed sweep in `sql/eventRuns/due.ts`),
+ * so all three agree at the boundary.
  */
 export function withinGrace(run: { missedAt: Date | null }, now: Date): boolean {
   return run.missedAt === null || run.missedAt.getTime() >= now.getTime()
