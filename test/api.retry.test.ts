@@ -3,7 +3,8 @@
  * a run whose second webhook fails is retried; the first webhook is not called
  * again (counted at the receiver), the failed one is called once more; the
  * skipped step's result names the original; retrying twice answers the same
- * run; fromStep 0 runs everything again; refusals for runs that did not fail.
+ * run, and so do six retries at once (keyed, under an overlap policy, free);
+ * fromStep 0 runs everything again; refusals for runs that did not fail.
  */
 import { afterAll, beforeAll, expect, it } from 'vitest'
 import { unique } from './helpers/fixtures.ts'
@@ -202,4 +203,71 @@ it('a retry takes its concurrency key: refused while another run holds it, start
   expect(res.body.errors).toBeUndefined()
   const id = res.body.data?.retryRun.id as string
   await waitFor(async () => (await runOf(id)).status === 'COMPLETED', { what: 'the keyed retry to complete' })
+})
+
+it('six retries of one original at once answer one run, keyed or under an overlap policy; one retry is made', async () => {
+  const failingShow = async (extra: Record<string, unknown>, path: string) => {
+    receiver.route(path, () => ({ status: 500 }))
+    const created = await s.gql<{ createDefinition: { id: string } }>(
+      `mutation ($input: CreateDefinitionInput!) { createDefinition(input: $input) { id } }`,
+      {
+        variables: {
+          input: {
+            slug: unique('race'),
+            title: 'raced retries',
+            ...extra,
+            program: {
+              phases: [
+                {
+                  name: 'main',
+                  steps: [
+                    {
+                      kind: 'core.webhook',
+                      params: { url: `${receiver.url}${path}` },
+                      retry: { attempts: 1 },
+                    },
+                  ],
+                },
+              ],
+            },
+          },
+        },
+        auth: 'admin',
+      },
+    )
+    expect(created.body.errors).toBeUndefined()
+    const started = await s.gql<{ startRun: { id: string } }>(
+      'mutation ($d: ID!) { startRun(definitionId: $d) { id } }',
+      { variables: { d: created.body.data?.createDefinition.id }, auth: 'operator' },
+    )
+    const id = started.body.data?.startRun.id as string
+    await waitFor(async () => (await runOf(id)).status === 'FAILED', { what: `run ${id} to fail` })
+    // The retries' webhook answers, so each retry completes and frees what it holds.
+    receiver.route(path, () => ({ status: 200 }))
+    return id
+  }
+  // A key the retry takes in its transaction, and a scope a non-ALLOW_ALL policy
+  // guards: the losers of the race used to be refused (CONFLICT, "held by run
+  // N" / "in progress") by the very retry that won, instead of answered it.
+  for (const [extra, path] of [
+    [{ concurrencyKey: unique('race-key') }, '/hooks/race-keyed'],
+    [{ overlap: 'SKIP' }, '/hooks/race-overlap'],
+    [{}, '/hooks/race-free'],
+  ] as const) {
+    const originalId = await failingShow(extra, path)
+    const answers = await Promise.all(Array.from({ length: 6 }, () => retry(originalId)))
+    expect(answers.map((a) => a.body.errors?.[0]?.message ?? null)).toEqual(Array(6).fill(null))
+    const ids = new Set(answers.map((a) => a.body.data?.retryRun.id))
+    expect(ids.size, JSON.stringify(extra)).toBe(1)
+    const retryId = answers[0]?.body.data?.retryRun.id as string
+    expect(answers[0]?.body.data?.retryRun.retryOf).toEqual({ id: originalId })
+    await waitFor(async () => (await runOf(retryId)).status === 'COMPLETED', {
+      what: 'the raced retry to complete',
+    })
+    const made = await s.t.db.query<{ n: number }>(
+      'SELECT COUNT(*) AS n FROM event_runs WHERE retry_of = ?',
+      [originalId],
+    )
+    expect(Number(made[0]?.n)).toBe(1)
+  }
 })

@@ -3,7 +3,8 @@
  * params, starting now, linked to the original by `retryOf`. Steps before
  * `fromStep` (default: the step that failed) are written SKIPPED with a result
  * naming the original run, so no earlier webhook is sent again; the rest run
- * as in any run. One retry per original: retrying again answers the same run.
+ * as in any run. One retry per original: retrying again answers the same run,
+ * also when several retries of one original race (each answers the winner's).
  *
  * The new run is written with its steps and put in `starting`, due now, the
  * state of a start that was interrupted after its claim: the runner leases it
@@ -140,12 +141,16 @@ async function retry(deps: RetryDeps, input: RetryInput): Promise<RunListRow> {
       { retryable: true },
     )
   } catch (err) {
-    if (err instanceof Refused) throw err.error
-    // Two retries of one original at once: the unique retry_of lets one win; answer its run.
-    if (isDbErrno(err, DB_ERRNO.DUP_ENTRY)) {
+    // Retries of one original at once: one wins, and the others answer its
+    // run. A loser meets the winner at the retry record (DUP_ENTRY), or
+    // earlier at what the winner took first (its key, its scope's overlap
+    // guard, its instant), which refuses it naming the winner's own run;
+    // once the winner has committed, the record says so.
+    if (err instanceof Refused || isDbErrno(err, DB_ERRNO.DUP_ENTRY)) {
       const winner = await runs.retryOf(deps.db, original.id)
       if (winner !== null) return (await runs.getById(deps.db, winner)) as RunListRow
     }
+    if (err instanceof Refused) throw err.error
     throw err
   }
   await logs.appendMany(deps.db, [
