@@ -58,47 +58,58 @@ function retry(id: string, fromStep?: number, auth: Auth = 'operator') {
   )
 }
 
+/** Create a definition (as admin) from `input` (slug, title, program, …); answers its id. */
+async function createShow(input: Record<string, unknown>): Promise<string> {
+  const res = await s.gql<{ createDefinition: { id: string } }>(
+    `mutation ($input: CreateDefinitionInput!) { createDefinition(input: $input) { id } }`,
+    { variables: { input }, auth: 'admin' },
+  )
+  expect(res.body.errors).toBeUndefined()
+  return res.body.data?.createDefinition.id as string
+}
+
+/** Start a run of `definitionId` now (as operator), with a scope and params if given; answers its id. */
+async function startNow(
+  definitionId: string,
+  extra: { scope?: string; params?: unknown } = {},
+): Promise<string> {
+  const res = await s.gql<{ startRun: { id: string } }>(
+    'mutation ($d: ID!, $scope: String, $params: JSON) { startRun(definitionId: $d, scope: $scope, params: $params) { id } }',
+    { variables: { d: definitionId, ...extra }, auth: 'operator' },
+  )
+  expect(res.body.errors).toBeUndefined()
+  return res.body.data?.startRun.id as string
+}
+
+/** A program of one webhook to `path` on the receiver, tried once. */
+const oneWebhook = (path: string) => ({
+  phases: [
+    {
+      name: 'main',
+      steps: [{ kind: 'core.webhook', params: { url: `${receiver.url}${path}` }, retry: { attempts: 1 } }],
+    },
+  ],
+})
+
 async function failedRun(): Promise<string> {
   failSecond = true
-  const def = await s.gql<{ createDefinition: { id: string } }>(
-    `mutation ($input: CreateDefinitionInput!) { createDefinition(input: $input) { id } }`,
-    {
-      variables: {
-        input: {
-          slug: unique('retry'),
-          title: 'Retried show',
-          program: {
-            phases: [
-              {
-                name: 'announce',
-                steps: [
-                  {
-                    kind: 'core.webhook',
-                    params: { url: `${receiver.url}/hooks/first` },
-                    retry: { attempts: 1 },
-                  },
-                  {
-                    kind: 'core.webhook',
-                    params: { url: `${receiver.url}/hooks/second` },
-                    retry: { attempts: 1 },
-                  },
-                  { kind: 'core.log', params: { message: 'both sent' } },
-                ],
-              },
-            ],
-          },
+  const definitionId = await createShow({
+    slug: unique('retry'),
+    title: 'Retried show',
+    program: {
+      phases: [
+        {
+          name: 'announce',
+          steps: [
+            { kind: 'core.webhook', params: { url: `${receiver.url}/hooks/first` }, retry: { attempts: 1 } },
+            { kind: 'core.webhook', params: { url: `${receiver.url}/hooks/second` }, retry: { attempts: 1 } },
+            { kind: 'core.log', params: { message: 'both sent' } },
+          ],
         },
-      },
-      auth: 'admin',
+      ],
     },
-  )
-  expect(def.body.errors).toBeUndefined()
-  const started = await s.gql<{ startRun: { id: string } }>(
-    `mutation ($d: ID!, $params: JSON) { startRun(definitionId: $d, scope: "hall", params: $params) { id } }`,
-    { variables: { d: def.body.data?.createDefinition.id, params: { seat: 7 } }, auth: 'operator' },
-  )
-  expect(started.body.errors).toBeUndefined()
-  const id = started.body.data?.startRun.id as string
+  })
+  const id = await startNow(definitionId, { scope: 'hall', params: { seat: 7 } })
   await waitFor(async () => (await runOf(id)).status === 'FAILED', { what: `run ${id} to fail` })
   return id
 }
@@ -157,37 +168,12 @@ it('fromStep 0 runs every step again; a fromStep outside the program is refused'
 })
 
 it('a retry takes its concurrency key: refused while another run holds it, started once it is free', async () => {
-  const create = async (program: unknown) => {
-    const res = await s.gql<{ createDefinition: { id: string } }>(
-      `mutation ($input: CreateDefinitionInput!) { createDefinition(input: $input) { id } }`,
-      {
-        variables: { input: { slug: unique('keyed'), title: 'k', concurrencyKey: 'stage-1', program } },
-        auth: 'admin',
-      },
-    )
-    return res.body.data?.createDefinition.id as string
-  }
-  const failing = await create({
-    phases: [
-      {
-        name: 'main',
-        steps: [
-          { kind: 'core.webhook', params: { url: `${receiver.url}/hooks/gone` }, retry: { attempts: 1 } },
-        ],
-      },
-    ],
-  })
+  const create = (program: unknown) =>
+    createShow({ slug: unique('keyed'), title: 'k', concurrencyKey: 'stage-1', program })
   receiver.route('/hooks/gone', () => ({ status: 500 }))
-  const start = async (d: string) =>
-    (
-      await s.gql<{ startRun: { id: string } }>(`mutation ($d: ID!) { startRun(definitionId: $d) { id } }`, {
-        variables: { d },
-        auth: 'operator',
-      })
-    ).body.data?.startRun.id as string
-  const originalId = await start(failing)
+  const originalId = await startNow(await create(oneWebhook('/hooks/gone')))
   await waitFor(async () => (await runOf(originalId)).status === 'FAILED', { what: 'the keyed run to fail' })
-  const holderId = await start(
+  const holderId = await startNow(
     await create({ phases: [{ name: 'main', steps: [{ kind: 'core.cue', params: { prompt: 'hold' } }] }] }),
   )
   await waitFor(async () => (await runOf(holderId)).status === 'RUNNING', { what: 'the holder to run' })
@@ -208,39 +194,13 @@ it('a retry takes its concurrency key: refused while another run holds it, start
 it('six retries of one original at once answer one run, keyed or under an overlap policy; one retry is made', async () => {
   const failingShow = async (extra: Record<string, unknown>, path: string) => {
     receiver.route(path, () => ({ status: 500 }))
-    const created = await s.gql<{ createDefinition: { id: string } }>(
-      `mutation ($input: CreateDefinitionInput!) { createDefinition(input: $input) { id } }`,
-      {
-        variables: {
-          input: {
-            slug: unique('race'),
-            title: 'raced retries',
-            ...extra,
-            program: {
-              phases: [
-                {
-                  name: 'main',
-                  steps: [
-                    {
-                      kind: 'core.webhook',
-                      params: { url: `${receiver.url}${path}` },
-                      retry: { attempts: 1 },
-                    },
-                  ],
-                },
-              ],
-            },
-          },
-        },
-        auth: 'admin',
-      },
-    )
-    expect(created.body.errors).toBeUndefined()
-    const started = await s.gql<{ startRun: { id: string } }>(
-      'mutation ($d: ID!) { startRun(definitionId: $d) { id } }',
-      { variables: { d: created.body.data?.createDefinition.id }, auth: 'operator' },
-    )
-    const id = started.body.data?.startRun.id as string
+    const definitionId = await createShow({
+      slug: unique('race'),
+      title: 'raced retries',
+      ...extra,
+      program: oneWebhook(path),
+    })
+    const id = await startNow(definitionId)
     await waitFor(async () => (await runOf(id)).status === 'FAILED', { what: `run ${id} to fail` })
     // The retries' webhook answers, so each retry completes and frees what it holds.
     receiver.route(path, () => ({ status: 200 }))
