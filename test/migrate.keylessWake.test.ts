@@ -13,13 +13,12 @@ import { runFilesAgain, useDatabaseUpTo } from './helpers/migrationsUpTo.ts'
 
 const NEW = ['0030_wake_index_without_scheduled.sql']
 
-const held = useDatabaseUpTo('0029')
+const held = useDatabaseUpTo('0029_retries_beside_runs.sql')
 const t = held.t
 
 describe('from 0029 with data', () => {
   it('applies 0030: key-less scheduled runs lose their wake_at, the others keep theirs', async () => {
-    const at29 = await migrate(t.db, { dir: held.dir })
-    expect(at29.applied.at(-1)).toBe('0029_retries_beside_runs.sql')
+    await held.migrateToHeld()
     const fx = await makeDefinition(t.db)
     const now = new Date()
     const made = async (scope: string, scheduledFor: Date, concurrencyKey: string | null) =>

@@ -19,14 +19,13 @@ const NEW = [
   '0023_waiting_steps_only.sql',
 ]
 
-const held = useDatabaseUpTo('0018')
+const held = useDatabaseUpTo('0018_claim_token_unindexed.sql')
 const t = held.t
 const indexesOf = (table: string) => indexNames(t.db, table)
 
 describe('from 0018 with data', () => {
   it('applies 0020–0023, keeps the rows, and the moved reads answer as before', async () => {
-    const at18 = await migrate(t.db, { dir: held.dir })
-    expect(at18.applied.at(-1)).toBe('0018_claim_token_unindexed.sql')
+    await held.migrateToHeld()
     expect(await indexesOf('event_runs')).toContain('idx_evrun_missed')
 
     const now = Date.now()

@@ -2,41 +2,49 @@
  * A database held at an earlier migration, for a test of the migrations that
  * came after it: the file's throwaway database left unmigrated
  * ({@link useTestDb}), and a folder holding the project's migration files up
- * to `last` (a number such as '0018'), for `migrate(t.db, { dir })`, made in
- * `beforeAll` and removed in `afterAll`.
+ * to `last` (a file name such as '0018_claim_token_unindexed.sql'), made in
+ * `beforeAll` and removed in `afterAll`; {@link HeldAtMigration.migrateToHeld}
+ * brings the database there.
  */
 import { copyFile, mkdtemp, readdir, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { afterAll, beforeAll } from 'vitest'
+import { afterAll, beforeAll, expect } from 'vitest'
 import type { Queryable } from '../../sql/db.ts'
-import { loadMigrations, MIGRATIONS_DIR } from '../../sql/migrate.ts'
+import { loadMigrations, MIGRATIONS_DIR, migrate } from '../../sql/migrate.ts'
 import { type TestDb, useTestDb } from './db.ts'
 
 export interface HeldAtMigration {
   t: TestDb
   /** The migration files up to `last` (once beforeAll has run). */
   readonly dir: string
+  /** Apply the files up to `last` to the database, and check that `last` was the last applied. */
+  migrateToHeld(): Promise<void>
 }
 
 export function useDatabaseUpTo(last: string): HeldAtMigration {
   const t = useTestDb({ migrate: false })
   let dir: string | undefined
   beforeAll(async () => {
-    dir = await mkdtemp(join(tmpdir(), `sr-mig${last}-`))
+    dir = await mkdtemp(join(tmpdir(), `sr-mig${last.split('_')[0]}-`))
     for (const f of await readdir(MIGRATIONS_DIR))
-      if (f <= `${last}_~`) await copyFile(join(MIGRATIONS_DIR, f), join(dir, f))
+      if (f <= last) await copyFile(join(MIGRATIONS_DIR, f), join(dir, f))
   })
   afterAll(async () => {
     if (dir) await rm(dir, { recursive: true, force: true })
   })
-  return {
+  const held: HeldAtMigration = {
     t,
     get dir() {
       if (!dir) throw new Error('useDatabaseUpTo: the folder exists only once beforeAll has run')
       return dir
     },
+    async migrateToHeld() {
+      const result = await migrate(t.db, { dir: held.dir })
+      expect(result.applied.at(-1)).toBe(last)
+    },
   }
+  return held
 }
 
 /** A table's index names, sorted: what a migration test compares before and after. */
