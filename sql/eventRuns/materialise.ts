@@ -8,6 +8,7 @@
 import type { Queryable, SqlValue } from '../db.ts'
 import { placeholders, toJson } from '../json.ts'
 import { deleteRunChildren } from './children.ts'
+import { STARTS_UNDER_ROW_LOCK } from './rows.ts'
 
 /** What {@link materialise} needs to insert one occurrence. */
 export interface NewRun {
@@ -28,30 +29,29 @@ export interface NewRun {
 
 /** The run's values for {@link RUN_VALUE_COLUMNS}, then the instant its grace counts from. */
 function newRunValues(run: NewRun): SqlValue[] {
+  // A rehearsal never carries a key or an overlap policy.
+  const concurrencyKey = run.rehearsal ? null : run.concurrencyKey
+  const overlap = run.rehearsal ? null : (run.overlap ?? null)
   return [
     run.definitionId,
     run.versionId,
     run.scope ?? '',
     run.scheduledFor,
     run.timezone || 'UTC',
-    run.rehearsal ? null : run.concurrencyKey,
+    concurrencyKey,
     toJson(run.params),
     run.rehearsal ? 1 : 0,
     run.startedBy ?? null,
-    // wake_at: a key-less run is due at its scheduled_for, found there by the
-    // start (idx_evrun_due); only runs started by their own claim (a key, an
-    // overlap policy) wait in idx_evrun_wake, where a held key defers them.
-    startsByOwnClaim(run) ? run.scheduledFor : null,
-    run.rehearsal ? null : (run.overlap ?? null),
+    // wake_at, by STARTS_UNDER_ROW_LOCK's rule on the values stored: a key-less
+    // run is due at its scheduled_for, found there by the start (idx_evrun_due);
+    // only runs started by their own claim (a key, an overlap policy) wait in
+    // idx_evrun_wake, where a held key defers them.
+    concurrencyKey === null && overlap === null ? null : run.scheduledFor,
+    overlap,
     run.graceExempt ? 1 : 0,
     // missed_at: NULL for a grace-exempt run (NULL + INTERVAL is NULL), so the sweep never sees it.
     run.graceExempt ? null : run.scheduledFor,
   ]
-}
-
-/** True for a run started by a claim of its own (keyedStart.ts): it has a concurrency key or an overlap policy. */
-function startsByOwnClaim(run: NewRun): boolean {
-  return !run.rehearsal && (run.concurrencyKey !== null || (run.overlap ?? null) !== null)
 }
 
 /** The columns a new run is given as values, in {@link newRunValues}' order; `missed_at` follows, from the grace. */
@@ -163,13 +163,15 @@ export async function moveScheduled(
   to: Date,
   concurrencyKey: string | null,
 ): Promise<boolean> {
+  // `wake_at` after the key: MariaDB assigns a single-table UPDATE's columns
+  // left to right, so STARTS_UNDER_ROW_LOCK reads the run's new key.
   const res = await db.run(
-    `UPDATE event_runs r SET r.scheduled_for = ?, r.wake_at = IF(? IS NULL AND r.overlap IS NULL, NULL, ?),
-        r.concurrency_key = ?,
+    `UPDATE event_runs r SET r.scheduled_for = ?, r.concurrency_key = ?,
+        r.wake_at = IF(${STARTS_UNDER_ROW_LOCK}, NULL, ?),
         r.missed_at = IF(r.grace_exempt = 1, NULL,
           ? + INTERVAL (SELECT d.grace_seconds FROM event_definitions d WHERE d.id = r.definition_id) SECOND)
       WHERE r.id = ? AND r.status = 'scheduled'`,
-    [to, concurrencyKey, to, concurrencyKey, to, id],
+    [to, concurrencyKey, to, to, id],
   )
   return res.affectedRows === 1
 }

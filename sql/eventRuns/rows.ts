@@ -58,8 +58,8 @@ export interface RunListRow extends RunRow {
  * key and no overlap policy. Their scheduled `wake_at` is NULL (migration
  * 0030); the converse, {@link STARTS_BY_OWN_CLAIM}, starts by a claim of its
  * own (claimStart.ts) and is found through `keyed_due_at`. Spelled for the
- * alias `r`; `startsByOwnClaim` (materialise.ts) is the same rule for a run
- * about to be made.
+ * alias `r`; `newRunValues` (materialise.ts) applies the same rule to the
+ * values of a run about to be made, and migration 0030 spells it in its file.
  */
 export const STARTS_UNDER_ROW_LOCK = 'r.concurrency_key IS NULL AND r.overlap IS NULL'
 export const STARTS_BY_OWN_CLAIM = '(r.concurrency_key IS NOT NULL OR r.overlap IS NOT NULL)'
