@@ -5,11 +5,11 @@
  * and starts, every kind of run on time.
  */
 import { beforeEach, describe, expect, it } from 'vitest'
-import type { Db } from '../sql/db.ts'
+import type { Db, SqlValue } from '../sql/db.ts'
 import * as runs from '../sql/eventRuns/index.ts'
 import { Runner } from '../src/runner/runner.ts'
 import { createDefaultRegistry } from '../src/runner/steps/registry.ts'
-import { useTestDb } from './helpers/db.ts'
+import { useTestDb, wrapStatements } from './helpers/db.ts'
 import { at, makeDefinition, makeRun, resetRuns } from './helpers/fixtures.ts'
 
 let db: Db
@@ -121,17 +121,11 @@ describe('reading it', () => {
     const fx = await makeDefinition(db)
     for (const offset of [-2000, -1000, 5000, 6000, 7000])
       await makeRun(db, { definition: fx, concurrencyKey: null, scheduledFor: at(offset) })
-    const seen: { sql: string; args: unknown[] }[] = []
-    const recording = new Proxy(db, {
-      get(target, prop, receiver) {
-        const value = Reflect.get(target, prop, receiver)
-        if (prop !== 'execute') return typeof value === 'function' ? value.bind(target) : value
-        return (sql: string, args: unknown[]) => {
-          seen.push({ sql, args })
-          return target.execute(sql, args as never)
-        }
-      },
-    }) as Db
+    const seen: { sql: string; args: readonly SqlValue[] | undefined }[] = []
+    const recording = wrapStatements(db, 'execute', (real) => (sql, args) => {
+      seen.push({ sql, args })
+      return real(sql, args)
+    })
     const now = new Date()
     await runs.nextWakeAfter(recording, now)
     expect(await runs.lockDueToStart(recording, now, 100)).toHaveLength(2)
