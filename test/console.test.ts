@@ -6,7 +6,7 @@
  */
 import type { Browser, Page } from 'playwright-core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { launchBrowser, newContext, signIn } from './helpers/browser.ts'
+import { launchBrowser, newContext, signIn, waitOrExplain } from './helpers/browser.ts'
 import { createDefinition, startRun, waitingCues } from './helpers/consoleScene.ts'
 import { eventually, startTestServer, type TestServer, TOKENS } from './helpers/server.ts'
 
@@ -220,7 +220,7 @@ describe('the console', () => {
       const seen: Record<string, string[]> = {}
       for (const [hash, ready] of pages) {
         await page.goto(`${s.url}/${hash}`)
-        await page.locator(ready).first().waitFor()
+        await waitOrExplain(page, ready)
         await page.waitForTimeout(100)
         seen[hash] = (await page
           .locator('main button, main input, main select')

@@ -67,11 +67,59 @@ export async function signIn(
       outside.push(req.url())
   })
   ;(page as Page & { outsideRequests?: string[] }).outsideRequests = outside
+  recordTrouble(page)
   await page.goto(`${url}/${hash}`)
   await page.getByLabel('Access token').fill(TOKENS[role])
   await page.getByRole('button', { name: 'Sign in', exact: true }).click()
   await page.getByTestId('role').waitFor()
   return page
+}
+
+/** What went wrong in a page so far: its uncaught errors, console errors, and answers of 400 or more. */
+const troubles = new WeakMap<Page, string[]>()
+
+/** Keep the last 50 troubles of `page`, for {@link waitOrExplain}. */
+function recordTrouble(page: Page): void {
+  const list: string[] = []
+  troubles.set(page, list)
+  const add = (line: string) => {
+    list.push(`${new Date().toISOString().slice(11, 23)} ${line}`)
+    if (list.length > 50) list.shift()
+  }
+  page.on('pageerror', (err) => add(`pageerror: ${err.message}`))
+  page.on('console', (msg) => {
+    if (msg.type() === 'error' || msg.type() === 'warning') add(`console.${msg.type()}: ${msg.text()}`)
+  })
+  page.on('response', (res) => {
+    if (res.status() >= 400) add(`${res.status()} ${res.request().method()} ${res.url()}`)
+  })
+  page.on('requestfailed', (req) => add(`failed ${req.method()} ${req.url()}: ${req.failure()?.errorText}`))
+  page.on('websocket', (ws) => {
+    add(`websocket opened ${ws.url()}`)
+    ws.on('close', () => add('websocket closed'))
+  })
+}
+
+/**
+ * Wait for `selector` in `page`; when it does not come, fail with what the
+ * page showed instead (its main text) and what went wrong in it, so a
+ * timeout on a loaded machine says why rather than only that.
+ */
+export async function waitOrExplain(page: Page, selector: string, timeout = 30_000): Promise<void> {
+  try {
+    await page.locator(selector).first().waitFor({ timeout })
+  } catch (err) {
+    const main = await page
+      .locator('main')
+      .first()
+      .textContent({ timeout: 2000 })
+      .catch((e: Error) => `(no main: ${e.message.split('\n')[0]})`)
+    const seen = troubles.get(page) ?? []
+    throw new Error(
+      `${(err as Error).message.split('\n')[0]}\nat ${page.url()}, main read:\n${(main ?? '').slice(0, 2000)}\n` +
+        `troubles:\n${seen.join('\n') || '(none)'}`,
+    )
+  }
 }
 
 const require = createRequire(import.meta.url)
