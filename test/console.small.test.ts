@@ -1,7 +1,8 @@
 /**
  * The smaller console fixes in chromium: from a cue's field one Tab reaches
  * Skip, and Skip asks a reason first; the health strip says "Database
- * reachable"; a phone shows no keyboard hints.
+ * reachable"; a phone shows no keyboard hints; an address changed the
+ * moment the signed-in console first renders is followed.
  */
 import type { Browser } from 'playwright-core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -61,5 +62,24 @@ describe('smaller fixes', () => {
     const tile = page.locator('.tile', { hasText: 'Database' })
     await expect(tile.textContent()).resolves.toBe('Databasereachable')
     await page.context().close()
+  })
+
+  it('follows an address changed the moment the signed-in console first renders', async () => {
+    // The change lands after the first render and before its effects run (a
+    // MutationObserver's callback is a microtask of the render): a route
+    // that only listens for changes from its effect never hears of it.
+    const context = await newContext(browser)
+    await context.addInitScript(() => {
+      const watch = new MutationObserver(() => {
+        if (!document.querySelector('[data-testid="role"]')) return
+        watch.disconnect()
+        location.hash = '#/standby'
+      })
+      watch.observe(document, { childList: true, subtree: true })
+    })
+    const page = await signIn(context, s.url, 'viewer', '#/')
+    await page.getByRole('heading', { name: 'Stand-by' }).waitFor({ timeout: 5000 })
+    expect(new URL(page.url()).hash).toBe('#/standby')
+    await context.close()
   })
 })

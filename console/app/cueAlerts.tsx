@@ -102,6 +102,8 @@ export function CueAlerts({ token }: { token: string }) {
   useEffect(() => {
     const update = () => setOn(alertsWanted())
     addEventListener(KEY, update)
+    // A toggle between the first render and this effect fired before anyone listened.
+    update()
     return () => removeEventListener(KEY, update)
   }, [])
   return on ? <CueAlertWatcher token={token} /> : null

@@ -67,7 +67,12 @@ export function useLive<T>(
   const [error, setError] = useState<ApiError | null>(null)
   const [live, setLive] = useState(false)
   const [socket, setSocket] = useState(liveSocketUp)
-  useEffect(() => onSocketChange(setSocket), [])
+  useEffect(() => {
+    const stop = onSocketChange(setSocket)
+    // The socket may have connected or dropped since the first render, before this listened.
+    setSocket(liveSocketUp())
+    return stop
+  }, [])
   const varsKey = JSON.stringify(opts.variables ?? null)
   const subKey = opts.subscription
     ? print(opts.subscription.query) + JSON.stringify(opts.subscription.variables ?? null)

@@ -36,6 +36,9 @@ export function useRoute(): Route {
   useEffect(() => {
     const onChange = () => setRoute(parseRoute(location.hash))
     addEventListener('hashchange', onChange)
+    // Effects run after the first paint: an address changed between the
+    // first render and now fired its event before anyone listened.
+    onChange()
     return () => removeEventListener('hashchange', onChange)
   }, [])
   return route
