@@ -112,17 +112,25 @@ describe('runs by status for /metrics and health', () => {
     expect(await moving()).toEqual(expected)
   })
 
-  it('counts live degraded runs from their own index, reading only them', async () => {
+  it('counts live degraded runs from the in-flight ranges, reading the runs in flight and nothing else', async () => {
     const fx = await makeDefinition(t.db)
     const made = await Promise.all(
       Array.from({ length: 40 }, (_, i) => makeRun(t.db, { definition: fx, scope: `d${i}` })),
     )
+    // Made ahead and never started: as many again, which the count must not read.
+    await Promise.all(
+      Array.from({ length: 200 }, (_, i) =>
+        makeRun(t.db, { definition: fx, scope: `ahead${i}`, scheduledFor: new Date(Date.now() + 3_600_000) }),
+      ),
+    )
     for (const r of made) await runs.transition(t.db, r.id, 'scheduled', 'running')
-    const [a, b, c] = made.map((r) => r.id) as [number, number, number]
-    for (const id of [a, b, c]) await runs.setHealth(t.db, id, 'degraded')
+    const [a, b, c, d] = made.map((r) => r.id) as [number, number, number, number]
+    for (const id of [a, b, c, d]) await runs.setHealth(t.db, id, 'degraded')
     await runs.transition(t.db, c, 'running', 'failed') // degraded, but no longer live
-    for (const r of made.slice(3, 30)) await runs.transition(t.db, r.id, 'running', 'completed')
-    expect(await runs.countDegraded(t.db)).toBe(2)
+    await runs.transition(t.db, d, 'running', 'paused') // degraded and paused: still live
+    for (const r of made.slice(4, 30)) await runs.transition(t.db, r.id, 'running', 'completed')
+    expect(await runs.countDegraded(t.db)).toBe(3)
+    const inFlight = 40 - 1 - 26
 
     const one = t.open({ connectionLimit: 1 })
     try {
@@ -132,9 +140,10 @@ describe('runs by status for /metrics and health', () => {
           0,
         )
       const before = await handlerReads()
-      expect(await runs.countDegraded(one)).toBe(2)
-      // The two entries and the end of the range; not the 38 other runs.
-      expect((await handlerReads()) - before).toBeLessThanOrEqual(4)
+      expect(await runs.countDegraded(one)).toBe(3)
+      // The runs in flight and the ends of the four status ranges: not the
+      // 200 scheduled runs nor the 27 ended ones.
+      expect((await handlerReads()) - before).toBeLessThanOrEqual(inFlight + 8)
     } finally {
       await one.close()
     }

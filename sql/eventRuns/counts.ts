@@ -45,6 +45,9 @@ export async function endedBefore(db: Queryable, ids: readonly number[], before:
   return rows.map((r) => Number(r.id))
 }
 
+/** Statuses of the runs started and not ended (every non-terminal one but `scheduled`). */
+const IN_FLIGHT_OR_PAUSED = NON_TERMINAL.filter((s) => s !== 'scheduled')
+
 /** Run counts per status (every status present, zero when none). */
 export async function countByStatus(db: Queryable): Promise<Record<RunStatus, number>> {
   const rows = await db.execute<Raw>('SELECT status, COUNT(*) AS n FROM event_runs GROUP BY status')
@@ -54,16 +57,18 @@ export async function countByStatus(db: Queryable): Promise<Record<RunStatus, nu
 }
 
 /**
- * How many non-terminal runs are degraded. `degraded_live` is 1 for a
- * degraded run not yet ended and NULL for every other (migration 0028), so
- * this is the range `degraded_live = 1` of its index: the degraded live runs
- * and nothing else.
+ * How many runs that have not ended are degraded. Only a failed attempt of a
+ * step degrades a run, and only a started run has steps, so they are all in
+ * flight or paused: this reads those ranges of idx_evrun_due and checks
+ * `health` on each row (migration 0031; an index of its own cost every new
+ * run an entry). What it reads grows with the runs in flight, and is nothing
+ * when none is.
  */
 export async function countDegraded(db: Queryable): Promise<number> {
   const [row] = await db.execute<Raw>(
-    `SELECT COUNT(*) AS n FROM event_runs FORCE INDEX (idx_evrun_degraded_live)
-      WHERE degraded_live = 1 AND status IN (${placeholders(NON_TERMINAL.length)})`,
-    [...NON_TERMINAL],
+    `SELECT COUNT(*) AS n FROM event_runs FORCE INDEX (idx_evrun_due)
+      WHERE status IN (${placeholders(IN_FLIGHT_OR_PAUSED.length)}) AND health = 'degraded'`,
+    [...IN_FLIGHT_OR_PAUSED],
   )
   return Number(row?.n ?? 0)
 }
@@ -117,8 +122,6 @@ export interface RunCountRecent {
  * the runs made or moved since the mark, which are read and not counted.
  */
 const ENDED_SINCE = 'updated_at > ? AND ended_at > ?'
-
-const IN_FLIGHT_OR_PAUSED = NON_TERMINAL.filter((s) => s !== 'scheduled')
 
 function zeros<K extends string>(keys: readonly K[]): Record<K, number> {
   return Object.fromEntries(keys.map((k) => [k, 0])) as Record<K, number>
