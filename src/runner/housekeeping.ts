@@ -12,11 +12,13 @@ import type { Db } from '../../sql/db.ts'
 import * as logs from '../../sql/eventRunLogs.ts'
 import * as runs from '../../sql/eventRuns/index.ts'
 import * as steps from '../../sql/eventSteps/index.ts'
+import * as receipts from '../../sql/flushReceipts.ts'
 import * as inboxDoorbells from '../../sql/inboxDoorbells.ts'
 import * as overrides from '../../sql/occurrenceOverrides.ts'
 import type { DoorbellAddress } from '../../sql/runnerHeartbeats.ts'
 import * as heartbeats from '../../sql/runnerHeartbeats.ts'
 import * as quotas from '../../sql/runQuotas.ts'
+import { RECORD_RETRY_MS } from './executor/writer.ts'
 import { materialiseAll } from './materialise.ts'
 import type { RunnerLogger } from './options.ts'
 import type { RunnerObserver } from './types.ts'
@@ -56,6 +58,12 @@ const RUN_RETENTION_ROUNDS = 50
  * here and goes on at the next tick until the backlog is gone.
  */
 const RUN_RETENTION_TICK_BUDGET_MS = 250
+/**
+ * How long a flush's receipt is kept: five times the longest a flush is sent
+ * again, since only then is it read.
+ */
+export const FLUSH_RECEIPT_KEEP_SECONDS = (5 * RECORD_RETRY_MS) / 1000
+
 /** Log lines the retention sweep reads per statement. */
 const RETENTION_PAGE = 1000
 /** Heartbeat rows of instances silent this long are deleted (on the retention sweep's cadence). */
@@ -180,8 +188,9 @@ export class Housekeeping {
   }
 
   /**
-   * audit_log retention (AUDIT_RETENTION_DAYS), a batch per statement, and the
-   * run quota's past minutes (a minute's count is worth nothing once it is over).
+   * audit_log retention (AUDIT_RETENTION_DAYS), a batch per statement, the
+   * run quota's past minutes (a minute's count is worth nothing once it is
+   * over), and the flushes' old receipts.
    */
   private async auditRetention(): Promise<void> {
     const { db, logger, auditRetentionMs } = this.deps
@@ -196,6 +205,8 @@ export class Housekeeping {
         )
     }
     await quotas.deleteBefore(db, Math.floor(Date.now() / 60_000) - 1, 10_000)
+    // A flush's receipt is read only while the flush is sent again (RECORD_RETRY_MS at most).
+    await this.deleteInBatches((limit) => receipts.deleteOlderThan(db, FLUSH_RECEIPT_KEEP_SECONDS, limit))
   }
 
   /**

@@ -9,6 +9,7 @@ import type { NewLog } from '../../../sql/eventRunLogs.ts'
 import * as logs from '../../../sql/eventRunLogs.ts'
 import * as runs from '../../../sql/eventRuns/index.ts'
 import * as steps from '../../../sql/eventSteps/index.ts'
+import * as receipts from '../../../sql/flushReceipts.ts'
 import type { PhaseMove } from './decide.ts'
 
 export interface StepWriter {
@@ -110,7 +111,7 @@ export class BufferedWriter implements StepWriter {
   private givenBack: GivenBack[] = []
 
   constructor(
-    private readonly db: Pick<Db, 'commitAll'>,
+    private readonly db: Pick<Db, 'commitAll' | 'query'>,
     private readonly hardStop: AbortSignal,
     private readonly told: FlushListeners = {},
   ) {}
@@ -183,21 +184,30 @@ export class BufferedWriter implements StepWriter {
    * phases moved, log lines, the steps' outcomes, then the runs' health as
    * their steps' rows now say. Kept or lost together, so it is sent again
    * whole while the database is unavailable (see {@link recordOutcome}): a
-   * lost outcome would run its step again. Only a COMMIT whose answer was
-   * lost can make the next attempt write its log lines twice; its guarded
-   * moves match nothing the second time, nor do its claims given back.
-   * Answers whether it wrote anything.
+   * lost outcome would run its step again. A COMMIT whose answer was lost
+   * may have been kept: its guarded moves would match nothing the second
+   * time, nor would its claims given back, but its log lines are plain
+   * INSERTs. So a flush with lines writes a receipt in its transaction
+   * (sql/flushReceipts.ts), and one sent again first looks for it: there,
+   * the first sending was kept and nothing is sent. Answers whether it
+   * wrote anything.
    */
   async flush(): Promise<boolean> {
-    const statements = this.statements()
+    const collected = this.statements()
     const parked = this.setAside.some((r) => r.parked)
     const givenBack = this.givenBack
+    const receipt = this.lines.length > 0 ? receipts.newFlushReceipt() : null
     this.clear()
-    if (statements.length === 0) return false
-    const answers = await recordOutcome(this.hardStop, () =>
-      this.db.commitAll(statements, { retryable: true }),
-    )
-    for (const [i, st] of statements.entries()) checkAffected(st, answers[i]?.affectedRows ?? 0)
+    if (collected.length === 0) return false
+    const statements = receipt ? [receipts.writeReceiptStatement(receipt), ...collected] : collected
+    let sent = false
+    const answers = await recordOutcome(this.hardStop, async () => {
+      if (sent && receipt && (await receipts.wasKept(this.db, receipt))) return null
+      sent = true
+      return this.db.commitAll(statements, { retryable: true })
+    })
+    // Kept by a sending whose answer was lost: its counts are unknown, and were right then.
+    if (answers) for (const [i, st] of statements.entries()) checkAffected(st, answers[i]?.affectedRows ?? 0)
     // Before anyone is told of the park: whoever holds these claims must not
     // give them back again (by then they may be a GO's hand-over).
     if (givenBack.length > 0) this.told.givenBack?.(givenBack)
@@ -258,7 +268,7 @@ export class GroupWriter {
   private failure: unknown = null
 
   constructor(
-    private readonly db: Pick<Db, 'commitAll'>,
+    private readonly db: Pick<Db, 'commitAll' | 'query'>,
     private readonly hardStop: AbortSignal,
     private readonly told: FlushListeners = {},
   ) {
