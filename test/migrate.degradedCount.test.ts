@@ -37,7 +37,7 @@ describe('from 0030 with data', () => {
     expect(Number(byIndex?.n)).toBe(3)
 
     const rest = await migrate(t.db)
-    expect(rest.applied).toEqual(NEW)
+    expect(rest.applied.slice(0, NEW.length)).toEqual(NEW)
     expect(await indexNames(t.db, 'event_runs')).not.toContain('idx_evrun_degraded_live')
     const columns = await t.db.query<{ COLUMN_NAME: string }>(
       `SELECT COLUMN_NAME FROM information_schema.COLUMNS
