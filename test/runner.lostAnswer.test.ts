@@ -7,10 +7,9 @@
  */
 import { expect, it } from 'vitest'
 import type { Db } from '../sql/db.ts'
-import { DatabaseError } from '../sql/db.ts'
 import { startRun } from '../src/operations/runControls.ts'
 import { Runner } from '../src/runner/runner.ts'
-import { useTestDb, wrapStatements } from './helpers/db.ts'
+import { connectionLostError, useTestDb, wrapStatements } from './helpers/db.ts'
 import {
   controlDeps,
   customKind,
@@ -31,13 +30,7 @@ function losingFirstBeginAnswer(db: Db): { db: Db; lost: () => number } {
     const res = await real(sql, args)
     if (lost === 0 && /SET status = 'running', attempts = attempts \+ 1/.test(sql)) {
       lost++
-      throw new DatabaseError(
-        'The database is unavailable (PROTOCOL_CONNECTION_LOST).',
-        Object.assign(new Error('Connection lost: The server closed the connection.'), {
-          code: 'PROTOCOL_CONNECTION_LOST',
-          fatal: true,
-        }),
-      )
+      throw connectionLostError()
     }
     return res
   }

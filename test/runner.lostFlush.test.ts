@@ -7,12 +7,12 @@
  * first sending was kept or not. Old receipts go with the retention sweep.
  */
 import { describe, expect, it } from 'vitest'
-import { DatabaseError, type Db } from '../sql/db.ts'
+import type { Db } from '../sql/db.ts'
 import * as receipts from '../sql/flushReceipts.ts'
 import { startRun } from '../src/operations/runControls.ts'
 import { BufferedWriter } from '../src/runner/executor/writer.ts'
 import { Runner } from '../src/runner/runner.ts'
-import { useTestDb } from './helpers/db.ts'
+import { connectionLostError, useTestDb } from './helpers/db.ts'
 import {
   controlDeps,
   defineEvent,
@@ -28,16 +28,6 @@ import {
 const t = useTestDb()
 
 const LINES = /INSERT INTO event_run_logs/
-
-function connectionLost(): DatabaseError {
-  return new DatabaseError(
-    'The database is unavailable (PROTOCOL_CONNECTION_LOST).',
-    Object.assign(new Error('Connection lost: The server closed the connection.'), {
-      code: 'PROTOCOL_CONNECTION_LOST',
-      fatal: true,
-    }),
-  )
-}
 
 /**
  * The real pool, except that the first one-text transaction writing log
@@ -56,7 +46,7 @@ function losingFirstFlush(db: Db, when: 'kept' | 'notSent'): { db: Db; sendings:
           if (withLines && lost === 0) {
             lost++
             if (when === 'kept') await target.commitAll(...args)
-            throw connectionLost()
+            throw connectionLostError()
           }
           return target.commitAll(...args)
         }

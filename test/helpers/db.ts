@@ -5,7 +5,14 @@
 import { randomBytes } from 'node:crypto'
 import mysql from 'mysql2/promise'
 import { afterAll, beforeAll } from 'vitest'
-import { createDb, type Db, type DbOptions, type Queryable, type SqlValue } from '../../sql/db.ts'
+import {
+  createDb,
+  DatabaseError,
+  type Db,
+  type DbOptions,
+  type Queryable,
+  type SqlValue,
+} from '../../sql/db.ts'
 import { migrate } from '../../sql/migrate.ts'
 
 /** The server tests run against; each file creates its own database on it. */
@@ -166,4 +173,15 @@ export function recordStatements(db: Db): { db: Db; sent: SentStatement[] } {
       return real(sql, params)
     })
   return { db: wrapped, sent }
+}
+
+/** The error a pool's statement throws when its connection dropped before the answer came (it may have run). */
+export function connectionLostError(): DatabaseError {
+  return new DatabaseError(
+    'The database is unavailable (PROTOCOL_CONNECTION_LOST).',
+    Object.assign(new Error('Connection lost: The server closed the connection.'), {
+      code: 'PROTOCOL_CONNECTION_LOST',
+      fatal: true,
+    }),
+  )
 }
