@@ -1,13 +1,15 @@
 /**
  * Receipts of the runner's flushes (migration 0032): each flush of step
- * outcomes writes one row, in its own transaction, naming it.
+ * outcomes that writes log lines writes one row, in its own transaction,
+ * naming it.
  *
  * A flush is sent again while the database cannot be reached, and a COMMIT
  * whose answer was lost may have been kept. Its guarded moves match nothing
  * the second time, but its log lines are plain INSERTs and would be written
  * twice. So a flush sent again first asks for its receipt: found, the first
  * sending was kept and there is nothing to send. Only a flush sent again
- * reads; the receipt costs every flush one short row in its own text.
+ * reads; the receipt costs each flush with lines one short row in its own
+ * text (a flush without lines is all guarded moves, safe to send again).
  */
 import { randomBytes } from 'node:crypto'
 import type { Queryable } from './db.ts'

@@ -11,9 +11,9 @@
  * a timer that came due, resume) every step set-wise, make the attempts (at
  * most `stepConcurrency` at once, executor/round.ts; each one through
  * executor/attempt.ts), and write their outcomes and log lines set-wise as
- * they come (executor/recording.ts, through executor/writer.ts `GroupWriter`). Runs whose step is done take
- * the next round; the others are let go, each answered once with when it next
- * needs the runner.
+ * they come (executor/recording.ts, through executor/writer.ts
+ * `GroupWriter`). Runs whose step is done take the next round; the others
+ * are let go, each answered once with when it next needs the runner.
  *
  * The rules are executor/decide.ts's; what it decides is written set-wise,
  * guarded: steps begin only from `pending` (or from an owner whose lease ran
