@@ -22,7 +22,7 @@ export interface FlushReceipt {
 }
 
 export function newFlushReceipt(now = new Date()): FlushReceipt {
-  return { writtenAt: new Date(now.getTime()), token: randomBytes(16) }
+  return { writtenAt: now, token: randomBytes(16) }
 }
 
 /** The statement a flush's transaction writes its receipt with (first, so it holds nothing long). */

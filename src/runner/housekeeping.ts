@@ -62,7 +62,7 @@ const RUN_RETENTION_TICK_BUDGET_MS = 250
  * How long a flush's receipt is kept: five times the longest a flush is sent
  * again, since only then is it read.
  */
-export const FLUSH_RECEIPT_KEEP_SECONDS = (5 * RECORD_RETRY_MS) / 1000
+const FLUSH_RECEIPT_KEEP_SECONDS = (5 * RECORD_RETRY_MS) / 1000
 
 /** Log lines the retention sweep reads per statement. */
 const RETENTION_PAGE = 1000
@@ -175,7 +175,10 @@ export class Housekeeping {
     return marked
   }
 
-  /** Log and run retention, and forgetting silent instances, at most once per `retentionEveryMs`. */
+  /**
+   * Log and run retention, forgetting silent instances, and the flushes' old
+   * receipts, at most once per `retentionEveryMs`.
+   */
   async retentionIfDue(now: Date): Promise<void> {
     if (!this.runRetentionBacklog) {
       if (now.getTime() - this.lastRetention < this.deps.retentionEveryMs) return
@@ -183,14 +186,16 @@ export class Housekeeping {
       await this.logRetention(now)
       await this.auditRetention()
       await this.overrideRetention(now)
+      await this.deleteInBatches((limit) =>
+        receipts.deleteOlderThan(this.deps.db, FLUSH_RECEIPT_KEEP_SECONDS, limit),
+      )
     }
     this.runRetentionBacklog = await this.runRetention(now)
   }
 
   /**
-   * audit_log retention (AUDIT_RETENTION_DAYS), a batch per statement, the
-   * run quota's past minutes (a minute's count is worth nothing once it is
-   * over), and the flushes' old receipts.
+   * audit_log retention (AUDIT_RETENTION_DAYS), a batch per statement, and the
+   * run quota's past minutes (a minute's count is worth nothing once it is over).
    */
   private async auditRetention(): Promise<void> {
     const { db, logger, auditRetentionMs } = this.deps
@@ -205,8 +210,6 @@ export class Housekeeping {
         )
     }
     await quotas.deleteBefore(db, Math.floor(Date.now() / 60_000) - 1, 10_000)
-    // A flush's receipt is read only while the flush is sent again (RECORD_RETRY_MS at most).
-    await this.deleteInBatches((limit) => receipts.deleteOlderThan(db, FLUSH_RECEIPT_KEEP_SECONDS, limit))
   }
 
   /**
