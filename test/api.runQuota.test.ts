@@ -136,6 +136,40 @@ describe('runs per principal per minute', () => {
     expect(admin.body.errors).toBeUndefined()
   })
 
+  it('a retry refused after its checks takes nothing from the count; one that creates its run takes one', async () => {
+    if (new Date().getSeconds() > 50) await sleep((61 - new Date().getSeconds()) * 1000)
+    const made = await s.gql<{ createDefinition: { id: string } }>(
+      `mutation ($p: JSON!) { createDefinition(input: { slug: "quota-retry", title: "R", program: $p }) { id } }`,
+      { variables: { p: SESSION_PROGRAM } },
+    )
+    expect(made.body.errors).toBeUndefined()
+    await s.t.db.execute('DELETE FROM run_quotas')
+    const started = await post(s.url, TOKENS.operator, START, {
+      d: made.body.data!.createDefinition.id,
+      at: '2034-01-01T00:00:00Z',
+    })
+    expect(started.body.errors).toBeUndefined()
+    const runId = (started.body.data as { startRun: { id: string } }).startRun.id
+    await s.t.db.execute(`UPDATE event_runs SET status = 'failed', ended_at = NOW(3) WHERE id = ?`, [runId])
+    const taken = async () => {
+      const [row] = await s.t.db.query<{ n: number | null }>('SELECT SUM(runs) AS n FROM run_quotas')
+      return Number(row?.n ?? 0)
+    }
+    const RETRY = 'mutation ($id: ID!) { retryRun(id: $id) { id } }'
+    await s.t.db.execute('DELETE FROM run_quotas')
+
+    // Archived between the retry's first reads and its transaction: refused there, nothing taken.
+    await s.t.db.execute(`UPDATE event_definitions SET state = 'archived' WHERE slug = 'quota-retry'`)
+    const refused = await post(s.url, TOKENS.operator, RETRY, { id: runId })
+    expect(refused.body.errors?.[0]?.extensions?.code).toBe('CONFLICT')
+    expect(await taken()).toBe(0)
+
+    await s.t.db.execute(`UPDATE event_definitions SET state = 'active' WHERE slug = 'quota-retry'`)
+    const retried = await post(s.url, TOKENS.operator, RETRY, { id: runId })
+    expect(retried.body.errors).toBeUndefined()
+    expect(await taken()).toBe(1)
+  })
+
   it('racing creators on two instances never pass the quota together', async () => {
     // A fresh count, well inside one clock minute.
     if (new Date().getSeconds() > 50) await sleep((61 - new Date().getSeconds()) * 1000)

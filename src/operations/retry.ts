@@ -84,8 +84,6 @@ async function retry(deps: RetryDeps, input: RetryInput): Promise<RunListRow> {
     )
   const def = await definitions.getById(deps.db, original.definitionId)
   if (!def) throw notFound('definition', original.definitionId)
-  // A retry creates a run: it counts against the caller's runs per minute.
-  await deps.quota?.take(input.actor, 1)
   const now = deps.clock.now()
   let id: number
   try {
@@ -105,6 +103,10 @@ async function retry(deps: RetryDeps, input: RetryInput): Promise<RunListRow> {
               ),
             )
         }
+        // A retry creates a run: it counts against the caller's runs per
+        // minute, in this transaction, so a retry refused here (archived, its
+        // scope busy, its key held, a concurrent retry first) takes nothing.
+        await deps.quota?.take(input.actor, 1, tx)
         const newId = await runs.materialise(tx, {
           definitionId: def.id,
           versionId: original.versionId,
