@@ -3,10 +3,10 @@
  * default): every mutation that creates runs takes its count before it writes
  * them (a retry in the transaction that writes its run, so a retry refused
  * there takes nothing), and is refused with RATE_LIMITED, saying when to
- * retry, when the principal's minute is full. A fixed window per clock minute, counted in the database
- * (sql/runQuotas.ts), so the quota holds across every instance on it: at most
- * `max` runs are created in any one clock minute, and so at most twice that
- * in any 60 seconds that span two.
+ * retry, when the principal's minute is full. A fixed window per clock
+ * minute, counted in the database (sql/runQuotas.ts), so the quota holds
+ * across every instance on it: at most `max` runs are created in any one
+ * clock minute, and so at most twice that in any 60 seconds that span two.
  */
 import type { Db, Queryable } from '../sql/db.ts'
 import * as quotas from '../sql/runQuotas.ts'
