@@ -30,13 +30,30 @@
  *   the purge thread's removal of the old one later). The changed columns are
  *   found by reading the rows before and after the start.
  *
+ * - MariaDB CPU: mariadbd's threads' run time, from
+ *   `/proc/<pid>/task/<tid>/schedstat` (nanoseconds), around the statement.
+ *
  * A pair of readings with nothing in between is subtracted from every delta
- * (reading the status itself counts a few handler writes of a temporary table).
+ * (reading the status itself counts a few handler writes of a temporary table,
+ * and costs the server some CPU).
+ *
+ * Beside the table, the whole start's CPU: every mariadbd thread from before
+ * the tick until InnoDB's purge has caught up, per run. That is the start's
+ * work as the server does it (purge, which removes what an UPDATE left behind,
+ * runs on threads of its own, alongside), and the figure to compare two
+ * versions by: the same script runs in an older tree (copy it there) when that
+ * tree has `materialiseMany`, the Runner's `batchSize`/`startConcurrency` and
+ * `startPrivateMariadb`.
  *
  * Run: `npx tsx bench/writesPerRun.ts` (or as part of `npm run bench`);
- * WRITES_RUNS, WRITES_BATCH to change the sizes. Prints a table (markdown)
- * and saves `writesPerRun` (index entries per run) in bench/results.json.
+ * WRITES_RUNS (at most 10,000: one tick's start), WRITES_BATCH to change the
+ * sizes; WRITES_TRY_SQL, statements separated by `;;` run after the
+ * migrations, to try a schema change (an index dropped, a column changed)
+ * before writing its migration. Prints a table (markdown) and saves
+ * `writesPerRun` (index entries per run) in bench/results.json, except on a
+ * trial.
  */
+import { readdirSync, readFileSync } from 'node:fs'
 import { mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -51,6 +68,7 @@ import { median, runMain, saveResult } from './lib.ts'
 
 const RUNS = Number(process.env.WRITES_RUNS ?? 2000)
 const BATCH = Number(process.env.WRITES_BATCH ?? 1000)
+const TRY_SQL = (process.env.WRITES_TRY_SQL ?? '').trim()
 
 const COUNTERS = [
   'Handler_write',
@@ -62,25 +80,53 @@ const COUNTERS = [
   'Innodb_buffer_pool_write_requests',
   'Innodb_lsn_current',
 ] as const
-type Counter = (typeof COUNTERS)[number]
+/** Not a status variable: mariadbd's CPU time, every thread's, in nanoseconds (/proc). */
+const CPU = 'cpu_ns'
+type Counter = (typeof COUNTERS)[number] | typeof CPU
 type Counts = Record<Counter, number>
 
-const zero = (): Counts => Object.fromEntries(COUNTERS.map((c) => [c, 0])) as Counts
+const ALL: Counter[] = [...COUNTERS, CPU]
+const zero = (): Counts => Object.fromEntries(ALL.map((c) => [c, 0])) as Counts
+
+/** The private server's process id, for its CPU time. */
+let serverPid = 0
+
+/**
+ * mariadbd's CPU so far: the sum of its threads' run time from
+ * `/proc/<pid>/task/<tid>/schedstat` (nanoseconds, where `/proc/<pid>/stat`
+ * counts in 10 ms ticks, too coarse for a statement). A thread that ended
+ * takes its time with it; the server's worker threads live as long as
+ * their connections, which outlive the script's statements.
+ */
+function cpuNs(): number {
+  let ns = 0
+  for (const tid of readdirSync(`/proc/${serverPid}/task`)) {
+    try {
+      ns += Number(readFileSync(`/proc/${serverPid}/task/${tid}/schedstat`, 'utf8').split(' ')[0])
+    } catch {
+      // The thread ended between the listing and the read: its time is gone either way.
+    }
+  }
+  return ns
+}
+
+/** How many times the counters were read, so that their cost can be taken out of a whole. */
+let readings = 0
 
 async function snapshot(probe: Db): Promise<Counts> {
+  readings++
   const rows = await probe.query<{ Variable_name: string; Value: string }>(
     `SHOW GLOBAL STATUS WHERE Variable_name IN (${COUNTERS.map(() => '?').join(', ')})`,
     [...COUNTERS],
   )
   const out = zero()
   for (const r of rows) out[r.Variable_name as Counter] = Number(r.Value)
+  out[CPU] = cpuNs()
   return out
 }
 
-const minus = (a: Counts, b: Counts): Counts =>
-  Object.fromEntries(COUNTERS.map((c) => [c, a[c] - b[c]])) as Counts
-const plus = (a: Counts, b: Counts): Counts =>
-  Object.fromEntries(COUNTERS.map((c) => [c, a[c] + b[c]])) as Counts
+const minus = (a: Counts, b: Counts): Counts => Object.fromEntries(ALL.map((c) => [c, a[c] - b[c]])) as Counts
+const plus = (a: Counts, b: Counts): Counts => Object.fromEntries(ALL.map((c) => [c, a[c] + b[c]])) as Counts
 
 /** What one statement (or the transaction frame around them) is, by its text. */
 const LABELS: [RegExp, string][] = [
@@ -166,16 +212,33 @@ async function secondaryIndexes(db: Db, table: string): Promise<Map<string, stri
   return out
 }
 
+/** Wait until InnoDB's purge has caught up (its history list is empty), up to a minute. */
+async function purgeSettled(probe: Db): Promise<void> {
+  const until = Date.now() + 60_000
+  for (;;) {
+    readings++ // costs about what one of the counters' readings does
+    const [row] = await probe.query<{ Value: string }>(
+      `SHOW GLOBAL STATUS WHERE Variable_name = 'Innodb_history_list_length'`,
+    )
+    if (Number(row?.Value) === 0) return
+    if (Date.now() > until) throw new Error(`purge still ${row?.Value} transactions behind after a minute`)
+    await new Promise((r) => setTimeout(r, 100))
+  }
+}
+
 const same = (a: unknown, b: unknown) =>
   a instanceof Date && b instanceof Date ? a.getTime() === b.getTime() : String(a) === String(b)
 
 async function main(): Promise<void> {
   const dir = await mkdtemp(join(tmpdir(), 'sr-writes-'))
   const server = await startPrivateMariadb({ dir, database: 'showrunner' })
+  serverPid = server.pid
   const db = createDb(server.url, { connectionLimit: 4 })
   const probe = createDb(server.url, { connectionLimit: 1 })
   try {
     await migrate(db)
+    // A schema change to try before writing its migration (statements separated by `;;`).
+    for (const sql of TRY_SQL.split(';;').map((x) => x.trim())) if (sql) await db.execute(sql)
     const def = await defineCueEvent(db, {
       slug: 'writes',
       program: { phases: [{ name: 'main', steps: [{ kind: 'core.log', params: { message: 'tick' } }] }] },
@@ -186,7 +249,7 @@ async function main(): Promise<void> {
       const a = await snapshot(probe)
       empties.push(minus(await snapshot(probe), a))
     }
-    const idle = Object.fromEntries(COUNTERS.map((c) => [c, median(empties.map((e) => e[c]))])) as Counts
+    const idle = Object.fromEntries(ALL.map((c) => [c, median(empties.map((e) => e[c]))])) as Counts
 
     const rows = new Map<string, Row>()
     const counted = counting(db, probe, rows, idle)
@@ -222,7 +285,20 @@ async function main(): Promise<void> {
       batchSize: BATCH,
       startConcurrency: 1,
     })
+    // The whole start as mariadbd does it: every thread's CPU from before the
+    // tick until InnoDB's purge has removed what the start left behind (the
+    // delete-marked entries of the rewritten indexes, the update undo), per
+    // run, less the counters' own readings (each costs what a pair of them
+    // does). Purge works alongside the tick, so what is left of it after the
+    // tick says little by itself; the sum is the figure. The page cleaner's
+    // later writes of the dirtied pages are not waited for.
+    await purgeSettled(probe)
+    const readingsBefore = readings
+    const cpuBefore = cpuNs()
     await runner.tick()
+    const tickCpuPerRun = (cpuNs() - cpuBefore - (readings - readingsBefore) * idle[CPU]) / RUNS / 1000
+    await purgeSettled(probe)
+    const startCpuPerRun = (cpuNs() - cpuBefore - (readings - readingsBefore) * idle[CPU]) / RUNS / 1000
     const afterRows = await db.query<Record<string, unknown>>(
       'SELECT * FROM event_runs WHERE id BETWEEN ? AND ? ORDER BY id',
       [ids[0] as number, ids.at(-1) as number],
@@ -254,8 +330,8 @@ async function main(): Promise<void> {
 
     const fmt = (n: number, d = 2) => (Number.isInteger(n) ? String(n) : n.toFixed(d))
     const out: string[] = [
-      `| per run (${RUNS} runs, start batches of ${BATCH}) | statements | Handler_write | Handler_update | Handler_delete | Handler_read_key | Handler_read_next | buffer pool page reads | buffer pool page writes | index entries written | redo bytes |`,
-      '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |',
+      `| per run (${RUNS} runs, start batches of ${BATCH}) | statements | Handler_write | Handler_update | Handler_delete | Handler_read_key | Handler_read_next | buffer pool page reads | buffer pool page writes | index entries written | redo bytes | MariaDB CPU µs |`,
+      '| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |',
     ]
     let total = zero()
     let totalEntries = 0
@@ -265,7 +341,7 @@ async function main(): Promise<void> {
       const c = row.counts
       const e = entries[row.what]
       out.push(
-        `| ${row.what} | ${fmt(row.statements / per, 4)} | ${fmt(c.Handler_write / per)} | ${fmt(c.Handler_update / per)} | ${fmt(c.Handler_delete / per)} | ${fmt(c.Handler_read_key / per)} | ${fmt(c.Handler_read_next / per)} | ${fmt(c.Innodb_buffer_pool_read_requests / per)} | ${fmt(c.Innodb_buffer_pool_write_requests / per)} | ${e === undefined ? '' : fmt(e)} | ${fmt(c.Innodb_lsn_current / per, 0)} |`,
+        `| ${row.what} | ${fmt(row.statements / per, 4)} | ${fmt(c.Handler_write / per)} | ${fmt(c.Handler_update / per)} | ${fmt(c.Handler_delete / per)} | ${fmt(c.Handler_read_key / per)} | ${fmt(c.Handler_read_next / per)} | ${fmt(c.Innodb_buffer_pool_read_requests / per)} | ${fmt(c.Innodb_buffer_pool_write_requests / per)} | ${e === undefined ? '' : fmt(e)} | ${fmt(c.Innodb_lsn_current / per, 0)} | ${fmt(c[CPU] / per / 1000, 1)} |`,
       )
       if (!/per tick/.test(row.what)) {
         total = plus(total, c)
@@ -274,11 +350,14 @@ async function main(): Promise<void> {
       }
     }
     out.push(
-      `| **a run, materialise to completed** | ${fmt(totalStatements / RUNS, 4)} | ${fmt(total.Handler_write / RUNS)} | ${fmt(total.Handler_update / RUNS)} | ${fmt(total.Handler_delete / RUNS)} | ${fmt(total.Handler_read_key / RUNS)} | ${fmt(total.Handler_read_next / RUNS)} | ${fmt(total.Innodb_buffer_pool_read_requests / RUNS)} | ${fmt(total.Innodb_buffer_pool_write_requests / RUNS)} | ${fmt(totalEntries)} | ${fmt(total.Innodb_lsn_current / RUNS, 0)} |`,
+      `| **a run, materialise to completed** | ${fmt(totalStatements / RUNS, 4)} | ${fmt(total.Handler_write / RUNS)} | ${fmt(total.Handler_update / RUNS)} | ${fmt(total.Handler_delete / RUNS)} | ${fmt(total.Handler_read_key / RUNS)} | ${fmt(total.Handler_read_next / RUNS)} | ${fmt(total.Innodb_buffer_pool_read_requests / RUNS)} | ${fmt(total.Innodb_buffer_pool_write_requests / RUNS)} | ${fmt(totalEntries)} | ${fmt(total.Innodb_lsn_current / RUNS, 0)} | ${fmt(total[CPU] / RUNS / 1000, 1)} |`,
     )
     console.log(out.join('\n'))
     console.log(
-      `\nevent_runs secondary indexes (${runsIndexes.size}): ${[...runsIndexes].map(([n, c]) => `${n}(${c.join(',')})`).join(' ')}`,
+      `\nthe start, every mariadbd thread, from before the tick until purge caught up: ${startCpuPerRun.toFixed(1)} µs of CPU a run (${tickCpuPerRun.toFixed(1)} by the tick's end)`,
+    )
+    console.log(
+      `event_runs secondary indexes (${runsIndexes.size}): ${[...runsIndexes].map(([n, c]) => `${n}(${c.join(',')})`).join(' ')}`,
     )
     console.log(
       `rewritten by the start UPDATE, runs of ${RUNS}: ${[...rewritten].map(([n, v]) => `${n} ${v}`).join(', ')}`,
@@ -286,25 +365,29 @@ async function main(): Promise<void> {
     console.log(
       `event_run_steps secondary indexes: ${[...stepIndexes.keys()].join(', ')}; event_run_logs: ${[...logIndexes.keys()].join(', ')}`,
     )
-    await saveResult('writesPerRun', {
-      value: totalEntries,
-      unit: 'index entries written per single-step run (materialise to completed)',
-      baseline: null,
-      ratio: null,
-      target: '<= 17 (half of the 34 counted before migration 0018)',
-      met: totalEntries <= 17,
-      detail: {
-        runs: RUNS,
-        batch: BATCH,
-        redoBytesPerRun: Math.round(total.Innodb_lsn_current / RUNS),
-        pageReadsPerRun: total.Innodb_buffer_pool_read_requests / RUNS,
-        pageWritesPerRun: total.Innodb_buffer_pool_write_requests / RUNS,
-        statementsPerRun: totalStatements / RUNS,
-        eventRunsSecondaryIndexes: runsIndexes.size,
-        rewrittenByTheStart: Object.fromEntries([...rewritten].map(([n, v]) => [n, v / RUNS])),
-        graphileWorker: 'about 9 index entries per job, stated from its schema (docs/performance.md)',
-      },
-    })
+    // A trial of another schema is not the product's figure.
+    if (!TRY_SQL)
+      await saveResult('writesPerRun', {
+        value: totalEntries,
+        unit: 'index entries written per single-step run (materialise to completed)',
+        baseline: null,
+        ratio: null,
+        target: '<= 17 (half of the 34 counted before migration 0018)',
+        met: totalEntries <= 17,
+        detail: {
+          runs: RUNS,
+          batch: BATCH,
+          redoBytesPerRun: Math.round(total.Innodb_lsn_current / RUNS),
+          pageReadsPerRun: total.Innodb_buffer_pool_read_requests / RUNS,
+          pageWritesPerRun: total.Innodb_buffer_pool_write_requests / RUNS,
+          statementsPerRun: totalStatements / RUNS,
+          mariadbCpuMicrosPerRun: total[CPU] / RUNS / 1000,
+          startCpuMicrosPerRun: { withPurge: startCpuPerRun, byTheTicksEnd: tickCpuPerRun },
+          eventRunsSecondaryIndexes: runsIndexes.size,
+          rewrittenByTheStart: Object.fromEntries([...rewritten].map(([n, v]) => [n, v / RUNS])),
+          graphileWorker: 'about 9 index entries per job, stated from its schema (docs/performance.md)',
+        },
+      })
     console.log(
       JSON.stringify({
         runs: RUNS,
@@ -316,6 +399,8 @@ async function main(): Promise<void> {
           handlerWrite: total.Handler_write / RUNS,
           handlerUpdate: total.Handler_update / RUNS,
           secondaryRewrittenAtStart: changedPerRun,
+          mariadbCpuMicros: total[CPU] / RUNS / 1000,
+          startCpuMicros: { withPurge: startCpuPerRun, byTheTicksEnd: tickCpuPerRun },
         },
         eventRunsSecondaryIndexes: runsIndexes.size,
       }),
