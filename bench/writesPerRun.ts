@@ -53,7 +53,6 @@
  * `writesPerRun` (index entries per run) in bench/results.json, except on a
  * trial.
  */
-import { readdirSync, readFileSync } from 'node:fs'
 import { mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -64,7 +63,7 @@ import { startPrivateMariadb } from '../src/privateMariadb.ts'
 import { Runner } from '../src/runner/runner.ts'
 import { createDefaultRegistry } from '../src/runner/steps/registry.ts'
 import { defineCueEvent } from './fixtures.ts'
-import { median, runMain, saveResult } from './lib.ts'
+import { median, processCpuNs, runMain, saveResult } from './lib.ts'
 
 const RUNS = Number(process.env.WRITES_RUNS ?? 2000)
 const BATCH = Number(process.env.WRITES_BATCH ?? 1000)
@@ -88,27 +87,8 @@ type Counts = Record<Counter, number>
 const ALL: Counter[] = [...COUNTERS, CPU]
 const zero = (): Counts => Object.fromEntries(ALL.map((c) => [c, 0])) as Counts
 
-/** The private server's process id, for its CPU time. */
+/** The private server's process id, for its CPU time ({@link processCpuNs}). */
 let serverPid = 0
-
-/**
- * mariadbd's CPU so far: the sum of its threads' run time from
- * `/proc/<pid>/task/<tid>/schedstat` (nanoseconds, where `/proc/<pid>/stat`
- * counts in 10 ms ticks, too coarse for a statement). A thread that ended
- * takes its time with it; the server's worker threads live as long as
- * their connections, which outlive the script's statements.
- */
-function cpuNs(): number {
-  let ns = 0
-  for (const tid of readdirSync(`/proc/${serverPid}/task`)) {
-    try {
-      ns += Number(readFileSync(`/proc/${serverPid}/task/${tid}/schedstat`, 'utf8').split(' ')[0])
-    } catch {
-      // The thread ended between the listing and the read: its time is gone either way.
-    }
-  }
-  return ns
-}
 
 /** How many times the counters were read, so that their cost can be taken out of a whole. */
 let readings = 0
@@ -121,7 +101,7 @@ async function snapshot(probe: Db): Promise<Counts> {
   )
   const out = zero()
   for (const r of rows) out[r.Variable_name as Counter] = Number(r.Value)
-  out[CPU] = cpuNs()
+  out[CPU] = processCpuNs(serverPid)
   return out
 }
 
@@ -288,17 +268,19 @@ async function main(): Promise<void> {
     // The whole start as mariadbd does it: every thread's CPU from before the
     // tick until InnoDB's purge has removed what the start left behind (the
     // delete-marked entries of the rewritten indexes, the update undo), per
-    // run, less the counters' own readings (each costs what a pair of them
-    // does). Purge works alongside the tick, so what is left of it after the
-    // tick says little by itself; the sum is the figure. The page cleaner's
-    // later writes of the dirtied pages are not waited for.
+    // run, less the counters' own readings (each costs about what the empty
+    // pairs above measured). Purge works alongside the tick, so what is left
+    // of it after the tick says little by itself; the sum is the figure. The
+    // page cleaner's later writes of the dirtied pages are not waited for.
     await purgeSettled(probe)
     const readingsBefore = readings
-    const cpuBefore = cpuNs()
+    const cpuBefore = processCpuNs(serverPid)
+    const startCpuPerRunSoFar = () =>
+      (processCpuNs(serverPid) - cpuBefore - (readings - readingsBefore) * idle[CPU]) / RUNS / 1000
     await runner.tick()
-    const tickCpuPerRun = (cpuNs() - cpuBefore - (readings - readingsBefore) * idle[CPU]) / RUNS / 1000
+    const tickCpuPerRun = startCpuPerRunSoFar()
     await purgeSettled(probe)
-    const startCpuPerRun = (cpuNs() - cpuBefore - (readings - readingsBefore) * idle[CPU]) / RUNS / 1000
+    const startCpuPerRun = startCpuPerRunSoFar()
     const afterRows = await db.query<Record<string, unknown>>(
       'SELECT * FROM event_runs WHERE id BETWEEN ? AND ? ORDER BY id',
       [ids[0] as number, ids.at(-1) as number],
