@@ -92,7 +92,7 @@ export const DateTimeScalar = builder.scalarType('DateTime', {
  * 31 levels, and stored rows wrap API values a level or two deeper (a run's
  * params inside its log line's data); Node's JSON.stringify overflows its
  * stack a few thousand levels down. Either way a deep value used to surface as
- * "Unexpected error." (the fuzz drill, test/drills/fuzz.drill.ts, found both).
+ * "Unexpected error." (the fuzz drill, test/drills/fuzz.drill.test.ts, found both).
  */
 export const MAX_JSON_DEPTH = 24
 

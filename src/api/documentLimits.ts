@@ -3,7 +3,7 @@
  * input objects or selection sets a few thousand levels deep overflows the
  * stack before any validation rule (the depth limit included) can look at it.
  * That surfaced as "Unexpected error." (the fuzz drill,
- * test/drills/fuzz.drill.ts, found it). The nesting is counted on the text
+ * test/drills/fuzz.drill.test.ts, found it). The nesting is counted on the text
  * first, outside strings and comments, and a deep document is refused as the
  * syntax error it is: HTTP 400, GRAPHQL_PARSE_FAILED.
  */

@@ -28,7 +28,8 @@ import { afterAll, beforeAll, expect, it } from 'vitest'
 import * as stepsSql from '../../sql/eventSteps/index.ts'
 import { createTestDb, type TestDb } from '../helpers/db.ts'
 import { stepSpecs } from '../helpers/fixtures.ts'
-import { generateCase, type Known, mulberry32 } from './fuzz.ts'
+import { generateCase } from './fuzz.ts'
+import { type Known, mulberry32 } from './fuzzValues.ts'
 import {
   codesOf,
   type GqlAnswer,
