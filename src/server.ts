@@ -9,9 +9,10 @@
  * wires the environment to this.
  *
  * stop() is ordered so nothing is cut mid-way: stop accepting connections →
- * stop the runner (the current step finishes, claims are released) → complete
- * every subscription (SSE streams end, WebSocket sockets close with 1001) →
- * drain HTTP connections → close the database pool.
+ * stop the runner (the current step finishes, claims are released) → close
+ * WebSocket sockets with 1001 "Going away", then complete every remaining
+ * subscription (SSE streams end) → drain HTTP connections → close the
+ * database pool.
  */
 
 import { createServer, type IncomingMessage, type ServerResponse } from 'node:http'
@@ -449,8 +450,12 @@ export function buildApp(config: Config, deps: BuildAppDeps = {}): App {
       logger.error({ err }, 'the runner did not stop cleanly')
     }
     await dispatcher?.stop()
-    await closeLiveFeeds()
+    // WebSockets close (1001) before the feeds complete: a subscription the
+    // feeds completed first would reach its client as finished, and a lazy
+    // graphql-ws client, left with nothing open, closes with 1000 and does not
+    // resubscribe; "going away" tells it to reconnect to another instance.
     await ws?.close()
+    await closeLiveFeeds()
     await keyring.close()
     httpServer.closeIdleConnections()
     const force = setTimeout(() => httpServer.closeAllConnections(), 2000)

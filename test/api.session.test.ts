@@ -206,7 +206,7 @@ describe('health with the runner co-hosted', () => {
 })
 
 describe('stop()', () => {
-  it('stops the runner (claims released), ends SSE streams and closes WebSockets with 1001', async () => {
+  it('stops the runner (claims released), closes WebSockets with 1001 under their subscriptions and ends SSE streams', async () => {
     const local = await startTestServer({ runner: true })
     let closeCode = 0
     try {
@@ -218,11 +218,19 @@ describe('stop()', () => {
         `mutation { startRun(definitionId: "${created.body.data?.createDefinition.id}") { id } }`,
       )
       const runId = started.body.data?.startRun.id as string
+      // Whether the SSE stream had ended when the socket closed: the socket
+      // goes first, before anything completes the subscriptions.
+      let sseEnded = false
+      let sseEndedAtWsClose: boolean | null = null
       const client = wsClient(local, 'viewer', (e) => {
         closeCode = e.code
+        sseEndedAtWsClose = sseEnded
       })
       const ws = wsSubscribe<StatusEvent>(client, RUN_STATUS, { id: runId })
       const sse = sseSubscribe<StatusEvent>(local, RUN_STATUS, { id: runId }, 'viewer')
+      void sse.done.finally(() => {
+        sseEnded = true
+      })
       await ws.until((e) => e.data?.runStatus.waitingSteps === 1)
       await sse.until((e) => e.data?.runStatus.waitingSteps === 1)
       await expect(local.app.metrics.openSubscriptions.get()).resolves.toMatchObject({
@@ -231,9 +239,16 @@ describe('stop()', () => {
 
       await local.app.stop()
       await sse.done // the stream ended, no hang
-      await ws.done.catch(() => {})
+      // The socket went away under the subscription: not completed, which a
+      // client would take for the run's end and not resubscribe.
+      const wsEnd = await ws.done.then(
+        () => 'completed',
+        () => 'closed',
+      )
+      expect(wsEnd).toBe('closed')
       await eventually(() => closeCode !== 0, 5000)
       expect(closeCode).toBe(1001)
+      expect(sseEndedAtWsClose).toBe(false)
       expect(local.app.runner?.state).toBe('stopped')
       expect(local.app.poller.listenerCount).toBe(0)
       const row = await rawRun(local.t.db, Number(runId))
