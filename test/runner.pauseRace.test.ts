@@ -13,7 +13,7 @@ import { bulkRuns } from '../src/operations/bulk.ts'
 import { cancelRun, pauseRun, resumeRun } from '../src/operations/runControls.ts'
 import { systemClock } from '../src/runner/clock.ts'
 import { createTestDb, type TestDb } from './helpers/db.ts'
-import { type DefinitionFixture, makeDefinition, makeRunWithSteps } from './helpers/fixtures.ts'
+import { type DefinitionFixture, makeDefinition, makeRunningRunWithSteps } from './helpers/fixtures.ts'
 
 const ROUNDS = 60
 let t: TestDb
@@ -39,8 +39,7 @@ async function runAtItsLastStep(
   const {
     run,
     steps: [first, last],
-  } = await makeRunWithSteps(t.db, 2, { definition })
-  await t.db.execute(`UPDATE event_runs SET status = 'running', started_at = NOW(3) WHERE id = ?`, [run.id])
+  } = await makeRunningRunWithSteps(t.db, 2, { definition })
   await t.db.execute(`UPDATE event_run_steps SET status = 'completed', ended_at = NOW(3) WHERE id = ?`, [
     first!.id,
   ])

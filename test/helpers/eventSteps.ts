@@ -7,7 +7,7 @@ import { expect } from 'vitest'
 import type { Db } from '../../sql/db.ts'
 import type { StepRow } from '../../sql/eventSteps/index.ts'
 import * as steps from '../../sql/eventSteps/index.ts'
-import { at, makeRunWithSteps } from './fixtures.ts'
+import { at, makeRunningRunWithSteps } from './fixtures.ts'
 
 export function nth(list: readonly StepRow[], i: number): StepRow {
   const s = list[i]
@@ -23,16 +23,9 @@ export function stepHelpers(pool: () => Db) {
     return s
   }
 
-  /**
-   * A run with `n` pending steps, started (`running`): a step begins only
-   * while its run runs, as the runner begins them.
-   */
-  async function startedRun(n: number, overrides: Parameters<typeof makeRunWithSteps>[2] = {}) {
-    const db = pool()
-    const made = await makeRunWithSteps(db, n, overrides)
-    await db.run("UPDATE event_runs SET status = 'running', started_at = NOW(3) WHERE id = ?", [made.run.id])
-    return made
-  }
+  /** A run with `n` pending steps, started (`running`): {@link makeRunningRunWithSteps}. */
+  const startedRun = (n: number, overrides: Parameters<typeof makeRunningRunWithSteps>[2] = {}) =>
+    makeRunningRunWithSteps(pool(), n, overrides)
 
   /** Begin a step now with a 30 s lease. */
   async function begun(step: StepRow, owner = 'w1'): Promise<void> {

@@ -135,6 +135,20 @@ export async function makeRunWithSteps(
 }
 
 /**
+ * A run with `n` pending steps, moved to `running` as its start would: a step
+ * begins only while its run runs, as the runner begins them.
+ */
+export async function makeRunningRunWithSteps(
+  db: Db,
+  n: number,
+  overrides: RunOverrides = {},
+): Promise<{ run: RunListRow; steps: StepRow[] }> {
+  const made = await makeRunWithSteps(db, n, overrides)
+  await db.run("UPDATE event_runs SET status = 'running', started_at = NOW(3) WHERE id = ?", [made.run.id])
+  return made
+}
+
+/**
  * Empty the run-side tables (keeps definitions and versions), for tests whose
  * queries span every run (findDue, findMissed, list). Raw SQL: no repository
  * deletes runs.
