@@ -25,7 +25,6 @@
  * writing back or purging the fixture. Pages written in each window are
  * printed, to show whether background writing remained.
  */
-import { readFileSync } from 'node:fs'
 import { mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -36,7 +35,15 @@ import { silentLogger } from '../src/log.ts'
 import { startPrivateMariadb } from '../src/privateMariadb.ts'
 import { buildApp } from '../src/server.ts'
 import { fillHistory, type HistoryShape } from './historyData.ts'
-import { type BenchResult, percentile, printResults, runMain, saveResult, sleep } from './lib.ts'
+import {
+  type BenchResult,
+  percentile,
+  printResults,
+  processCpuMs,
+  runMain,
+  saveResult,
+  sleep,
+} from './lib.ts'
 
 /**
  * mariadbd's CPU is read from /proc in 10 ms clock ticks, so each window's
@@ -81,12 +88,6 @@ interface SizeFigures {
   historyLengthAtStart: number
   p50Ms: { health: number; runs100: number; metrics: number }
   p99Ms: { health: number; runs100: number; metrics: number }
-}
-
-/** CPU time (ms) a process used so far, from /proc (100 Hz clock ticks). */
-function cpuMsOf(pid: number): number {
-  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.split(' ') ?? []
-  return (Number(fields[11]) + Number(fields[12])) * 10
 }
 
 async function timed(fn: () => Promise<void>): Promise<number> {
@@ -156,10 +157,10 @@ async function measure(shape: HistoryShape): Promise<SizeFigures> {
         // The heartbeat is one INSERT … ON DUPLICATE KEY UPDATE per tick.
         const insertsBefore = await status('Com_insert')
         const pagesBefore = await status('Innodb_pages_written')
-        const cpu0 = cpuMsOf(server.pid)
+        const cpu0 = processCpuMs(server.pid)
         const rows0 = await status('Handler_read%')
         await sleep(IDLE_SECONDS * 1000)
-        const cpu1 = cpuMsOf(server.pid)
+        const cpu1 = processCpuMs(server.pid)
         const rows1 = await status('Handler_read%')
         windows.push({
           cpuMsPerMinute: Math.round((cpu1 - cpu0) * perMinute),

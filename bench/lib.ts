@@ -241,24 +241,33 @@ export async function globalStatus(name: string): Promise<number> {
  */
 export function serverCpuMs(comm: string): number | null {
   try {
-    let ticks = 0
+    let ms = 0
     let found = false
     for (const pid of readdirSync('/proc')) {
       if (!/^\d+$/.test(pid)) continue
       try {
         if (readFileSync(`/proc/${pid}/comm`, 'utf8').trim() !== comm) continue
-        // Fields after "(comm) ": state is [0], utime [11], stime [12], in clock ticks (100 Hz on Linux).
-        const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.split(' ') ?? []
-        ticks += Number(fields[11]) + Number(fields[12])
+        ms += processCpuMs(Number(pid))
         found = true
       } catch {
         // The process ended while being read.
       }
     }
-    return found && Number.isFinite(ticks) ? ticks * 10 : null
+    return found && Number.isFinite(ms) ? ms : null
   } catch {
     return null
   }
+}
+
+/**
+ * CPU time (ms, user + system) process `pid` used so far, from
+ * `/proc/<pid>/stat`: in 100 Hz clock ticks, so 10 ms steps. Throws when
+ * the process is gone.
+ */
+export function processCpuMs(pid: number): number {
+  // Fields after "(comm) ": state is [0], utime [11], stime [12], in clock ticks (100 Hz on Linux).
+  const fields = readFileSync(`/proc/${pid}/stat`, 'utf8').split(') ')[1]?.split(' ') ?? []
+  return (Number(fields[11]) + Number(fields[12])) * 10
 }
 
 /**
