@@ -57,7 +57,6 @@ import { runInNewContext } from 'node:vm'
 import { type BenchResult, benchDb, globalStatus, printResults, runMain, saveResult, sleep } from './lib.ts'
 import { serverDbStats } from './scheduled.ts'
 import { BENCH_TOKENS, type BenchServer, startBenchServer } from './server.ts'
-import type { ClientsReport, Command } from './showtimeClients.ts'
 import {
   COMPLETION_FIGURES,
   figureRows,
@@ -71,6 +70,7 @@ import {
   TIMING_FIGURES,
   targetRow,
 } from './showtimeFigures.ts'
+import type { ClientsReport, Command } from './showtimeMessages.ts'
 import {
   SCALE_OUT_TOPOLOGIES,
   type ScaleOutShow,

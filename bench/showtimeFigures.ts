@@ -5,7 +5,7 @@
  */
 import type { Db } from '../sql/db.ts'
 import { maxOf, percentile } from './lib.ts'
-import type { AnswerSample, ClientsReport, HealthSample } from './showtimeClients.ts'
+import type { AnswerSample, ClientsReport, HealthSample } from './showtimeMessages.ts'
 
 /** The show's steps, by position: log, webhook, cue, wait 2 s, cue, webhook, ending log. */
 export const SEQ = { firstCue: 2, wait: 3, secondCue: 4 } as const

@@ -16,7 +16,6 @@
  */
 import { type BenchResult, benchDb, sleep, startScriptNodeFlags } from './lib.ts'
 import { BENCH_TOKENS } from './server.ts'
-import type { ClientsReport } from './showtimeClients.ts'
 import {
   COMPLETION_FIGURES,
   type PhaseFigures,
@@ -29,6 +28,7 @@ import {
   TIMING_FIGURES,
 } from './showtimeFigures.ts'
 import type { InstanceCommand, InstanceStats } from './showtimeInstance.ts'
+import type { ClientsReport } from './showtimeMessages.ts'
 import {
   ANSWER_SLUG_PATTERN,
   ANSWERS_IN_FLIGHT,

@@ -8,8 +8,8 @@ import type { Db } from '../sql/db.ts'
 import { sleep } from './lib.ts'
 import { BENCH_ADMIN_TOKEN, cronAt, graphql, instantAhead } from './scheduled.ts'
 import { BENCH_TOKENS, type BenchServer } from './server.ts'
-import type { Command } from './showtimeClients.ts'
 import { WAIT_MS } from './showtimeFigures.ts'
+import type { Command } from './showtimeMessages.ts'
 
 /** No phase may take longer than this: the benchmark fails rather than waits for ever. */
 export const PHASE_TIMEOUT_MS = 300_000

@@ -7,8 +7,8 @@ import { loadConfig } from '../src/config.ts'
 import { type BenchResult, sleep } from './lib.ts'
 import { cronAt, instantAhead } from './scheduled.ts'
 import type { BenchServer } from './server.ts'
-import type { BurstReport, HealthSample } from './showtimeClients.ts'
 import { spread } from './showtimeFigures.ts'
+import type { BurstReport, HealthSample } from './showtimeMessages.ts'
 import { type ClientsProcess, countRuns, createShows, PHASE_TIMEOUT_MS, until } from './showtimeSetup.ts'
 
 const env = process.env
