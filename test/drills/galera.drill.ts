@@ -7,12 +7,13 @@
  * Three real `node --no-memory-reducer --import tsx src/cli.ts serve` processes start at the same
  * instant on a fresh database, instance N on node N only (so every migration,
  * claim and key is contended across nodes, where row locks do not reach). The
- * definitions: per-second and every-5-seconds schedules over several scopes,
- * concurrency keys per scope, a `core.wait`, a `core.cue` the drill answers
- * through the API, and webhooks to a receiver in this process that counts
- * calls per Idempotency-Key. After 40 s node 3's mariadbd is SIGKILLed; 25 s
- * later it is started again and rejoins (IST); the drill runs 35 s more, then
- * waits for every occurrence up to that instant to end.
+ * definitions (test/drills/galeraSchedules.ts): per-second and every-5-seconds
+ * schedules over several scopes, concurrency keys per scope, a `core.wait`, a
+ * `core.cue` the drill answers through the API, and webhooks to a receiver in
+ * this process that counts calls per Idempotency-Key. After 40 s node 3's
+ * mariadbd is SIGKILLed; 25 s later it is started again and rejoins (IST); the
+ * drill runs 35 s more, then waits for every occurrence up to that instant to
+ * end.
  *
  * Expected, and printed: every occurrence of every schedule has exactly one
  * run, and it completed (none failed, missed or stuck: the lost node is
@@ -20,7 +21,8 @@
  * called its receiver exactly once (distinct keys = calls = webhook steps run);
  * no concurrency key was held by two runs, both in samples every 50 ms and in
  * the runs' start and end times; all three instances worked, and the one on
- * the killed node worked again once its node was back.
+ * the killed node worked again once its node was back. The queries that read
+ * these back from the database are in test/drills/galeraReadings.ts.
  *
  * A second, short test races the guards that are not exercised by schedules,
  * through nodes 1 and 2 at once: archiving a definition against starting a run
@@ -45,6 +47,15 @@ import {
 } from '../galera/cluster.ts'
 import { startReceiver, type WebhookReceiver } from '../helpers/runnerHarness.ts'
 import {
+  countFinished,
+  failureReasons,
+  finishedByActor,
+  keyOverlaps,
+  occurrencesUpTo,
+  webhookEffects,
+} from './galeraReadings.ts'
+import { DEFS } from './galeraSchedules.ts'
+import {
   codesOf,
   postGql,
   report,
@@ -61,58 +72,6 @@ import {
 const BEFORE_KILL_MS = 40_000
 const DOWN_MS = 25_000
 const AFTER_BACK_MS = 35_000
-/** Webhook step timeout: generous, so a slow answer on two busy cores is not retried (a second call). */
-const WEBHOOK_TIMEOUT_S = 20
-
-interface DefSpec {
-  slug: string
-  schedule: string
-  periodMs: number
-  scopes: string[]
-  concurrencyKey: string | null
-  steps: unknown[]
-}
-
-const hook = (tag: string) => ({
-  kind: 'core.webhook',
-  params: { url: '', body: { run: '{{run.id}}', tag } },
-  timeoutSeconds: WEBHOOK_TIMEOUT_S,
-})
-
-const DEFS: DefSpec[] = [
-  {
-    slug: 'keyed-every-5s',
-    schedule: '*/5 * * * * *',
-    periodMs: 5000,
-    scopes: Array.from({ length: 8 }, (_, i) => `k${i}`),
-    concurrencyKey: 'key:{{run.scope}}',
-    steps: [
-      hook('keyed'),
-      { kind: 'core.wait', params: { seconds: 2 } },
-      { kind: 'core.log', params: { message: 'done' } },
-    ],
-  },
-  {
-    slug: 'free-every-second',
-    schedule: '* * * * * *',
-    periodMs: 1000,
-    scopes: ['a', 'b', 'c'],
-    concurrencyKey: null,
-    steps: [hook('free'), { kind: 'core.log', params: { message: 'done' } }],
-  },
-  {
-    slug: 'cued-every-10s',
-    schedule: '*/10 * * * * *',
-    periodMs: 10_000,
-    scopes: ['x', 'y'],
-    concurrencyKey: 'cue:{{run.scope}}',
-    steps: [
-      { kind: 'core.cue', params: { prompt: 'go?', timeoutSeconds: 240 } },
-      hook('cued'),
-      { kind: 'core.log', params: { message: 'done' } },
-    ],
-  },
-]
 
 let receiver: WebhookReceiver
 let database: { name: string; drop(): Promise<void> } | undefined
@@ -291,79 +250,18 @@ it('three instances on three Galera nodes, node 3 killed and back: one run per o
   const certificationConflicts = a1 - b1 + (a2 - b2) + (sum(node3BeforeKill) - b3) + a3
 
   // ── Occurrences: exactly one run each ────────────────────────────────
-  const occurrences = []
-  for (const [i, d] of DEFS.entries()) {
-    const defId = defIds[i] as number
-    const rows = await inspect.query<{
-      scope: string
-      n: number
-      distinct_at: number
-      first: Date
-      last: Date
-    }>(
-      `SELECT scope, COUNT(*) AS n, COUNT(DISTINCT scheduled_for) AS distinct_at,
-              MIN(scheduled_for) AS first, MAX(scheduled_for) AS last
-         FROM event_runs WHERE definition_id = ? AND rehearsal = 0 AND scheduled_for <= ? GROUP BY scope`,
-      [defId, cutoff],
-    )
-    // The first pass materialises from the moment it ran; from there on, every instant.
-    const first = Math.min(...rows.map((r) => new Date(r.first).getTime()))
-    const expectedPerScope = Math.floor((cutoff.getTime() - first) / d.periodMs) + 1
-    const byStatus = await inspect.query<{ status: string; n: number }>(
-      `SELECT status, COUNT(*) AS n FROM event_runs WHERE definition_id = ? AND scheduled_for <= ? GROUP BY status`,
-      [defId, cutoff],
-    )
-    occurrences.push({
-      slug: d.slug,
-      scopes: rows.length,
-      expectedPerScope,
-      runsPerScope: rows.map((r) => Number(r.n)),
-      duplicates: rows.reduce((n, r) => n + Number(r.n) - Number(r.distinct_at), 0),
-      byStatus: Object.fromEntries(byStatus.map((r) => [r.status, Number(r.n)])),
-    })
-  }
+  const occurrences = await occurrencesUpTo(inspect, defIds, cutoff)
 
   // ── Effects: each webhook step called its receiver once ───────────────
-  const hookSteps = await inspect.query<{ id: number; run_id: number; attempts: number; status: string }>(
-    `SELECT s.id, s.run_id, s.attempts, s.status FROM event_run_steps s JOIN event_runs r ON r.id = s.run_id
-      WHERE r.definition_id IN (${placeholders}) AND s.kind = 'core.webhook' AND s.attempts > 0`,
-    defIds,
-  )
-  const stepKeys = new Set(hookSteps.map((s) => `${s.run_id}-${s.id}`))
-  const perKey = receiver.countsByKey()
-  const keysCalledTwice = [...perKey.entries()].filter(([, n]) => n > 1)
-  const keysWithoutStep = [...perKey.keys()].filter((k) => !stepKeys.has(k))
-  const stepsWithoutCall = [...stepKeys].filter((k) => !perKey.has(k))
-  const attempts = hookSteps.reduce((n, s) => n + Number(s.attempts), 0)
+  const { hookSteps, perKey, keysCalledTwice, keysWithoutStep, stepsWithoutCall, attempts } =
+    await webhookEffects(inspect, defIds, receiver)
 
   // ── Keys: no two holders, in samples and in the runs' own times ────────
-  const keyed = await inspect.query<{ k: string; id: number; started_at: Date; ended_at: Date | null }>(
-    `SELECT concurrency_key AS k, id, started_at, ended_at FROM event_runs
-      WHERE definition_id IN (${placeholders}) AND concurrency_key IS NOT NULL AND started_at IS NOT NULL
-      ORDER BY concurrency_key, started_at, id`,
-    defIds,
-  )
-  const overlaps: string[] = []
-  for (let i = 1; i < keyed.length; i++) {
-    const prev = keyed[i - 1] as (typeof keyed)[number]
-    const cur = keyed[i] as (typeof keyed)[number]
-    if (prev.k !== cur.k) continue
-    if (prev.ended_at === null || new Date(cur.started_at) < new Date(prev.ended_at))
-      overlaps.push(`${cur.k}: run ${cur.id} started before run ${prev.id} ended`)
-  }
+  const overlaps = await keyOverlaps(inspect, defIds)
 
   // ── Who worked, and the instance on the killed node after it came back ──
-  const workedBy = await inspect.query<{ actor: string; n: number; after_back: number }>(
-    `SELECT l.actor, COUNT(*) AS n, SUM(l.at > ?) AS after_back FROM event_run_logs l
-       JOIN event_runs r ON r.id = l.run_id
-      WHERE r.definition_id IN (${placeholders}) AND l.message = 'done' GROUP BY l.actor ORDER BY l.actor`,
-    [backDbTime, ...defIds],
-  )
-  const failedReasons = await inspect.query<{ last_error: string | null; n: number }>(
-    `SELECT last_error, COUNT(*) AS n FROM event_runs WHERE definition_id IN (${placeholders})
-        AND status IN ('failed','missed','cancelled') GROUP BY last_error LIMIT 5`,
-    defIds,
-  )
+  const workedBy = await finishedByActor(inspect, defIds, backDbTime)
+  const failedReasons = await failureReasons(inspect, defIds)
 
   const figures = {
     database: name,
@@ -502,13 +400,3 @@ it('across nodes: no live run under an archived definition; an idempotent startR
   expect(outcomes.startRunErrors).toEqual([])
   expect(outcomes.sameRunBothNodes).toBe(ROUNDS)
 }, 180_000)
-
-/** Runs of these definitions that ended, by now. */
-async function countFinished(db: Db, defIds: number[]): Promise<number> {
-  const [row] = await db.query<{ n: number }>(
-    `SELECT COUNT(*) AS n FROM event_runs WHERE definition_id IN (${defIds.map(() => '?').join(',')})
-        AND status IN ('completed','cancelled','failed','missed')`,
-    defIds,
-  )
-  return Number(row?.n ?? 0)
-}
