@@ -11,7 +11,7 @@ import { request } from 'undici'
 import type { ChannelRow } from '../../sql/notifications/channels.ts'
 import { SecretScope, type SecretSource } from '../runner/secrets.ts'
 import { allowListRefusal, shownUrl } from '../runner/steps/allowList.ts'
-import { agentFor, refusalOf } from '../runner/steps/webhook.ts'
+import { agentFor, networkReason, refusalOf } from '../runner/steps/webhook.ts'
 
 /** How long one attempt may take. */
 export const SEND_TIMEOUT_MS = 10_000
@@ -91,9 +91,7 @@ export async function postJson(
     const refused = refusalOf(err)
     if (refused) throw new DeliveryError(`refused: ${shownUrl(url)}: ${refused}`, false)
     if (signal.aborted) throw new DeliveryError(`POST ${shownUrl(url)} timed out after ${SEND_TIMEOUT_MS} ms`)
-    const e = err as { code?: string; message?: string; cause?: { code?: string; message?: string } }
-    const detail = e.cause?.code ?? e.code ?? e.cause?.message ?? e.message ?? String(err)
-    throw new DeliveryError(`POST ${shownUrl(url)} failed: ${detail}`)
+    throw new DeliveryError(`POST ${shownUrl(url)} failed: ${networkReason(err)}`)
   }
   if (status >= 200 && status < 300) return
   throw new DeliveryError(`POST ${shownUrl(url)} answered HTTP ${status}`)

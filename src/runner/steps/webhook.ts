@@ -171,7 +171,12 @@ function discard(body: Dispatcher.ResponseData['body']): void {
   body.dump().catch(() => {})
 }
 
-function networkReason(err: unknown): string {
+/**
+ * Why a request failed below HTTP, for a person: the socket's error code and
+ * its message (`ECONNREFUSED (connect ECONNREFUSED 10.0.0.5:443)`). Webhook
+ * steps and notification deliveries both say it this way.
+ */
+export function networkReason(err: unknown): string {
   // The socket's own error, or the one a wrapper (a connector's) carries.
   const e = err as { code?: string; message?: string; cause?: { code?: string; message?: string } }
   const at = e.cause?.code ? e.cause : e
