@@ -33,6 +33,7 @@
 import { afterAll, beforeAll, expect, it } from 'vitest'
 import { createDb, type Db } from '../../sql/db.ts'
 import * as definitions from '../../sql/eventDefinitions.ts'
+import { placeholders } from '../../sql/json.ts'
 import { createDefinition } from '../../src/operations/definitions.ts'
 import { startRun } from '../../src/operations/runControls.ts'
 import { systemClock } from '../../src/runner/clock.ts'
@@ -223,10 +224,9 @@ it('three instances on three Galera nodes, node 3 killed and back: one run per o
 
   // ── Everything due up to the cutoff must end ──────────────────────────
   const [{ now: cutoff } = { now: new Date() }] = await inspect.query<{ now: Date }>('SELECT NOW(3) AS now')
-  const placeholders = defIds.map(() => '?').join(',')
   const unfinished = async () => {
     const [row] = await inspect.query<{ n: number }>(
-      `SELECT COUNT(*) AS n FROM event_runs WHERE definition_id IN (${placeholders}) AND scheduled_for <= ?
+      `SELECT COUNT(*) AS n FROM event_runs WHERE definition_id IN (${placeholders(defIds.length)}) AND scheduled_for <= ?
           AND status NOT IN ('completed','cancelled','failed','missed')`,
       [...defIds, cutoff],
     )

@@ -8,13 +8,14 @@
  * are the drill's.
  */
 import type { Db } from '../../sql/db.ts'
+import { placeholders } from '../../sql/json.ts'
 import type { WebhookReceiver } from '../helpers/runnerHarness.ts'
 import { DEFS } from './galeraSchedules.ts'
 
 /** Runs of these definitions that ended, by now. */
 export async function countFinished(db: Db, defIds: number[]): Promise<number> {
   const [row] = await db.query<{ n: number }>(
-    `SELECT COUNT(*) AS n FROM event_runs WHERE definition_id IN (${defIds.map(() => '?').join(',')})
+    `SELECT COUNT(*) AS n FROM event_runs WHERE definition_id IN (${placeholders(defIds.length)})
         AND status IN ('completed','cancelled','failed','missed')`,
     defIds,
   )
@@ -68,10 +69,9 @@ export async function occurrencesUpTo(db: Db, defIds: number[], cutoff: Date) {
  * attempts the steps record.
  */
 export async function webhookEffects(db: Db, defIds: number[], receiver: WebhookReceiver) {
-  const placeholders = defIds.map(() => '?').join(',')
   const hookSteps = await db.query<{ id: number; run_id: number; attempts: number; status: string }>(
     `SELECT s.id, s.run_id, s.attempts, s.status FROM event_run_steps s JOIN event_runs r ON r.id = s.run_id
-      WHERE r.definition_id IN (${placeholders}) AND s.kind = 'core.webhook' AND s.attempts > 0`,
+      WHERE r.definition_id IN (${placeholders(defIds.length)}) AND s.kind = 'core.webhook' AND s.attempts > 0`,
     defIds,
   )
   const stepKeys = new Set(hookSteps.map((s) => `${s.run_id}-${s.id}`))
@@ -85,10 +85,9 @@ export async function webhookEffects(db: Db, defIds: number[], receiver: Webhook
 
 /** Each run that started while another run holding the same concurrency key had not ended, from the runs' own times. */
 export async function keyOverlaps(db: Db, defIds: number[]): Promise<string[]> {
-  const placeholders = defIds.map(() => '?').join(',')
   const keyed = await db.query<{ k: string; id: number; started_at: Date; ended_at: Date | null }>(
     `SELECT concurrency_key AS k, id, started_at, ended_at FROM event_runs
-      WHERE definition_id IN (${placeholders}) AND concurrency_key IS NOT NULL AND started_at IS NOT NULL
+      WHERE definition_id IN (${placeholders(defIds.length)}) AND concurrency_key IS NOT NULL AND started_at IS NOT NULL
       ORDER BY concurrency_key, started_at, id`,
     defIds,
   )
@@ -105,20 +104,18 @@ export async function keyOverlaps(db: Db, defIds: number[]): Promise<string[]> {
 
 /** Per actor (instance): the runs it finished (logged 'done'), and how many of them after `since`. */
 export async function finishedByActor(db: Db, defIds: number[], since: Date) {
-  const placeholders = defIds.map(() => '?').join(',')
   return db.query<{ actor: string; n: number; after_back: number }>(
     `SELECT l.actor, COUNT(*) AS n, SUM(l.at > ?) AS after_back FROM event_run_logs l
        JOIN event_runs r ON r.id = l.run_id
-      WHERE r.definition_id IN (${placeholders}) AND l.message = 'done' GROUP BY l.actor ORDER BY l.actor`,
+      WHERE r.definition_id IN (${placeholders(defIds.length)}) AND l.message = 'done' GROUP BY l.actor ORDER BY l.actor`,
     [since, ...defIds],
   )
 }
 
 /** Why runs of these definitions failed, were missed or were cancelled: up to five reasons, with counts. */
 export async function failureReasons(db: Db, defIds: number[]) {
-  const placeholders = defIds.map(() => '?').join(',')
   return db.query<{ last_error: string | null; n: number }>(
-    `SELECT last_error, COUNT(*) AS n FROM event_runs WHERE definition_id IN (${placeholders})
+    `SELECT last_error, COUNT(*) AS n FROM event_runs WHERE definition_id IN (${placeholders(defIds.length)})
         AND status IN ('failed','missed','cancelled') GROUP BY last_error LIMIT 5`,
     defIds,
   )
