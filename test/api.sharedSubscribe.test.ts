@@ -11,7 +11,7 @@ import * as runs from '../sql/eventRuns/index.ts'
 import { answerSizeChecks } from '../src/api/answerSize.ts'
 import { sharedExecutions } from '../src/api/sharedSubscribe.ts'
 import { makeDefinition, makeRun } from './helpers/fixtures.ts'
-import { sleep, startTestServer, type TestServer, wsClient, wsSubscribe } from './helpers/server.ts'
+import { eventually, startTestServer, type TestServer, wsClient, wsSubscribe } from './helpers/server.ts'
 
 const PROGRAM = {
   phases: [
@@ -56,7 +56,9 @@ describe('runChanges events are executed once per (document, variables, role)', 
     const admins = [wsSubscribe<Change>(admin, WATCH, { f })]
     const other = wsSubscribe<Change>(viewer, WATCH_OTHER, { f })
     try {
-      await sleep(400) // every subscription has its baseline
+      // Every subscription listening, from its baseline (a fixed wait lost a
+      // late subscriber on a loaded machine: it never saw the change).
+      await eventually(() => s.app.runChanges.listenerCount === 22, 10_000)
       const before = { ...sharedExecutions }
       const sizesBefore = { ...answerSizeChecks }
       await runs.transition(s.t.db, run.id, 'scheduled', 'running')
